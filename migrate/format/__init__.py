@@ -1,0 +1,9 @@
+"""Kafka's wire formats as pure code: bytes in, records out; no files, no engines.
+
+- ``legacy``: magic 0 and 1 messages and message sets (compressed wrappers included)
+- ``batch``: magic 2 record batches
+- ``entries``: a buffer holding any mix of the three, walked entry by entry (the magic byte is at byte 16)
+- ``codecs``: gzip, snappy (xerial and raw), lz4 (Kafka's magic-0 header quirk included), zstd
+- ``records``: the record model shared by all of them, row-wise and columnar
+- ``digest``: the format-independent content digest used to prove a conversion kept every record
+"""

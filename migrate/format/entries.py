@@ -1,0 +1,187 @@
+"""A buffer of log entries in any mix of formats, walked the way Kafka's FileLogInputStream walks a segment.
+
+::
+
+    every entry: offset => int64 (byte 0), size => int32 (byte 8), ..., magic => int8 (byte 16)
+
+The first 17 bytes of every entry, whatever its format, say how long it is and which parser reads it, so one file
+can hold v0, v1 and v2 entries in any order (message.format.version changed while a segment was active). Kafka
+stops silently at an incomplete last entry (fewer than 17 header bytes, or fewer bytes than the size declares) and
+throws when an entry declares a size below 14. Here the first is a ``Tail`` and the second a CorruptRecordError.
+
+Consecutive uncompressed legacy messages are grouped into one ``LegacyRun`` and decoded column-wise.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from migrate.errors import CorruptRecordError, UnsupportedFormatError
+from migrate.format import batch as v2
+from migrate.format import legacy
+from migrate.format._bytes import as_u8
+from migrate.format.records import Compression, Record, TimestampType
+
+HEADER_SIZE_UP_TO_MAGIC = 17
+MIN_ENTRY_SIZE = legacy.MIN_MESSAGE_SIZE
+
+Entry = legacy.LegacyRun | legacy.LegacyWrapper | v2.V2Batch
+_SIZE = struct.Struct(">i")
+
+
+@dataclass(slots=True)
+class Tail:
+    """Bytes after the last complete entry: a partial entry, as a crash leaves it."""
+
+    position: int
+    size: int
+    reason: str
+
+
+@dataclass(slots=True)
+class Entries:
+    items: list[Entry] = field(default_factory=list)
+    consumed: int = 0  # bytes of complete entries read (relative to the buffer start)
+    tail: Tail | None = None
+
+    def records(self) -> Iterator[Record]:
+        return iter_records(self.items)
+
+
+def read_entries(buf: bytes | bytearray | memoryview, *, final: bool = True, deep: bool = True) -> Entries:
+    """Read every complete entry of ``buf``.
+
+    With ``final`` the buffer is the whole rest of the file and an incomplete last entry becomes ``tail``; without
+    it (streaming) reading just stops there and ``consumed`` says where to continue.
+    """
+    end = len(buf)
+    positions: list[int] = []
+    unpack = _SIZE.unpack_from
+    pos = 0
+    tail = None
+    while pos < end:
+        if pos + HEADER_SIZE_UP_TO_MAGIC > end:
+            tail = Tail(pos, end - pos, f"{end - pos} bytes after the last entry, fewer than an entry header")
+            break
+        (size,) = unpack(buf, pos + 8)
+        if size < MIN_ENTRY_SIZE:
+            raise CorruptRecordError(
+                f"entry declares size {size}, below the minimum {MIN_ENTRY_SIZE} (a zero-filled or overwritten "
+                "region: Kafka's reader throws here and log recovery truncates the segment at this point)",
+                position=pos,
+            )
+        nxt = pos + 12 + size
+        if nxt > end:
+            (offset,) = struct.unpack_from(">q", buf, pos)
+            tail = Tail(
+                pos,
+                end - pos,
+                f"incomplete entry (offset field {offset}, declared size {size} + 12 header bytes, "
+                f"only {end - pos} bytes present)",
+            )
+            break
+        positions.append(pos)
+        pos = nxt
+    result = Entries(consumed=pos if tail is None else tail.position, tail=tail if final else None)
+    if not positions:
+        return result
+    u8 = as_u8(buf)
+    p = np.array(positions, np.int64)
+    s = np.diff(np.append(p, result.consumed))
+    magics = u8[p + legacy.MAGIC_OFFSET]
+    unknown = magics > v2.MAGIC
+    if unknown.any():
+        i = int(np.argmax(unknown))
+        raise UnsupportedFormatError(
+            f"unknown magic byte {magics[i]} (Kafka knows 0, 1 and 2)", position=int(p[i])
+        )
+    # v2 attributes are an int16 at byte 21, legacy ones an int8 at byte 17: both keep the codec in the low bits
+    plain_legacy = (magics < 2) & ((u8[p + legacy.ATTRIBUTES_OFFSET] & legacy.CODEC_MASK) == 0)
+    items = result.items
+    i = 0
+    n = len(p)
+    # boundaries of runs of plain legacy messages
+    change = np.flatnonzero(np.diff(plain_legacy.astype(np.int8))) + 1
+    bounds = np.concatenate([[0], change, [n]])
+    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+        if plain_legacy[a]:
+            items.append(legacy.decode_run(buf, p[a:b], s[a:b]))
+            continue
+        for i in range(a, b):
+            pos_i, size_i = int(p[i]), int(s[i])
+            if magics[i] == v2.MAGIC:
+                items.append(v2.decode_batch(buf, pos_i, size_i, deep=deep))
+            else:
+                items.append(legacy.decode_wrapper(buf, pos_i, size_i))
+    _check_offsets_increase(items)
+    return result
+
+
+def entry_offsets(item: Entry) -> tuple[int, int]:
+    """(first offset, last offset) of an entry; a v2 batch's come from its header."""
+    if isinstance(item, v2.V2Batch):
+        return item.base_offset, item.last_offset
+    offsets = item.records.offsets
+    return int(offsets[0]), int(offsets[-1])
+
+
+def _check_offsets_increase(items: list[Entry]) -> None:
+    last = None
+    for item in items:
+        if isinstance(item, legacy.LegacyRun):
+            offs = item.records.offsets
+            if len(offs) > 1 and (np.diff(offs) <= 0).any():
+                j = int(np.argmax(np.diff(offs) <= 0)) + 1
+                raise CorruptRecordError(
+                    f"offset {int(offs[j])} does not increase on offset {int(offs[j - 1])}",
+                    position=int(item.positions[j]),
+                    offset=int(offs[j]),
+                )
+            first, final = int(offs[0]), int(offs[-1])
+            position = int(item.positions[0])
+        else:
+            first, final = entry_offsets(item)
+            if isinstance(item, v2.V2Batch) and item.records is not None and len(item.records):
+                first = int(item.records.offsets[0])
+            position = item.position
+        if last is not None and first <= last:
+            raise CorruptRecordError(
+                f"offset {first} does not increase on the previous entry's last offset {last}",
+                position=position,
+                offset=first,
+            )
+        last = final
+
+
+def iter_records(items: list[Entry]) -> Iterator[Record]:
+    """Every record, row-wise, with Kafka's view of its timestamp (slow path: tests, dump, small data)."""
+    for item in items:
+        if isinstance(item, legacy.LegacyRun):
+            cols = item.records
+            types = item.timestamp_types()
+            for j in range(len(cols)):
+                yield Record(
+                    int(cols.offsets[j]),
+                    int(cols.timestamps[j]),
+                    cols.key(j),
+                    cols.value(j),
+                    (),
+                    TimestampType(int(types[j])),
+                    int(item.positions[j]),
+                )
+        elif isinstance(item, legacy.LegacyWrapper):
+            yield from item.records.rows(item.timestamp_type, item.position)
+        else:
+            if item.records is None:
+                raise ValueError("entries were read with deep=False")
+            yield from item.records.rows(item.timestamp_type, item.position)
+
+
+def entry_compression(item: Entry) -> Compression:
+    if isinstance(item, legacy.LegacyRun):
+        return Compression.NONE
+    return item.compression

@@ -1,0 +1,356 @@
+"""Magic 0 and magic 1 messages (Kafka 0.8 to 0.10), the message-set format KIP-31 and KIP-32 changed.
+
+::
+
+    MessageSet (a log segment of legacy data is one)        all integers big-endian
+      [offset => int64, message_size => int32, message] ...
+
+    Message (v0)                        Message (v1, KIP-32)
+      crc        => uint32  CRC-32        crc        => uint32  CRC-32 (IEEE) over magic..end
+      magic      => int8   = 0            magic      => int8   = 1
+      attributes => int8                  attributes => int8
+                                          timestamp  => int64
+      key        => int32 length, bytes   key        => int32 length (-1 = null), bytes
+      value      => int32 length, bytes   value      => int32 length (-1 = null: a tombstone), bytes
+
+    attributes: bits 0-2 compression codec (0 none, 1 gzip, 2 snappy, 3 lz4), bit 3 timestamp type
+                (v1 only: 0 CreateTime, 1 LogAppendTime), bits 4-7 unused
+
+A compressed message ("wrapper") has a null key and, as value, the compressed bytes of an inner message set of
+uncompressed messages. Its offset field is the absolute offset of the *last* inner message. Inner offsets are
+absolute in v0 and relative in v1 (KIP-31): absolute = wrapper offset - last inner relative + inner relative, and a
+wrapper offset of 0 means base 0 (a librdkafka produce quirk Kafka honours). A v1 wrapper's timestamp is the max
+inner timestamp (CreateTime) or the broker's append time (LogAppendTime bit set), and under LogAppendTime every
+inner record reports the wrapper's timestamp. Magic 0 has no timestamps: Kafka reports -1.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+
+from migrate.errors import CorruptRecordError, UnsupportedFormatError
+from migrate.format import codecs
+from migrate.format._bytes import as_u8, gather_be
+from migrate.format.checksums import crc32
+from migrate.format.records import NO_TIMESTAMP, Compression, Record, RecordColumns, TimestampType
+
+LOG_OVERHEAD = 12
+CRC_OFFSET = 12  # within an entry: after offset and size
+MAGIC_OFFSET = 16
+ATTRIBUTES_OFFSET = 17
+TIMESTAMP_OFFSET = 18
+KEY_LENGTH_OFFSET = {0: 18, 1: 26}
+RECORD_OVERHEAD = {0: 14, 1: 22}  # crc..value lengths, without key and value bytes
+MIN_MESSAGE_SIZE = 14
+CODEC_MASK = 0x07
+TIMESTAMP_TYPE_BIT = 0x08
+
+_HEADER_V0 = struct.Struct(">qiIbb")
+_HEADER_V1 = struct.Struct(">qiIbbq")
+_INT32 = struct.Struct(">i")
+_INT64 = struct.Struct(">q")
+
+
+def timestamp_type_of(magic: int, attributes: int) -> TimestampType:
+    if magic == 0:
+        return TimestampType.NO_TIMESTAMP_TYPE
+    return TimestampType.LOG_APPEND_TIME if attributes & TIMESTAMP_TYPE_BIT else TimestampType.CREATE_TIME
+
+
+@dataclass(slots=True)
+class LegacyRun:
+    """Consecutive uncompressed magic 0/1 messages: each one is its own log entry and holds one record."""
+
+    positions: np.ndarray  # entry start, relative to the buffer
+    sizes: np.ndarray  # entry size including the 12-byte log overhead
+    magics: np.ndarray
+    attributes: np.ndarray
+    crcs: np.ndarray
+    records: RecordColumns  # over the buffer the run was read from
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    def timestamp_types(self) -> np.ndarray:
+        """Per entry: -1 (v0), 0 CreateTime, 1 LogAppendTime."""
+        v1 = self.magics == 1
+        return np.where(v1, ((self.attributes & TIMESTAMP_TYPE_BIT) > 0).astype(np.int64), -1)
+
+
+@dataclass(slots=True)
+class LegacyWrapper:
+    """One compressed magic 0/1 message and the records of its inner message set (absolute offsets)."""
+
+    position: int
+    size: int
+    magic: int
+    attributes: int
+    crc: int
+    offset: int  # the wrapper's offset field: the last inner offset
+    timestamp: int  # the wrapper's own timestamp (-1 for v0)
+    records: RecordColumns  # over the decompressed inner message set
+
+    @property
+    def compression(self) -> Compression:
+        return Compression(self.attributes & CODEC_MASK)
+
+    @property
+    def timestamp_type(self) -> TimestampType:
+        return timestamp_type_of(self.magic, self.attributes)
+
+
+def decode_run(buf: bytes | memoryview, positions: np.ndarray, sizes: np.ndarray) -> LegacyRun:
+    """Decode and CRC-check a run of uncompressed legacy messages at ``positions`` (vectorized)."""
+    u8 = as_u8(buf)
+    magics = u8[positions + MAGIC_OFFSET].astype(np.int64)
+    attributes = u8[positions + ATTRIBUTES_OFFSET].astype(np.int64)
+    ends = positions + sizes
+    is_v1 = magics == 1
+    minimum = np.where(is_v1, RECORD_OVERHEAD[1], RECORD_OVERHEAD[0]) + LOG_OVERHEAD
+    short = sizes < minimum
+    if short.any():
+        i = int(np.argmax(short))
+        raise CorruptRecordError(
+            f"magic {magics[i]} message of {sizes[i] - LOG_OVERHEAD} bytes is shorter than its fixed fields",
+            position=int(positions[i]),
+        )
+    offsets = gather_be(u8, positions, 8)
+    stored_crcs = gather_be(u8, positions + CRC_OFFSET, 4, signed=False)
+    mv = memoryview(buf)
+    computed = np.fromiter(
+        (crc32(mv[p + MAGIC_OFFSET : e]) for p, e in zip(positions.tolist(), ends.tolist())),
+        np.int64,
+        len(positions),
+    )
+    bad = computed != stored_crcs
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise CorruptRecordError(
+            f"CRC-32 mismatch in magic {magics[i]} message: stored {stored_crcs[i]:#010x}, "
+            f"computed {computed[i]:#010x}",
+            position=int(positions[i]),
+            offset=int(offsets[i]),
+        )
+    timestamps = np.full(len(positions), NO_TIMESTAMP, np.int64)
+    if is_v1.any():
+        timestamps[is_v1] = gather_be(u8, positions[is_v1] + TIMESTAMP_OFFSET, 8)
+    key_len_at = positions + np.where(is_v1, KEY_LENGTH_OFFSET[1], KEY_LENGTH_OFFSET[0])
+    key_len = gather_be(u8, key_len_at, 4)
+    key_pos = key_len_at + 4
+    value_len_at = key_pos + np.maximum(key_len, 0)
+    bad_key = (key_len < -1) | (value_len_at + 4 > ends)
+    if bad_key.any():
+        i = int(np.argmax(bad_key))
+        raise CorruptRecordError(
+            f"key length {key_len[i]} does not fit in its message", position=int(positions[i]), offset=int(offsets[i])
+        )
+    value_len = gather_be(u8, value_len_at, 4)
+    value_pos = value_len_at + 4
+    bad_value = (value_len < -1) | (value_pos + np.maximum(value_len, 0) != ends)
+    if bad_value.any():
+        i = int(np.argmax(bad_value))
+        raise CorruptRecordError(
+            f"value length {value_len[i]} does not match its message size {sizes[i] - LOG_OVERHEAD}",
+            position=int(positions[i]),
+            offset=int(offsets[i]),
+        )
+    compressed = (attributes & CODEC_MASK) != 0
+    if compressed.any():
+        raise ValueError("decode_run was given a compressed message")  # a caller bug, never bad input
+    return LegacyRun(
+        positions=positions,
+        sizes=sizes,
+        magics=magics,
+        attributes=attributes,
+        crcs=stored_crcs,
+        records=RecordColumns(
+            buffer=buf,
+            offsets=offsets,
+            timestamps=timestamps,
+            key_pos=key_pos,
+            key_len=key_len,
+            value_pos=value_pos,
+            value_len=value_len,
+        ),
+    )
+
+
+def decode_wrapper(buf: bytes | memoryview, position: int, size: int) -> LegacyWrapper:
+    """Decode and CRC-check one compressed legacy message and its inner message set."""
+    magic = buf[position + MAGIC_OFFSET]
+    if magic == 0:
+        offset, _, crc, magic, attributes = _HEADER_V0.unpack_from(buf, position)
+        timestamp = NO_TIMESTAMP
+    else:
+        offset, _, crc, magic, attributes, timestamp = _HEADER_V1.unpack_from(buf, position)
+    attributes &= 0xFF
+    end = position + size
+    mv = memoryview(buf)
+    computed = crc32(mv[position + MAGIC_OFFSET : end])
+    if computed != crc:
+        raise CorruptRecordError(
+            f"CRC-32 mismatch in magic {magic} compressed message: stored {crc:#010x}, computed {computed:#010x}",
+            position=position,
+            offset=offset,
+        )
+    key_len_at = position + KEY_LENGTH_OFFSET[magic]
+    (key_len,) = _INT32.unpack_from(buf, key_len_at)
+    value_len_at = key_len_at + 4 + max(key_len, 0)
+    if key_len < -1 or value_len_at + 4 > end:
+        raise CorruptRecordError(f"key length {key_len} does not fit in its message", position=position, offset=offset)
+    (value_len,) = _INT32.unpack_from(buf, value_len_at)
+    if value_len < 0 or value_len_at + 4 + value_len != end:
+        raise CorruptRecordError(
+            f"compressed message value length {value_len} does not match its size {size - LOG_OVERHEAD}",
+            position=position,
+            offset=offset,
+        )
+    codec = attributes & CODEC_MASK
+    if codec not in (1, 2, 3):
+        raise UnsupportedFormatError(
+            f"unknown compression codec {codec} in magic {magic} message", position=position, offset=offset
+        )
+    try:
+        inner = codecs.decompress(codec, mv[value_len_at + 4 : end], magic)
+        records = _decode_inner_set(inner, magic, attributes, offset, timestamp)
+    except CorruptRecordError as exc:
+        raise CorruptRecordError(
+            f"compressed message: {exc.reason}", position=position, offset=offset, hint=exc.hint
+        ) from exc
+    return LegacyWrapper(position, size, magic, attributes, crc, offset, timestamp, records)
+
+
+def _decode_inner_set(
+    inner: bytes, wrapper_magic: int, wrapper_attributes: int, wrapper_offset: int, wrapper_timestamp: int
+) -> RecordColumns:
+    positions = []
+    sizes = []
+    pos = 0
+    n = len(inner)
+    while pos < n:
+        if pos + LOG_OVERHEAD > n:
+            raise CorruptRecordError(f"inner message set ends inside an entry header at inner byte {pos}")
+        (size,) = _INT32.unpack_from(inner, pos + 8)
+        if size < MIN_MESSAGE_SIZE or pos + LOG_OVERHEAD + size > n:
+            raise CorruptRecordError(f"inner message at inner byte {pos} has bad size {size}")
+        positions.append(pos)
+        sizes.append(size + LOG_OVERHEAD)
+        pos += LOG_OVERHEAD + size
+    if not positions:
+        raise CorruptRecordError("compressed message holds no inner messages")
+    p = np.array(positions, np.int64)
+    s = np.array(sizes, np.int64)
+    u8 = as_u8(inner)
+    inner_magic = u8[p + MAGIC_OFFSET]
+    if (inner_magic > 1).any():
+        raise CorruptRecordError("inner message with magic above 1 inside a legacy compressed message")
+    if (u8[p + ATTRIBUTES_OFFSET] & CODEC_MASK).any():
+        raise CorruptRecordError("nested compression: a compressed message inside a compressed message")
+    run = decode_run(inner, p, s)
+    cols = run.records
+    if wrapper_magic > 0:
+        last_relative = int(cols.offsets[-1])
+        if wrapper_offset < last_relative:
+            raise CorruptRecordError(
+                f"wrapper offset {wrapper_offset} is below the last inner relative offset {last_relative}"
+            )
+        base = 0 if wrapper_offset == 0 else wrapper_offset - last_relative
+        cols.offsets = cols.offsets + base
+        if wrapper_attributes & TIMESTAMP_TYPE_BIT:
+            # LogAppendTime: every inner v1 record reports the wrapper's timestamp (v0 inner records stay -1)
+            cols.timestamps = np.where(run.magics == 1, wrapper_timestamp, NO_TIMESTAMP)
+    if len(cols.offsets) > 1 and (np.diff(cols.offsets) <= 0).any():
+        raise CorruptRecordError("inner offsets do not strictly increase")
+    librdkafka_quirk = wrapper_magic > 0 and wrapper_offset == 0
+    if int(cols.offsets[-1]) != wrapper_offset and not librdkafka_quirk:
+        raise CorruptRecordError(
+            f"wrapper offset {wrapper_offset} is not the last inner offset {int(cols.offsets[-1])}"
+        )
+    return cols
+
+
+# --- writers -----------------------------------------------------------------------------------------------
+
+
+def encode_message(
+    offset: int, magic: int, attributes: int, timestamp: int, key: bytes | None, value: bytes | None
+) -> bytes:
+    """One legacy log entry: offset, size, and the message with its CRC-32."""
+    if magic not in (0, 1):
+        raise ValueError(f"legacy messages have magic 0 or 1, not {magic}")
+    body = bytearray()
+    body.append(magic)
+    body.append(attributes & 0xFF)
+    if magic == 1:
+        body += _INT64.pack(timestamp)
+    for field in (key, value):
+        if field is None:
+            body += _INT32.pack(-1)
+        else:
+            body += _INT32.pack(len(field))
+            body += field
+    crc = crc32(body)
+    return struct.pack(">qiI", offset, len(body) + 4, crc) + bytes(body)
+
+
+def encode_messages(
+    records: list[Record], magic: int, timestamp_type: TimestampType = TimestampType.CREATE_TIME
+) -> bytes:
+    """Uncompressed legacy entries, one per record."""
+    attributes = TIMESTAMP_TYPE_BIT if (magic == 1 and timestamp_type == TimestampType.LOG_APPEND_TIME) else 0
+    return b"".join(
+        encode_message(r.offset, magic, attributes, r.timestamp, r.key, r.value) for r in _checked(records, magic)
+    )
+
+
+def encode_wrapper(
+    records: list[Record],
+    magic: int,
+    compression: Compression,
+    timestamp_type: TimestampType = TimestampType.CREATE_TIME,
+    log_append_time: int | None = None,
+) -> bytes:
+    """One compressed legacy entry holding ``records`` (KIP-31 relative inner offsets for magic 1)."""
+    if compression == Compression.NONE:
+        raise ValueError("a wrapper needs a compression codec")
+    if compression == Compression.ZSTD:
+        raise UnsupportedFormatError(f"zstd compression is not supported for magic {magic} (v2 only)")
+    records = _checked(records, magic)
+    if not records:
+        raise ValueError("a compressed message needs at least one record")
+    base = records[0].offset
+    log_append = magic == 1 and timestamp_type == TimestampType.LOG_APPEND_TIME
+    if log_append and log_append_time is None:
+        raise ValueError("LogAppendTime needs log_append_time")
+    inner_attributes = TIMESTAMP_TYPE_BIT if log_append else 0
+    inner = b"".join(
+        encode_message(
+            r.offset - base if magic == 1 else r.offset,
+            magic,
+            inner_attributes,
+            log_append_time if log_append else r.timestamp,
+            r.key,
+            r.value,
+        )
+        for r in records
+    )
+    if magic == 0:
+        wrapper_ts = NO_TIMESTAMP
+    elif log_append:
+        wrapper_ts = log_append_time
+    else:
+        wrapper_ts = max(r.timestamp for r in records)
+    value = codecs.compress(compression, inner, magic)
+    return encode_message(records[-1].offset, magic, int(compression) | inner_attributes, wrapper_ts, None, value)
+
+
+def _checked(records: list[Record], magic: int) -> list[Record]:
+    for r in records:
+        if r.headers:
+            raise UnsupportedFormatError(
+                f"record at offset {r.offset} has headers, which magic {magic} cannot hold (v2 only)"
+            )
+    return records

@@ -1,0 +1,137 @@
+"""The record model shared by every format.
+
+A record is what Kafka's deep iteration yields: an absolute offset, a timestamp and its type, a key and a value
+(``None`` and ``b""`` are different things: a null value is a tombstone, an empty value is not), and headers (v2
+only). ``Record`` is the row-wise form used by tests, ``dump`` and writers of small batches. ``RecordColumns`` is the
+columnar form used on the hot path: offsets, timestamps and the positions and lengths of keys and values as numpy
+arrays over one buffer, so that a million records cost arrays, not a million Python objects.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+
+NO_TIMESTAMP = -1
+Header = tuple[str, bytes | None]
+
+
+class TimestampType(enum.IntEnum):
+    NO_TIMESTAMP_TYPE = -1
+    CREATE_TIME = 0
+    LOG_APPEND_TIME = 1
+
+
+class Compression(enum.IntEnum):
+    """The codec ids of the low three attribute bits, the same in every magic."""
+
+    NONE = 0
+    GZIP = 1
+    SNAPPY = 2
+    LZ4 = 3
+    ZSTD = 4
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+    @classmethod
+    def parse(cls, name: str) -> Compression:
+        try:
+            return cls[name.upper()]
+        except KeyError:
+            raise ValueError(f"unknown compression {name!r}: use none, gzip, snappy, lz4 or zstd") from None
+
+
+class Record(NamedTuple):
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[Header, ...] = ()
+    timestamp_type: TimestampType = TimestampType.CREATE_TIME
+    batch_position: int = 0
+
+
+@dataclass(slots=True)
+class RecordColumns:
+    """Records as columns over ``buffer``: ``key_len``/``value_len`` of -1 mean null.
+
+    ``headers`` is None when no record has headers (always so for magic 0/1), else one tuple per record.
+    """
+
+    buffer: bytes | bytearray | memoryview
+    offsets: np.ndarray
+    timestamps: np.ndarray
+    key_pos: np.ndarray
+    key_len: np.ndarray
+    value_pos: np.ndarray
+    value_len: np.ndarray
+    headers: list[tuple[Header, ...]] | None = None
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def key(self, i: int) -> bytes | None:
+        n = int(self.key_len[i])
+        if n < 0:
+            return None
+        p = int(self.key_pos[i])
+        return bytes(self.buffer[p : p + n])
+
+    def value(self, i: int) -> bytes | None:
+        n = int(self.value_len[i])
+        if n < 0:
+            return None
+        p = int(self.value_pos[i])
+        return bytes(self.buffer[p : p + n])
+
+    def rows(
+        self, timestamp_type: TimestampType = TimestampType.CREATE_TIME, batch_position: int = 0
+    ) -> list[Record]:
+        headers = self.headers
+        return [
+            Record(
+                int(self.offsets[i]),
+                int(self.timestamps[i]),
+                self.key(i),
+                self.value(i),
+                headers[i] if headers is not None else (),
+                timestamp_type,
+                batch_position,
+            )
+            for i in range(len(self))
+        ]
+
+    @classmethod
+    def from_records(cls, records: list[Record]) -> RecordColumns:
+        """Columns over a fresh buffer holding the records' keys and values back to back."""
+        buf = bytearray()
+        n = len(records)
+        key_pos = np.zeros(n, np.int64)
+        key_len = np.full(n, -1, np.int64)
+        value_pos = np.zeros(n, np.int64)
+        value_len = np.full(n, -1, np.int64)
+        for i, r in enumerate(records):
+            if r.key is not None:
+                key_pos[i] = len(buf)
+                key_len[i] = len(r.key)
+                buf += r.key
+            if r.value is not None:
+                value_pos[i] = len(buf)
+                value_len[i] = len(r.value)
+                buf += r.value
+        has_headers = any(r.headers for r in records)
+        return cls(
+            buffer=bytes(buf),
+            offsets=np.fromiter((r.offset for r in records), np.int64, n),
+            timestamps=np.fromiter((r.timestamp for r in records), np.int64, n),
+            key_pos=key_pos,
+            key_len=key_len,
+            value_pos=value_pos,
+            value_len=value_len,
+            headers=[tuple(r.headers) for r in records] if has_headers else None,
+        )
