@@ -52,12 +52,19 @@ class Entries:
         return iter_records(self.items)
 
 
-def read_entries(buf: bytes | bytearray | memoryview, *, final: bool = True, deep: bool = True) -> Entries:
-    """Read every complete entry of ``buf``.
+@dataclass(slots=True)
+class Walk:
+    """Where each complete entry starts, how long it is and its magic byte: a walk that decodes nothing."""
 
-    With ``final`` the buffer is the whole rest of the file and an incomplete last entry becomes ``tail``; without
-    it (streaming) reading just stops there and ``consumed`` says where to continue.
-    """
+    positions: np.ndarray
+    sizes: np.ndarray  # including the 12-byte log overhead
+    magics: np.ndarray
+    consumed: int
+    tail: Tail | None
+
+
+def walk_entries(buf: bytes | bytearray | memoryview) -> Walk:
+    """Find every complete entry of ``buf``; an incomplete last one becomes ``tail``."""
     end = len(buf)
     positions: list[int] = []
     unpack = _SIZE.unpack_from
@@ -86,23 +93,32 @@ def read_entries(buf: bytes | bytearray | memoryview, *, final: bool = True, dee
             break
         positions.append(pos)
         pos = nxt
-    result = Entries(consumed=pos if tail is None else tail.position, tail=tail if final else None)
-    if not positions:
-        return result
-    u8 = as_u8(buf)
     p = np.array(positions, np.int64)
-    s = np.diff(np.append(p, result.consumed))
-    magics = u8[p + legacy.MAGIC_OFFSET]
+    consumed = pos if tail is None else tail.position
+    sizes = np.diff(np.append(p, consumed)) if len(p) else np.zeros(0, np.int64)
+    magics = as_u8(buf)[p + legacy.MAGIC_OFFSET] if len(p) else np.zeros(0, np.uint8)
     unknown = magics > v2.MAGIC
     if unknown.any():
         i = int(np.argmax(unknown))
-        raise UnsupportedFormatError(
-            f"unknown magic byte {magics[i]} (Kafka knows 0, 1 and 2)", position=int(p[i])
-        )
-    # v2 attributes are an int16 at byte 21, legacy ones an int8 at byte 17: both keep the codec in the low bits
+        raise UnsupportedFormatError(f"unknown magic byte {magics[i]} (Kafka knows 0, 1 and 2)", position=int(p[i]))
+    return Walk(p, sizes, magics, consumed, tail)
+
+
+def read_entries(buf: bytes | bytearray | memoryview, *, final: bool = True, deep: bool = True) -> Entries:
+    """Read every complete entry of ``buf``.
+
+    With ``final`` the buffer is the whole rest of the file and an incomplete last entry becomes ``tail``; without
+    it (streaming) reading just stops there and ``consumed`` says where to continue.
+    """
+    walk = walk_entries(buf)
+    result = Entries(consumed=walk.consumed, tail=walk.tail if final else None)
+    if not len(walk.positions):
+        return result
+    u8 = as_u8(buf)
+    p, s, magics = walk.positions, walk.sizes, walk.magics
+    # a legacy entry's attributes byte (17) holds its codec; only uncompressed legacy messages form runs
     plain_legacy = (magics < 2) & ((u8[p + legacy.ATTRIBUTES_OFFSET] & legacy.CODEC_MASK) == 0)
     items = result.items
-    i = 0
     n = len(p)
     # boundaries of runs of plain legacy messages
     change = np.flatnonzero(np.diff(plain_legacy.astype(np.int8))) + 1

@@ -1,0 +1,96 @@
+"""Shared test fixtures: the legacy log dirs Apache Kafka's own builders wrote, and Kafka's oracle."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED = REPO.parent / "shared"
+FIXTURES = SHARED / "fixtures"
+LEGACY_LOGDIR = FIXTURES / "legacy-logdir"
+EXPECTED = FIXTURES / "expected"
+REAL_BROKER = FIXTURES / "real-broker"
+ORACLE = SHARED / "oracle" / "oracle"
+
+FIXTURE_SEGMENTS = sorted(LEGACY_LOGDIR.glob("*/*.log"))
+VALID_FIXTURE_SEGMENTS = [p for p in FIXTURE_SEGMENTS if not p.parent.name.startswith("truncated-tail")]
+
+
+def fixture_id(path: Path) -> str:
+    return f"{path.parent.name}/{path.name}"
+
+
+def expected_lines(segment: Path) -> list[dict]:
+    rel = segment.relative_to(segment.parent.parent)
+    jsonl = EXPECTED / rel.parent / (rel.stem + ".jsonl")
+    return [json.loads(line) for line in jsonl.read_text().splitlines() if line.strip()]
+
+
+def expected_summaries() -> dict[str, dict]:
+    lines = (EXPECTED / "summary.jsonl").read_text().splitlines()
+    return {d["path"]: d for d in map(json.loads, lines)}
+
+
+def apply_mtimes(logdir: Path, manifest: Path) -> None:
+    for rel, ms in json.loads(manifest.read_text()).items():
+        target = logdir / rel
+        if target.exists():
+            os.utime(target, ns=(ms * 1_000_000, ms * 1_000_000))
+
+
+def copy_logdir(src: Path, dst: Path, manifest: Path) -> Path:
+    """A writable copy of a fixture log dir with the fixture mtimes restored (git does not keep mtimes)."""
+    shutil.copytree(src, dst)
+    for p in dst.rglob("*"):
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    dst.chmod(0o755)
+    apply_mtimes(dst, manifest)
+    return dst
+
+
+@pytest.fixture
+def legacy_logdir(tmp_path: Path) -> Path:
+    return copy_logdir(LEGACY_LOGDIR, tmp_path / "logdir", FIXTURES / "mtimes.json")
+
+
+@pytest.fixture
+def real_broker_logdir(tmp_path: Path) -> Path:
+    return copy_logdir(REAL_BROKER / "logdir", tmp_path / "real-broker", REAL_BROKER / "mtimes.json")
+
+
+def have_java() -> bool:
+    return shutil.which("java") is not None and shutil.which("javac") is not None
+
+
+class Oracle:
+    """Apache Kafka's own record readers and builders (kafka-clients 3.9.1), run as ../shared/oracle/oracle."""
+
+    def run(self, *args: str | Path, check: bool = True) -> subprocess.CompletedProcess:
+        proc = subprocess.run([str(ORACLE), *map(str, args)], capture_output=True, text=True, timeout=600)
+        if check and proc.returncode not in (0, 1):
+            raise RuntimeError(f"oracle {args} failed ({proc.returncode}): {proc.stderr[-2000:]}")
+        return proc
+
+    def dump(self, *paths: str | Path) -> list[dict]:
+        return [json.loads(line) for line in self.run("dump", *paths).stdout.splitlines() if line.strip()]
+
+    def summary(self, *paths: str | Path) -> list[dict]:
+        out = self.run("dump", "--summary", *paths).stdout
+        return [json.loads(line) for line in out.splitlines() if line.strip()]
+
+    def compare(self, a: str | Path, b: str | Path, timestamps: bool = False) -> list[dict]:
+        args = ["compare", *(["--timestamps"] if timestamps else []), a, b]
+        return [json.loads(line) for line in self.run(*args).stdout.splitlines() if line.strip()]
+
+
+@pytest.fixture(scope="session")
+def oracle() -> Oracle:
+    if not have_java():
+        pytest.skip("the oracle needs java and javac 17+ (reason: java missing)")
+    return Oracle()
