@@ -55,6 +55,15 @@ class CorruptRecordError(MigrateError):
         return type(self)(self.reason, position=position, offset=self.offset, path=path, hint=self.hint)
 
 
+class SegmentRefusedError(CorruptRecordError):
+    """A valid segment that cannot be converted as asked: it would break a Kafka limit (2 GiB segment, batch size,
+    offset range) or a record Kafka's own builder refuses."""
+
+
+class SourceChangedError(MigrateError):
+    """A segment changed since it was planned: a broker ran, or something else wrote to the log dir."""
+
+
 class TruncatedTailError(CorruptRecordError):
     """A partial entry at the end of a segment, as a crash leaves it (Kafka's recovery would truncate it)."""
 

@@ -26,6 +26,9 @@ import zstandard
 from migrate.errors import CorruptRecordError, UnsupportedFormatError
 from migrate.format.records import Compression
 
+# Java's GZIPOutputStream header (mtime 0, OS byte 255), so gzip batches match Kafka's byte for byte
+GZIP_HEADER = bytes.fromhex("1f8b08000000000000ff")
+GZIP_LEVEL = 6  # zlib's default, which Kafka uses unless compression.gzip.level is set
 XERIAL_MAGIC = b"\x82SNAPPY\x00"
 XERIAL_HEADER = XERIAL_MAGIC + struct.pack(">ii", 1, 1)
 XERIAL_CHUNK = 32 * 1024
@@ -42,8 +45,9 @@ def compress(codec: Compression, data: bytes | memoryview, magic: int = 2) -> by
     if codec == Compression.NONE:
         return bytes(data)
     if codec == Compression.GZIP:
-        c = zlib.compressobj(6, zlib.DEFLATED, 31)
-        return c.compress(data) + c.flush()
+        c = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, -15)
+        body = c.compress(data) + c.flush()
+        return GZIP_HEADER + body + struct.pack("<II", zlib.crc32(data) & 0xFFFFFFFF, len(data) & 0xFFFFFFFF)
     if codec == Compression.SNAPPY:
         mv = memoryview(data)
         parts = [XERIAL_HEADER]
