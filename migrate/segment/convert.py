@@ -25,13 +25,14 @@ from pathlib import Path
 
 import numpy as np
 
-from migrate.errors import CorruptRecordError, SegmentRefusedError, SourceChangedError, TruncatedTailError
+from migrate.errors import SegmentRefusedError, SourceChangedError, TruncatedTailError
 from migrate.format import batch as v2
 from migrate.format import legacy
 from migrate.format.digest import LogDigest, timestamps_only
-from migrate.format.entries import Entry, read_entries
+from migrate.format.entries import Entry
 from migrate.format.records import NO_TIMESTAMP, Compression, Record, RecordColumns, TimestampType
 from migrate.segment.indexes import IndexBuilder
+from migrate.segment.reader import read_chunks
 from migrate.segment.task import MAX_SEGMENT_BYTES, ConvertOptions, SegmentResult, SegmentTask
 
 SUFFIXES = (".log", ".index", ".timeindex")
@@ -337,18 +338,9 @@ def _stream(
     opts = task.options
     path = str(task.source)
     base = task.base_offset
-    buf = b""
-    buf_position = 0  # file position of buf[0]
-    eof = False
     written = 0
-    while not eof:
-        chunk = src.read(opts.chunk_bytes)
-        eof = not chunk
-        buf = buf + chunk if buf else chunk
-        try:
-            entries = read_entries(buf, final=eof)
-        except CorruptRecordError as exc:
-            raise exc.with_path(path, buf_position) from exc
+    for chunk in read_chunks(src, path, opts.chunk_bytes):
+        buf, buf_position, entries = chunk.buffer, chunk.position, chunk.entries
         view = memoryview(buf)
         for item in entries.items:
             written_item = converter.convert(item, buf_position)
@@ -403,8 +395,7 @@ def _stream(
             result.entries_in += len(item) if isinstance(item, legacy.LegacyRun) else 1
             result.batches_out += len(written_item.sizes)
             result.max_timestamp = max(result.max_timestamp, int(written_item.max_timestamps.max()))
-        del view
-        if eof and entries.tail is not None:
+        if entries.tail is not None:
             tail_position = buf_position + entries.tail.position
             if not opts.truncate_tail:
                 raise TruncatedTailError(
@@ -416,8 +407,6 @@ def _stream(
                     "the segment from a replica.",
                 )
             result.truncated_tail_bytes = entries.tail.size
-        buf = buf[entries.consumed :]
-        buf_position += entries.consumed
     result.output_bytes = written
 
 

@@ -1,0 +1,178 @@
+"""Verify a converted segment from what is on disk, independently of the writer that produced it.
+
+The staged ``.log`` is re-read with the reader (every CRC checked), its records digested and compared with the
+source's digest; both indexes are checked with the rules of Kafka's ``DumpLogSegments`` (every offset-index entry
+points at the start of the batch whose last offset it names; time-index timestamps strictly increase and each equals
+the max timestamp of the batch holding its offset) and compared with the indexes Kafka's recovery would rebuild from
+the re-read batches; every file keeps the source mtime.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from migrate.errors import CorruptRecordError
+from migrate.format import batch as v2
+from migrate.format import legacy
+from migrate.format.digest import LogDigest
+from migrate.segment import offset_index, time_index
+from migrate.segment.indexes import IndexBuilder
+from migrate.segment.reader import read_file
+from migrate.segment.task import ConvertOptions, SegmentResult
+
+
+@dataclass
+class SegmentCheck:
+    path: str
+    ok: bool = True
+    problems: list[str] = field(default_factory=list)
+    batches: int = 0
+    records: int = 0
+    sha256: str = ""
+    sha256_ts: str = ""
+
+    def fail(self, problem: str) -> None:
+        self.ok = False
+        self.problems.append(problem)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class _Batches:
+    positions: list[int] = field(default_factory=list)
+    sizes: list[int] = field(default_factory=list)
+    last_offsets: list[int] = field(default_factory=list)
+    max_timestamps: list[int] = field(default_factory=list)
+    magics: list[int] = field(default_factory=list)
+
+
+def read_segment_batches(log_path: str | Path, chunk_bytes: int = 8 << 20) -> tuple[_Batches, LogDigest, int]:
+    """Every batch's position, size, last offset, max timestamp and magic, the records' digest, and tail bytes."""
+    batches = _Batches()
+    digest = LogDigest()
+    tail = 0
+    for chunk in read_file(log_path, chunk_bytes):
+        for item in chunk.entries.items:
+            if isinstance(item, legacy.LegacyRun):
+                batches.positions.extend((item.positions + chunk.position).tolist())
+                batches.sizes.extend(item.sizes.tolist())
+                batches.last_offsets.extend(item.records.offsets.tolist())
+                batches.max_timestamps.extend(item.records.timestamps.tolist())
+                batches.magics.extend(item.magics.tolist())
+                digest.update(item.records)
+                continue
+            batches.positions.append(chunk.position + item.position)
+            batches.sizes.append(item.size)
+            if isinstance(item, v2.V2Batch):
+                batches.last_offsets.append(item.last_offset)
+                batches.max_timestamps.append(item.max_timestamp)
+                batches.magics.append(2)
+            else:
+                batches.last_offsets.append(item.offset)
+                batches.max_timestamps.append(item.timestamp)
+                batches.magics.append(item.magic)
+            assert item.records is not None
+            digest.update(item.records)
+        if chunk.entries.tail is not None:
+            tail = chunk.entries.tail.size
+    return batches, digest, tail
+
+
+def verify_segment(result: SegmentResult, options: ConvertOptions, base_offset: int | None = None) -> SegmentCheck:
+    """Check the staged outputs named by ``result`` against what the conversion promised."""
+    base = result.base_offset if base_offset is None else base_offset
+    log_path = result.outputs.get(".log", "")
+    check = SegmentCheck(path=log_path)
+    try:
+        batches, digest, tail = read_segment_batches(log_path)
+    except (CorruptRecordError, OSError) as exc:
+        check.fail(f"cannot read the converted log: {exc}")
+        return check
+    check.batches = len(batches.sizes)
+    check.records = digest.records
+    check.sha256, check.sha256_ts = digest.hexdigests()
+    if tail:
+        check.fail(f"{tail} bytes after the last complete batch")
+    if check.sha256 != result.source_sha256:
+        check.fail(
+            f"records differ from the source {result.source}: content digest {check.sha256} != source "
+            f"{result.source_sha256}"
+        )
+    if check.sha256_ts != result.output_sha256_ts:
+        check.fail(f"timestamps differ from what the conversion wrote: {check.sha256_ts} != {result.output_sha256_ts}")
+    if digest.records != result.records:
+        check.fail(f"{digest.records} records read back, {result.records} in the source")
+    low = [m for m in batches.magics if m < options.target_magic]
+    if low:
+        check.fail(f"{len(low)} batches below magic {options.target_magic} remain")
+    _check_indexes(result, options, base, batches, check)
+    for sfx, path in result.outputs.items():
+        st = os.stat(path)
+        if st.st_mtime_ns != result.mtime_ns:
+            check.fail(f"{path} has mtime_ns {st.st_mtime_ns}, the source had {result.mtime_ns}")
+        if st.st_size != result.output_sizes.get(sfx):
+            check.fail(f"{path} is {st.st_size} bytes, {result.output_sizes.get(sfx)} were written")
+    return check
+
+
+def _check_indexes(
+    result: SegmentResult, options: ConvertOptions, base: int, batches: _Batches, check: SegmentCheck
+) -> None:
+    index_data = Path(result.outputs[".index"]).read_bytes()
+    time_data = Path(result.outputs[".timeindex"]).read_bytes()
+    try:
+        idx_offsets, idx_positions = offset_index.decode(index_data, base)
+        ts_values, ts_offsets = time_index.decode(time_data, base)
+    except CorruptRecordError as exc:
+        check.fail(str(exc))
+        return
+    positions = np.array(batches.positions, np.int64)
+    last_offsets = np.array(batches.last_offsets, np.int64)
+    max_ts = np.array(batches.max_timestamps, np.int64)
+    # DumpLogSegments --verify-index-only: the batch at each entry's position has the entry's offset as last offset
+    at = np.searchsorted(positions, idx_positions)
+    found = (
+        (at < len(positions)) & (positions[np.minimum(at, len(positions) - 1)] == idx_positions)
+        if len(positions)
+        else at < 0
+    )
+    if not found.all():
+        check.fail(f"{int((~found).sum())} offset-index entries do not point at a batch start")
+    elif len(idx_offsets) and (last_offsets[at] != idx_offsets).any():
+        i = int(np.argmax(last_offsets[at] != idx_offsets))
+        check.fail(f"offset-index entry {i}: offset {idx_offsets[i]}, batch there ends at {last_offsets[at[i]]}")
+    if len(idx_offsets) > 1 and ((np.diff(idx_offsets) <= 0).any() or (np.diff(idx_positions) <= 0).any()):
+        check.fail("offset-index entries do not strictly increase")
+    # DumpLogSegments time-index check: strictly increasing, and the batch ending at the entry's offset has that max
+    if len(ts_values) > 1 and (np.diff(ts_values) <= 0).any():
+        check.fail("time-index timestamps do not strictly increase")
+    holder = np.searchsorted(last_offsets, ts_offsets)
+    ok = (holder < len(last_offsets)) & (last_offsets[np.minimum(holder, max(len(last_offsets) - 1, 0))] == ts_offsets)
+    if len(ts_offsets) and not ok.all():
+        check.fail("time-index entries name offsets that are not a batch's last offset")
+    elif len(ts_offsets) and (max_ts[holder] != ts_values).any():
+        i = int(np.argmax(max_ts[holder] != ts_values))
+        check.fail(
+            f"time-index entry {i}: timestamp {ts_values[i]}, the batch holding offset {ts_offsets[i]} "
+            f"has max {max_ts[holder[i]]}"
+        )
+    # completeness: exactly what Kafka's recovery would rebuild from these batches
+    rebuilt = IndexBuilder(base, options.index_interval_bytes)
+    rebuilt.add_batches(np.array(batches.sizes, np.int64), last_offsets, max_ts)
+    want_index, want_time = rebuilt.finish()
+    if want_index != index_data:
+        check.fail(
+            "offset index differs from the one Kafka's recovery would build "
+            f"({len(index_data)} vs {len(want_index)} bytes)"
+        )
+    if want_time != time_data:
+        check.fail(
+            "time index differs from the one Kafka's recovery would build "
+            f"({len(time_data)} vs {len(want_time)} bytes)"
+        )
