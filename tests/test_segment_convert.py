@@ -328,7 +328,7 @@ def test_changed_source_is_refused(legacy_logdir, tmp_path):
 
 def test_batch_over_max_message_bytes_is_refused(legacy_logdir, tmp_path):
     src = legacy_logdir / "gzip-v0-0" / "00000000000000000000.log"
-    with pytest.raises(SegmentRefusedError, match="max.message.bytes"):
+    with pytest.raises(SegmentRefusedError, match=r"max\.message\.bytes"):
         convert_segment(SegmentTask(str(src), str(tmp_path), 0, ConvertOptions(max_message_bytes=200)))
 
 
