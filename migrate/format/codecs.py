@@ -72,7 +72,10 @@ def compress(codec: Compression, data: bytes | memoryview, magic: int = 2) -> by
 
 
 def decompress(codec: int, data: bytes | memoryview, magic: int = 2) -> bytes:
-    """Decompress a wrapper value or v2 batch body; bad data raises CorruptRecordError (no position: the caller adds it)."""
+    """Decompress a wrapper value or v2 batch body.
+
+    Bad data raises CorruptRecordError without a position: the caller knows where the entry is and adds it.
+    """
     try:
         if codec == Compression.GZIP:
             return _gunzip(data)

@@ -1,0 +1,75 @@
+"""Where kafka-log-migrate keeps its own files, chosen so that a Kafka broker never acts on them.
+
+Facts that bind these choices (docs/kafka-on-disk-facts.md sections 2 and 3):
+- Kafka's log loader reads only the *regular files* of a partition dir (``dir.listFiles if file.isFile``), so a
+  subdirectory there is invisible to it: staging and backups live in ``<partition>/.kafka-log-migrate/<plan id>/``,
+  on the same filesystem as the live files, so swaps and backups are renames and hard links, never copies.
+- Any directory of a log dir that is not a topic-partition name stops a broker at start-up ("Found directory ...,
+  '...' is not in the form of topic-partition"). The fence ``<log dir>/kafka-log-migrate.IN-PROGRESS`` uses that on
+  purpose: while it exists no broker can start on the log dir, and the broker's error names it.
+- Kafka ignores regular files it does not know in the log dir root: the journal is the hidden file
+  ``<log dir>/.kafka-log-migrate-<plan id>.journal``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+FENCE_NAME = "kafka-log-migrate.IN-PROGRESS"
+WORK_DIR_NAME = ".kafka-log-migrate"
+JOURNAL_PREFIX = ".kafka-log-migrate-"
+JOURNAL_SUFFIX = ".journal"
+SEGMENT_SUFFIXES = (".log", ".index", ".timeindex")
+
+FENCE_README = """This directory was made by kafka-log-migrate while it rewrites the segments of this log dir.
+
+A Kafka broker refuses to start while it exists (it is not a topic-partition directory), because some
+partitions may be half swapped. Do not delete it by hand. Instead run, with the same plan file:
+
+    kafka-log-migrate execute --plan PLAN.json     # resume and finish the migration
+    kafka-log-migrate rollback --plan PLAN.json    # or put every original file back
+
+Plan id: {plan_id}
+"""
+
+
+def fence_path(log_dir: str | Path) -> Path:
+    return Path(log_dir) / FENCE_NAME
+
+
+def journal_path(log_dir: str | Path, plan_id: str) -> Path:
+    return Path(log_dir) / f"{JOURNAL_PREFIX}{plan_id}{JOURNAL_SUFFIX}"
+
+
+def work_dir(partition_dir: str | Path, plan_id: str) -> Path:
+    return Path(partition_dir) / WORK_DIR_NAME / plan_id
+
+
+def staging_dir(partition_dir: str | Path, plan_id: str) -> Path:
+    return work_dir(partition_dir, plan_id) / "staging"
+
+
+def backup_dir(partition_dir: str | Path, plan_id: str) -> Path:
+    return work_dir(partition_dir, plan_id) / "backup"
+
+
+def segment_file(directory: str | Path, base_offset: int, suffix: str) -> Path:
+    return Path(directory) / f"{base_offset:020d}{suffix}"
+
+
+def fsync_dir(path: str | Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def foreign_journals(log_dir: str | Path, plan_id: str) -> list[Path]:
+    """Journals of other plans still in the log dir: a migration not finalized or rolled back."""
+    return sorted(
+        p
+        for p in Path(log_dir).glob(f"{JOURNAL_PREFIX}*{JOURNAL_SUFFIX}")
+        if p.name != journal_path(log_dir, plan_id).name
+    )
