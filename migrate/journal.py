@@ -85,6 +85,7 @@ class JournalState:
 
     log_dir: str = "new"  # new | started | swapped | rolled-back | finalized
     fence_up: bool = False
+    lock_existed: bool | None = None  # whether Kafka's .lock was there before the migration first touched the dir
     partitions: dict[str, str] = field(default_factory=dict)  # verified | failed | swapped | rolled-back
     segments: dict[str, dict[str, Any]] = field(default_factory=dict)  # "partition/base" -> latest info
     problems: dict[str, list[str]] = field(default_factory=dict)
@@ -100,6 +101,7 @@ class JournalState:
             kind = e["event"]
             if kind == "execute-started" and st.log_dir == "new":
                 st.log_dir = "started"
+                st.lock_existed = e.get("lock_existed")
             elif kind == "fence-up":
                 st.fence_up = True
             elif kind == "fence-down":

@@ -52,9 +52,7 @@ def lower_fence(log_dir: str | Path, journal: Journal) -> None:
         journal.append("fence-down")
 
 
-def swap_partition(
-    partition: str, partition_dir: str | Path, plan_id: str, bases: list[int], journal: Journal
-) -> None:
+def swap_partition(partition: str, partition_dir: str | Path, plan_id: str, bases: list[int], journal: Journal) -> None:
     """Swap every staged segment of a partition in; the caller holds the fence up."""
     stage = staging_dir(partition_dir, plan_id)
     backup = backup_dir(partition_dir, plan_id)

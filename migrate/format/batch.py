@@ -144,8 +144,19 @@ def decode_batch(buf: bytes | memoryview, position: int, size: int, deep: bool =
             offset=base_offset,
         )
     batch = V2Batch(
-        position, size, base_offset, ple, crc, attributes & 0xFFFF, last_delta, base_ts, max_ts, pid, epoch,
-        base_seq, count,
+        position,
+        size,
+        base_offset,
+        ple,
+        crc,
+        attributes & 0xFFFF,
+        last_delta,
+        base_ts,
+        max_ts,
+        pid,
+        epoch,
+        base_seq,
+        count,
     )
     if count < 0 or last_delta < 0:
         raise CorruptRecordError(
@@ -453,10 +464,20 @@ def encode_batch(
         attributes |= CONTROL_BIT
     if delete_horizon_ms is not None:
         attributes |= DELETE_HORIZON_BIT
-    tail = struct.pack(
-        ">hiqqqhii", attributes, last_offset - base_offset, base_ts, max_ts, producer_id, producer_epoch,
-        base_sequence, n,
-    ) + body_bytes
+    tail = (
+        struct.pack(
+            ">hiqqqhii",
+            attributes,
+            last_offset - base_offset,
+            base_ts,
+            max_ts,
+            producer_id,
+            producer_epoch,
+            base_sequence,
+            n,
+        )
+        + body_bytes
+    )
     crc = crc32c(tail)
     return struct.pack(">qiibI", base_offset, len(tail) + 9, partition_leader_epoch, MAGIC, crc) + tail
 

@@ -89,9 +89,7 @@ class RecordColumns:
         p = int(self.value_pos[i])
         return bytes(self.buffer[p : p + n])
 
-    def rows(
-        self, timestamp_type: TimestampType = TimestampType.CREATE_TIME, batch_position: int = 0
-    ) -> list[Record]:
+    def rows(self, timestamp_type: TimestampType = TimestampType.CREATE_TIME, batch_position: int = 0) -> list[Record]:
         headers = self.headers
         return [
             Record(

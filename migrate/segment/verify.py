@@ -173,6 +173,5 @@ def _check_indexes(
         )
     if want_time != time_data:
         check.fail(
-            "time index differs from the one Kafka's recovery would build "
-            f"({len(time_data)} vs {len(want_time)} bytes)"
+            f"time index differs from the one Kafka's recovery would build ({len(time_data)} vs {len(want_time)} bytes)"
         )

@@ -1,0 +1,104 @@
+"""Run the stages on Dask: futures, one per task group, pinned to the host that owns the data.
+
+Task keys are ``<stage>-<hash of plan id and arguments>``: deterministic, so the dashboard and Prometheus show one
+series per stage (convert-, verify-, swap-) and resubmitting the same work is recognised. Tasks restricted to a
+host that has no worker fail after ``no-workers-timeout`` instead of waiting forever.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import dask
+from distributed import Client, LocalCluster, as_completed
+
+from migrate.engines import Outcome, StageCall
+
+NO_WORKERS_TIMEOUT = "60s"
+
+
+def _key(stage: str, args: tuple[Any, ...]) -> str:
+    plan = args[0] if args and isinstance(args[0], dict) else {}
+    rest = json.dumps([plan.get("plan_id"), *args[1:]], sort_keys=True, default=str)
+    return f"{stage}-{hashlib.sha1(rest.encode()).hexdigest()[:16]}"
+
+
+class DaskEngine:
+    name = "dask"
+
+    def __init__(
+        self,
+        scheduler: str | None = None,
+        n_workers: int | None = None,
+        dashboard_address: str = ":8787",
+        processes: bool = True,
+        progress: bool | None = None,
+    ) -> None:
+        dask.config.set({"distributed.scheduler.no-workers-timeout": NO_WORKERS_TIMEOUT})
+        self.cluster = None
+        if scheduler:
+            self.client = Client(scheduler)
+        else:
+            self.cluster = LocalCluster(
+                n_workers=n_workers or os.cpu_count() or 1,
+                threads_per_worker=1,
+                processes=processes,
+                dashboard_address=dashboard_address,
+            )
+            self.client = Client(self.cluster)
+        self.progress = sys.stderr.isatty() if progress is None else progress
+        self._scattered: dict[str, Any] = {}
+
+    def _shared(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        """The plan is sent to the workers once, not with every task."""
+        if args and isinstance(args[0], dict) and "plan_id" in args[0]:
+            plan_id = args[0]["plan_id"]
+            if plan_id not in self._scattered:
+                self._scattered[plan_id] = self.client.scatter(args[0], broadcast=True, hash=False)
+            return (self._scattered[plan_id], *args[1:])
+        return args
+
+    @property
+    def dashboard_link(self) -> str:
+        return self.client.dashboard_link
+
+    def map(self, stage: str, fn: Callable[..., Any], calls: list[StageCall]) -> list[Outcome]:
+        futures = []
+        for call in calls:
+            futures.append(
+                self.client.submit(
+                    fn,
+                    *self._shared(call.args),
+                    key=_key(stage, call.args),
+                    workers=[call.host] if call.host else None,
+                    allow_other_workers=False,
+                    pure=False,
+                    retries=0,
+                )
+            )
+        index = {f.key: i for i, f in enumerate(futures)}
+        out: list[Outcome] = [Outcome(False)] * len(futures)
+        for done, future in enumerate(as_completed(futures), start=1):
+            i = index[future.key]
+            if future.status == "finished":
+                out[i] = Outcome(True, future.result())
+            else:
+                exc = future.exception()
+                out[i] = Outcome(False, error=str(exc), error_type=type(exc).__name__)
+            if self.progress:
+                print(f"\r{stage}: {done}/{len(futures)}", end="", file=sys.stderr, flush=True)
+        if self.progress and futures:
+            print(file=sys.stderr)
+        for f in futures:
+            f.release()
+        return out
+
+    def close(self) -> None:
+        self.client.close()
+        if self.cluster is not None:
+            self.cluster.close()
