@@ -1,0 +1,1 @@
+"""One module per group of verbs, each with ``register(subparsers)`` that adds its parsers and sets ``handler``."""
