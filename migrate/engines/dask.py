@@ -22,9 +22,12 @@ from migrate.engines import Outcome, StageCall
 NO_WORKERS_TIMEOUT = "60s"
 
 
-def _key(stage: str, args: tuple[Any, ...]) -> str:
-    plan = args[0] if args and isinstance(args[0], dict) else {}
-    rest = json.dumps([plan.get("plan_id"), *args[1:]], sort_keys=True, default=str)
+def _key(stage: str, call: StageCall) -> str:
+    """Deterministic per stage, arguments and host; the plan, when it is the first argument, counts by its id."""
+    args = call.args
+    if args and isinstance(args[0], dict) and "plan_id" in args[0]:
+        args = (args[0]["plan_id"], *args[1:])
+    rest = json.dumps([call.host, *args], sort_keys=True, default=str)
     return f"{stage}-{hashlib.sha1(rest.encode()).hexdigest()[:16]}"
 
 
@@ -74,7 +77,7 @@ class DaskEngine:
                 self.client.submit(
                     fn,
                     *self._shared(call.args),
-                    key=_key(stage, call.args),
+                    key=_key(stage, call),
                     workers=[call.host] if call.host else None,
                     allow_other_workers=False,
                     pure=False,

@@ -1,0 +1,119 @@
+"""The Dask engine on a real multi-host layout: a scheduler and workers on 127.0.0.1 and 127.0.0.2 (two "hosts")."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from distributed import get_worker
+
+from kafka_layout import make_broker_logdir
+from migrate import pipeline
+from migrate.engines import StageCall
+from migrate.engines.dask import DaskEngine
+from migrate.plan import PlanRequest, build_plan
+
+
+def whoami(_: int) -> str:
+    return get_worker().address
+
+
+@pytest.fixture(scope="module")
+def two_host_cluster(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("cluster")
+    sched_file = folder / "scheduler.json"
+    # workers import this module to run ``whoami``
+    tests = str(Path(__file__).parent)
+    env = {
+        **os.environ,
+        "DASK_DISTRIBUTED__SCHEDULER__NO_WORKERS_TIMEOUT": "3s",
+        "PYTHONPATH": os.pathsep.join(p for p in (tests, os.environ.get("PYTHONPATH", "")) if p),
+    }
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "distributed.cli.dask_scheduler",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+                "--dashboard-address",
+                "127.0.0.1:0",
+                "--scheduler-file",
+                str(sched_file),
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+    ]
+    for _ in range(200):
+        if sched_file.exists() and sched_file.stat().st_size:
+            break
+        time.sleep(0.1)
+    for host in ("127.0.0.1", "127.0.0.2"):
+        procs.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "distributed.cli.dask_worker",
+                    "--scheduler-file",
+                    str(sched_file),
+                    "--host",
+                    host,
+                    "--nthreads",
+                    "1",
+                    "--nworkers",
+                    "1",
+                    "--no-dashboard",
+                    "--name",
+                    f"broker-{host}",
+                ],
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
+    address = json.loads(sched_file.read_text())["address"]
+    engine = DaskEngine(scheduler=address, progress=False)
+    engine.client.wait_for_workers(2, timeout=60)
+    yield engine
+    engine.close()
+    for p in procs:
+        p.terminate()
+    for p in procs:
+        p.wait(timeout=30)
+
+
+def test_tasks_run_only_on_the_host_that_owns_the_data(two_host_cluster):
+    calls = [StageCall((i,), host) for i in range(12) for host in ("127.0.0.1", "127.0.0.2")]
+    outcomes = two_host_cluster.map("probe", whoami, calls)
+    assert all(o.ok for o in outcomes), [o for o in outcomes if not o.ok][:2]
+    for call, outcome in zip(calls, outcomes):
+        assert outcome.value.startswith(f"tcp://{call.host}:"), (call.host, outcome.value)
+
+
+def test_a_host_without_workers_fails_loudly(two_host_cluster):
+    start = time.time()
+    outcomes = two_host_cluster.map("probe", whoami, [StageCall((1,), "127.0.0.3")])
+    assert not outcomes[0].ok and time.time() - start < 60
+    assert outcomes[0].error_type == "NoValidWorkerError", outcomes[0]
+
+
+def test_execute_with_two_log_dirs_on_two_hosts(two_host_cluster, tmp_path):
+    a = make_broker_logdir(tmp_path / "a", partitions=["plain-v0-1", "gzip-v0-0"], name="kafka-logs-a")
+    b = make_broker_logdir(tmp_path / "b", partitions=["lz4-v1-1"], name="kafka-logs-b")
+    plan = build_plan(PlanRequest(log_dirs=[str(a), str(b)], host_map={str(a): "127.0.0.1", str(b): "127.0.0.2"}))
+    assert [d["host"] for d in plan["log_dirs"]] == ["127.0.0.1", "127.0.0.2"]
+    report = pipeline.execute(plan, two_host_cluster)
+    assert report["ok"], report
+    assert report["converted"] == plan["estimates"]["segments"]
+    assert Path(a / "gzip-v0-0" / "00000000000000000000.index").exists()
