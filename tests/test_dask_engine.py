@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 from distributed import get_worker
-
 from kafka_layout import make_broker_logdir
+
 from migrate import pipeline
 from migrate.engines import StageCall
 from migrate.engines.dask import DaskEngine
