@@ -43,9 +43,14 @@ import numpy as np
 from migrate.errors import CorruptRecordError, UnsupportedFormatError
 from migrate.format import codecs
 from migrate.format._bytes import as_u8, gather_pieces, varint_matrix
-from migrate.format.checksums import crc32c
+from migrate.format.checksums import crc32c, crc32c_ranges
 from migrate.format.records import NO_TIMESTAMP, Compression, Record, RecordColumns, TimestampType
 from migrate.format.varint import decode_varint, varint, varint_sizes
+
+try:
+    from migrate.format import _speedups
+except ImportError:  # not built: the numpy path below writes the same bytes, slower
+    _speedups = None
 
 MAGIC = 2
 RECORD_BATCH_OVERHEAD = 61
@@ -361,6 +366,20 @@ def encode_single_record_batches(
         raise ValueError("encode_single_record_batches takes records without headers")
     if n == 0:
         return b"", np.zeros(0, np.int64)
+    if _speedups is not None:
+        raw, sizes = _speedups.single_record_batches(
+            cols.buffer,
+            cols.offsets.astype(np.int64),
+            cols.timestamps.astype(np.int64),
+            timestamp_types.astype(np.int64),
+            cols.key_pos.astype(np.int64),
+            cols.key_len.astype(np.int64),
+            cols.value_pos.astype(np.int64),
+            cols.value_len.astype(np.int64),
+            _record_attributes(cols, tombstone_flag),
+            partition_leader_epoch,
+        )
+        return raw, np.frombuffer(sizes, np.int64)
     h = _header_rows(n)
     h["base_offset"] = cols.offsets
     h["partition_leader_epoch"] = partition_leader_epoch
@@ -375,13 +394,8 @@ def encode_single_record_batches(
     )
     starts = np.cumsum(sizes) - sizes
     _patch_int32(out, starts + 8, sizes - 12)
-    mv = memoryview(out)
-    crcs = np.fromiter(
-        (crc32c(mv[s + ATTRIBUTES_OFFSET : s + z]) for s, z in zip(starts.tolist(), sizes.tolist())),
-        np.uint32,
-        n,
-    )
-    _patch_int32(out, starts + CRC_OFFSET, crcs.astype(np.int64))
+    crcs = crc32c_ranges(out, starts + ATTRIBUTES_OFFSET, starts + sizes)
+    _patch_int32(out, starts + CRC_OFFSET, crcs)
     return out.tobytes(), sizes
 
 

@@ -10,6 +10,12 @@ from __future__ import annotations
 import zlib
 
 import crc32c as _crc32c
+import numpy as np
+
+try:
+    from migrate.format import _speedups
+except ImportError:  # not built: one Python call per range instead
+    _speedups = None
 
 
 def crc32(data: bytes | bytearray | memoryview) -> int:
@@ -18,3 +24,22 @@ def crc32(data: bytes | bytearray | memoryview) -> int:
 
 def crc32c(data: bytes | bytearray | memoryview) -> int:
     return _crc32c.crc32c(data)
+
+
+def _ranges(data: bytes | bytearray | memoryview, starts: np.ndarray, ends: np.ndarray, castagnoli: bool) -> np.ndarray:
+    if _speedups is not None:
+        raw = _speedups.crc_ranges(data, starts.astype(np.int64), ends.astype(np.int64), castagnoli)
+        return np.frombuffer(raw, np.uint32).astype(np.int64)
+    mv = memoryview(data)
+    fn = crc32c if castagnoli else crc32
+    return np.fromiter((fn(mv[s:e]) for s, e in zip(starts.tolist(), ends.tolist())), np.int64, len(starts))
+
+
+def crc32_ranges(data: bytes | bytearray | memoryview, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """CRC-32 of ``data[starts[i]:ends[i]]`` for every i."""
+    return _ranges(data, starts, ends, False)
+
+
+def crc32c_ranges(data: bytes | bytearray | memoryview, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """CRC-32C of ``data[starts[i]:ends[i]]`` for every i."""
+    return _ranges(data, starts, ends, True)

@@ -26,6 +26,11 @@ from migrate.format import legacy
 from migrate.format._bytes import as_u8
 from migrate.format.records import Compression, Record, TimestampType
 
+try:
+    from migrate.format import _speedups
+except ImportError:  # not built: the numpy/Python path below does the same, slower
+    _speedups = None
+
 HEADER_SIZE_UP_TO_MAGIC = 17
 MIN_ENTRY_SIZE = legacy.MIN_MESSAGE_SIZE
 
@@ -63,38 +68,56 @@ class Walk:
     tail: Tail | None
 
 
-def walk_entries(buf: bytes | bytearray | memoryview) -> Walk:
-    """Find every complete entry of ``buf``; an incomplete last one becomes ``tail``."""
+def _tail_at(buf: bytes | bytearray | memoryview, pos: int) -> Tail:
+    end = len(buf)
+    if pos + HEADER_SIZE_UP_TO_MAGIC > end:
+        return Tail(pos, end - pos, f"{end - pos} bytes after the last entry, fewer than an entry header")
+    offset, size = struct.unpack_from(">qi", buf, pos)
+    return Tail(
+        pos,
+        end - pos,
+        f"incomplete entry (offset field {offset}, declared size {size} + 12 header bytes, "
+        f"only {end - pos} bytes present)",
+    )
+
+
+def _bad_size(buf: bytes | bytearray | memoryview, pos: int) -> CorruptRecordError:
+    (size,) = _SIZE.unpack_from(buf, pos + 8)
+    return CorruptRecordError(
+        f"entry declares size {size}, below the minimum {MIN_ENTRY_SIZE} (a zero-filled or overwritten region: "
+        "Kafka's reader throws here and log recovery truncates the segment at this point)",
+        position=pos,
+    )
+
+
+def _walk_positions(buf: bytes | bytearray | memoryview) -> tuple[np.ndarray, int]:
+    """Start of every complete entry, and where the complete entries end (the reference for the C walk)."""
     end = len(buf)
     positions: list[int] = []
     unpack = _SIZE.unpack_from
     pos = 0
-    tail = None
-    while pos < end:
-        if pos + HEADER_SIZE_UP_TO_MAGIC > end:
-            tail = Tail(pos, end - pos, f"{end - pos} bytes after the last entry, fewer than an entry header")
-            break
+    while pos + HEADER_SIZE_UP_TO_MAGIC <= end:
         (size,) = unpack(buf, pos + 8)
         if size < MIN_ENTRY_SIZE:
-            raise CorruptRecordError(
-                f"entry declares size {size}, below the minimum {MIN_ENTRY_SIZE} (a zero-filled or overwritten "
-                "region: Kafka's reader throws here and log recovery truncates the segment at this point)",
-                position=pos,
-            )
+            raise _bad_size(buf, pos)
         nxt = pos + 12 + size
         if nxt > end:
-            (offset,) = struct.unpack_from(">q", buf, pos)
-            tail = Tail(
-                pos,
-                end - pos,
-                f"incomplete entry (offset field {offset}, declared size {size} + 12 header bytes, "
-                f"only {end - pos} bytes present)",
-            )
             break
         positions.append(pos)
         pos = nxt
-    p = np.array(positions, np.int64)
-    consumed = pos if tail is None else tail.position
+    return np.array(positions, np.int64), pos
+
+
+def walk_entries(buf: bytes | bytearray | memoryview) -> Walk:
+    """Find every complete entry of ``buf``; an incomplete last one becomes ``tail``."""
+    if _speedups is not None:
+        raw, consumed, bad = _speedups.walk(buf)
+        if bad >= 0:
+            raise _bad_size(buf, bad)
+        p = np.frombuffer(raw, np.int64)
+    else:
+        p, consumed = _walk_positions(buf)
+    tail = _tail_at(buf, consumed) if consumed < len(buf) else None
     sizes = np.diff(np.append(p, consumed)) if len(p) else np.zeros(0, np.int64)
     magics = as_u8(buf)[p + legacy.MAGIC_OFFSET] if len(p) else np.zeros(0, np.uint8)
     unknown = magics > v2.MAGIC

@@ -34,7 +34,7 @@ import numpy as np
 from migrate.errors import CorruptRecordError, UnsupportedFormatError
 from migrate.format import codecs
 from migrate.format._bytes import as_u8, gather_be
-from migrate.format.checksums import crc32
+from migrate.format.checksums import crc32, crc32_ranges
 from migrate.format.records import NO_TIMESTAMP, Compression, Record, RecordColumns, TimestampType
 
 LOG_OVERHEAD = 12
@@ -119,12 +119,7 @@ def decode_run(buf: bytes | memoryview, positions: np.ndarray, sizes: np.ndarray
         )
     offsets = gather_be(u8, positions, 8)
     stored_crcs = gather_be(u8, positions + CRC_OFFSET, 4, signed=False)
-    mv = memoryview(buf)
-    computed = np.fromiter(
-        (crc32(mv[p + MAGIC_OFFSET : e]) for p, e in zip(positions.tolist(), ends.tolist())),
-        np.int64,
-        len(positions),
-    )
+    computed = crc32_ranges(buf, positions + MAGIC_OFFSET, ends)
     bad = computed != stored_crcs
     if bad.any():
         i = int(np.argmax(bad))
