@@ -18,8 +18,10 @@ import dask
 from distributed import Client, LocalCluster, as_completed
 
 from migrate.engines import Outcome, StageCall
+from migrate.monitor import METADATA_KEY, PLUGIN_NAME, MigrationPlugin
 
 NO_WORKERS_TIMEOUT = "60s"
+MONITOR = "migrate.monitor"
 
 
 def _key(stage: str, call: StageCall) -> str:
@@ -42,8 +44,16 @@ class DaskEngine:
         processes: bool = True,
         progress: bool | None = None,
     ) -> None:
-        dask.config.set({"distributed.scheduler.no-workers-timeout": NO_WORKERS_TIMEOUT})
+        routes = dask.config.get("distributed.scheduler.http.routes")
+        dask.config.set(
+            {
+                "distributed.scheduler.no-workers-timeout": NO_WORKERS_TIMEOUT,
+                # our /migration page and status.json beside the dashboard of a LocalCluster we start
+                "distributed.scheduler.http.routes": [*routes, *([] if MONITOR in routes else [MONITOR])],
+            }
+        )
         self.cluster = None
+        self._dashboard_address = dashboard_address
         if scheduler:
             self.client = Client(scheduler)
         else:
@@ -54,6 +64,7 @@ class DaskEngine:
                 dashboard_address=dashboard_address,
             )
             self.client = Client(self.cluster)
+        self.client.register_plugin(MigrationPlugin(), name=PLUGIN_NAME)
         self.progress = sys.stderr.isatty() if progress is None else progress
         self._scattered: dict[str, Any] = {}
 
@@ -63,11 +74,17 @@ class DaskEngine:
             plan_id = args[0]["plan_id"]
             if plan_id not in self._scattered:
                 self._scattered[plan_id] = self.client.scatter(args[0], broadcast=True, hash=False)
+                est = args[0].get("estimates", {})
+                self.client.set_metadata(METADATA_KEY, {"plan_id": plan_id, **est})
             return (self._scattered[plan_id], *args[1:])
         return args
 
     @property
     def dashboard_link(self) -> str:
+        """The dashboard URL; for a LocalCluster bound to one interface, that interface (Dask would name another)."""
+        host = self._dashboard_address.rsplit(":", 1)[0]
+        if self.cluster is not None and host:
+            return f"http://{host}:{self.cluster.scheduler.http_server.port}/status"
         return self.client.dashboard_link
 
     def map(self, stage: str, fn: Callable[..., Any], calls: list[StageCall]) -> list[Outcome]:
