@@ -7,6 +7,7 @@ archived beside the plan file.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -33,15 +34,24 @@ def _errors(stage: str, calls: list[StageCall], outcomes: list[Outcome]) -> list
 
 def execute(plan: dict[str, Any], engine: Engine) -> dict[str, Any]:
     host_of = {d["log_dir"]: d.get("host") for d in plan["log_dirs"]}
-    report: dict[str, Any] = {"plan_id": plan["plan_id"], "engine": engine.name, "errors": []}
+    report: dict[str, Any] = {"plan_id": plan["plan_id"], "engine": engine.name, "errors": [], "stage_seconds": {}}
+    clock = time.perf_counter()
+
+    def lap(stage: str) -> None:
+        nonlocal clock
+        now = time.perf_counter()
+        report["stage_seconds"][stage] = round(now - clock, 3)
+        clock = now
 
     calls = _calls_per_log_dir(plan)
     outcomes = engine.map("prepare", stages.prepare_log_dir, calls)
+    lap("prepare")
     report["errors"] += _errors("prepare", calls, outcomes)
     ready = {c.args[1] for c, o in zip(calls, outcomes) if o.ok}
 
     calls = [StageCall((plan, t), host_of[t["log_dir"]]) for t in plan["tasks"] if t["log_dir"] in ready]
     outcomes = engine.map("convert", stages.convert_group, calls)
+    lap("convert")
     report["errors"] += _errors("convert", calls, outcomes)
     segments = [r for o in outcomes if o.ok for r in o.value]
     report["converted"] = sum(1 for r in segments if r["skipped"] is None)
@@ -49,6 +59,7 @@ def execute(plan: dict[str, Any], engine: Engine) -> dict[str, Any]:
     report["bytes_in"] = sum(r["result"]["source_bytes"] for r in segments if r["result"])
     report["bytes_out"] = sum(r["result"]["output_bytes"] for r in segments if r["result"])
     report["records"] = sum(r["result"]["records"] for r in segments if r["result"])
+    report["conversion_seconds"] = round(sum(r["result"]["seconds"] for r in segments if r["skipped"] is None), 3)
 
     calls = [
         StageCall((plan, d["log_dir"], p["partition"]), d.get("host"))
@@ -57,11 +68,13 @@ def execute(plan: dict[str, Any], engine: Engine) -> dict[str, Any]:
         for p in d["partitions"]
     ]
     outcomes = engine.map("verify", stages.verify_partition, calls)
+    lap("verify")
     report["errors"] += _errors("verify", calls, outcomes)
     report["verify"] = [o.value for o in outcomes if o.ok]
 
     calls = [c for c in _calls_per_log_dir(plan) if c.args[1] in ready]
     outcomes = engine.map("swap", stages.swap_log_dir, calls)
+    lap("swap")
     report["errors"] += _errors("swap", calls, outcomes)
     report["swap"] = [o.value for o in outcomes if o.ok]
     failed = [p for s in report["swap"] for p in s["failed"]]

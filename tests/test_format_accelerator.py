@@ -65,3 +65,15 @@ def test_single_record_batches_agree(rows, epoch, flag):
         v2._speedups = saved
     assert fast == slow
     assert fast_sizes.tolist() == slow_sizes.tolist()
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=st.lists(st.tuples(st.integers(0, 2**40), st.integers(-1, 2**50), payload, payload), max_size=30))
+def test_digest_stream_agrees(rows):
+    from migrate.format.digest import LogDigest
+
+    cols = RecordColumns.from_records([Record(o, t, k, v) for o, t, k, v in rows])
+    fast, slow = LogDigest(), LogDigest()
+    fast.update(cols)
+    slow._update_rows(cols)
+    assert fast.hexdigests() == slow.hexdigests()

@@ -176,7 +176,33 @@ static PyObject *single_record_batches(PyObject *self, PyObject *args) {
     return Py_BuildValue("(NN)", result, sizes);
 }
 
+/* digest_stream(buffer, offsets, timestamps, key_pos, key_len, value_pos, value_len, with_timestamps) -> bytes:
+ * the serialization migrate.format.digest hashes, for records without headers (header count 0). */
+static PyObject *digest_stream(PyObject *self, PyObject *args) {
+    Py_buffer buf, off, ts, kp, kl, vp, vl;
+    int with_ts;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*p", &buf, &off, &ts, &kp, &kl, &vp, &vl, &with_ts)) return NULL;
+    Py_ssize_t n = off.len / 8, total = 0;
+    const int64_t *O = off.buf, *T = ts.buf, *KP = kp.buf, *KL = kl.buf, *VP = vp.buf, *VL = vl.buf;
+    const uint8_t *src = buf.buf;
+    for (Py_ssize_t i = 0; i < n; i++)
+        total += 8 + (with_ts ? 8 : 0) + (KL[i] < 0 ? 1 : 5 + KL[i]) + (VL[i] < 0 ? 1 : 5 + VL[i]) + 4;
+    PyObject *result = PyBytes_FromStringAndSize(NULL, total);
+    uint8_t *o = (uint8_t *)PyBytes_AS_STRING(result);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        o = put64(o, O[i]);
+        if (with_ts) o = put64(o, T[i]);
+        if (KL[i] < 0) *o++ = 1; else { *o++ = 0; o = put32(o, (int32_t)KL[i]); memcpy(o, src + KP[i], KL[i]); o += KL[i]; }
+        if (VL[i] < 0) *o++ = 1; else { *o++ = 0; o = put32(o, (int32_t)VL[i]); memcpy(o, src + VP[i], VL[i]); o += VL[i]; }
+        o = put32(o, 0);
+    }
+    PyBuffer_Release(&buf); PyBuffer_Release(&off); PyBuffer_Release(&ts); PyBuffer_Release(&kp);
+    PyBuffer_Release(&kl); PyBuffer_Release(&vp); PyBuffer_Release(&vl);
+    return result;
+}
+
 static PyMethodDef methods[] = {
+    {"digest_stream", digest_stream, METH_VARARGS, "content-digest serialization of header-less records"},
     {"walk", walk, METH_VARARGS, "entry positions of a buffer"},
     {"crc_ranges", crc_ranges, METH_VARARGS, "CRC-32 or CRC-32C of many ranges"},
     {"single_record_batches", single_record_batches, METH_VARARGS, "one v2 batch per record"},

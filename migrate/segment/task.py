@@ -86,7 +86,6 @@ class SegmentResult:
     max_timestamp: int = -1
     magics_in: dict[str, int] = field(default_factory=dict)
     source_sha256: str = ""  # offsets, keys, values, headers: must survive any conversion
-    source_sha256_ts: str = ""  # plus Kafka's view of the source timestamps
     output_sha256_ts: str = ""  # the timestamps the output must read back as
     mtime_ns: int = 0
     truncated_tail_bytes: int = 0
