@@ -201,7 +201,83 @@ static PyObject *digest_stream(PyObject *self, PyObject *args) {
     return result;
 }
 
+static inline int get_varint(const uint8_t **pp, const uint8_t *end, int64_t *out, int max_bytes) {
+    uint64_t raw = 0;
+    int shift = 0;
+    const uint8_t *p = *pp;
+    for (int i = 0; i < max_bytes; i++) {
+        if (p >= end) return -1;
+        uint8_t b = *p++;
+        raw |= (uint64_t)(b & 0x7f) << shift;
+        if (b < 0x80) { *out = (int64_t)(raw >> 1) ^ -(int64_t)(raw & 1); *pp = p; return 0; }
+        shift += 7;
+    }
+    return -1;
+}
+
+static inline int64_t be64(const uint8_t *p) {
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++) v = v << 8 | p[i];
+    return (int64_t)v;
+}
+
+/* v2_records(buffer, positions, sizes) -> (status, counts, offsets, timestamps, key_pos, key_len, value_pos,
+ * value_len): the records of uncompressed v2 batches. status per batch: 0 decoded, 1 has headers or is compressed
+ * (decode it in Python), 2 malformed (decode it in Python to raise the precise error). */
+static PyObject *v2_records(PyObject *self, PyObject *args) {
+    Py_buffer buf, pos, siz;
+    if (!PyArg_ParseTuple(args, "y*y*y*", &buf, &pos, &siz)) return NULL;
+    Py_ssize_t nb = pos.len / 8, total = 0;
+    const int64_t *P = pos.buf, *S = siz.buf;
+    const uint8_t *src = buf.buf;
+    for (Py_ssize_t i = 0; i < nb; i++) {
+        int32_t count = be32(src + P[i] + 57);
+        if (count > 0) total += count;
+    }
+    PyObject *status = PyBytes_FromStringAndSize(NULL, nb), *counts = PyBytes_FromStringAndSize(NULL, nb * 8);
+    PyObject *cols[6];
+    for (int c = 0; c < 6; c++) cols[c] = PyBytes_FromStringAndSize(NULL, total * 8);
+    uint8_t *ST = (uint8_t *)PyBytes_AS_STRING(status);
+    int64_t *CN = (int64_t *)PyBytes_AS_STRING(counts), *C[6];
+    for (int c = 0; c < 6; c++) C[c] = (int64_t *)PyBytes_AS_STRING(cols[c]);
+    Py_ssize_t r = 0;
+    for (Py_ssize_t i = 0; i < nb; i++) {
+        const uint8_t *b = src + P[i], *end = b + S[i], *p = b + 61;
+        int16_t attributes = (int16_t)(b[21] << 8 | b[22]);
+        int32_t count = be32(b + 57);
+        int64_t base = be64(b), base_ts = be64(b + 27), max_ts = be64(b + 35);
+        CN[i] = 0;
+        ST[i] = 0;
+        if ((attributes & 7) != 0 || count < 0) { ST[i] = 1; continue; }
+        Py_ssize_t r0 = r;
+        for (int32_t k = 0; k < count && ST[i] == 0; k++) {
+            int64_t length, tsd, od, kl, vl, hc;
+            if (get_varint(&p, end, &length, 5) || length < 6 || p + length > end) { ST[i] = 2; break; }
+            const uint8_t *rend = p + length;
+            p++;
+            if (get_varint(&p, rend, &tsd, 10) || get_varint(&p, rend, &od, 5) || get_varint(&p, rend, &kl, 5) ||
+                kl < -1 || p + (kl > 0 ? kl : 0) > rend) { ST[i] = 2; break; }
+            C[2][r] = p - src; C[3][r] = kl; p += kl > 0 ? kl : 0;
+            if (get_varint(&p, rend, &vl, 5) || vl < -1 || p + (vl > 0 ? vl : 0) > rend) { ST[i] = 2; break; }
+            C[4][r] = p - src; C[5][r] = vl; p += vl > 0 ? vl : 0;
+            if (get_varint(&p, rend, &hc, 5)) { ST[i] = 2; break; }
+            if (hc != 0) { ST[i] = 1; break; }
+            if (p != rend) { ST[i] = 2; break; }
+            C[0][r] = (int64_t)((uint64_t)base + (uint64_t)od);
+            C[1][r] = (attributes & 0x08) ? max_ts : (int64_t)((uint64_t)base_ts + (uint64_t)tsd);
+            r++;
+        }
+        if (ST[i] == 0 && p != end) ST[i] = 2;
+        if (ST[i] != 0) { r = r0; continue; }
+        CN[i] = r - r0;
+    }
+    PyBuffer_Release(&buf); PyBuffer_Release(&pos); PyBuffer_Release(&siz);
+    for (int c = 0; c < 6; c++) _PyBytes_Resize(&cols[c], r * 8);
+    return Py_BuildValue("(NNNNNNNN)", status, counts, cols[0], cols[1], cols[2], cols[3], cols[4], cols[5]);
+}
+
 static PyMethodDef methods[] = {
+    {"v2_records", v2_records, METH_VARARGS, "records of uncompressed v2 batches, as columns"},
     {"digest_stream", digest_stream, METH_VARARGS, "content-digest serialization of header-less records"},
     {"walk", walk, METH_VARARGS, "entry positions of a buffer"},
     {"crc_ranges", crc_ranges, METH_VARARGS, "CRC-32 or CRC-32C of many ranges"},

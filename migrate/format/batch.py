@@ -42,7 +42,7 @@ import numpy as np
 
 from migrate.errors import CorruptRecordError, UnsupportedFormatError
 from migrate.format import codecs
-from migrate.format._bytes import as_u8, gather_pieces, varint_matrix
+from migrate.format._bytes import as_u8, gather_be, gather_pieces, varint_matrix
 from migrate.format.checksums import crc32c, crc32c_ranges
 from migrate.format.records import NO_TIMESTAMP, Compression, Record, RecordColumns, TimestampType
 from migrate.format.varint import decode_varint, varint, varint_sizes
@@ -188,6 +188,8 @@ def decode_batch(buf: bytes | memoryview, position: int, size: int, deep: bool =
 def decode_records(body: memoryview, batch: V2Batch) -> RecordColumns:
     """Decode ``batch.records_count`` records from an uncompressed records section."""
     n = batch.records_count
+    if n > len(body) // 7:  # the smallest record takes 7 bytes; never allocate for a count the bytes cannot hold
+        raise CorruptRecordError(f"record count {n} does not fit in {len(body)} bytes of records")
     offsets = np.empty(n, np.int64)
     timestamps = np.empty(n, np.int64)
     key_pos = np.zeros(n, np.int64)
@@ -207,8 +209,12 @@ def decode_records(body: memoryview, batch: V2Batch) -> RecordColumns:
         pos += 1  # record attributes: unused
         ts_delta, pos = decode_varint(body, pos, end, 10)
         offset_delta, pos = decode_varint(body, pos, end, 5)
-        offsets[i] = batch.base_offset + offset_delta
-        timestamps[i] = batch.max_timestamp if log_append else batch.base_timestamp + ts_delta
+        offset = batch.base_offset + offset_delta
+        if not -(2**63) <= offset < 2**63:
+            raise CorruptRecordError(f"record {i} offset {offset} is beyond the int64 range")
+        offsets[i] = offset
+        # Kafka adds in Java long arithmetic: wrap to int64 as it does (a timestamp delta may have wrapped on write)
+        timestamps[i] = batch.max_timestamp if log_append else (batch.base_timestamp + ts_delta + 2**63) % 2**64 - 2**63
         klen, pos = decode_varint(body, pos, end, 5)
         if klen < -1 or pos + max(klen, 0) > end:
             raise CorruptRecordError(f"record {i} key length {klen} does not fit")
@@ -456,10 +462,13 @@ def encode_batch(
         )
         body_bytes = body.tobytes()
     else:
+        # deltas in int64 arithmetic, as the path above and Kafka compute them (a timestamp delta may wrap)
+        offset_deltas = (cols.offsets - base_offset).tolist()
+        timestamp_deltas = (timestamps - base_ts).tolist()
         body_bytes = b"".join(
             _encode_record(
-                r.offset - base_offset,
-                int(timestamps[i]) - base_ts,
+                offset_deltas[i],
+                timestamp_deltas[i],
                 r.key,
                 r.value,
                 r.headers,
@@ -523,3 +532,42 @@ def _encode_record(
             parts.append(hval)
     body = b"".join(parts)
     return varint(len(body)) + body
+
+
+@dataclass(slots=True)
+class V2Columns:
+    """Uncompressed v2 batches decoded column-wise: per-batch header fields, and all their records."""
+
+    positions: np.ndarray
+    sizes: np.ndarray
+    last_offsets: np.ndarray
+    max_timestamps: np.ndarray
+    records: RecordColumns
+
+
+def decode_uncompressed_batches(buf: bytes | memoryview, positions: np.ndarray, sizes: np.ndarray) -> V2Columns | None:
+    """CRC-check and decode uncompressed, header-less v2 batches at once; None if any batch needs ``decode_batch``
+    (compressed, with headers, or malformed: that path raises the precise error). Needs the C accelerator."""
+    if _speedups is None or not len(positions):
+        return None
+    u8 = np.frombuffer(buf, np.uint8)
+    if (sizes < RECORD_BATCH_OVERHEAD).any():
+        return None
+    stored = gather_be(u8, positions + CRC_OFFSET, 4, signed=False)
+    if (crc32c_ranges(buf, positions + ATTRIBUTES_OFFSET, positions + sizes) != stored).any():
+        return None
+    status, counts, *cols = _speedups.v2_records(buf, positions.astype(np.int64), sizes.astype(np.int64))
+    if any(status):
+        return None
+    counts = np.frombuffer(counts, np.int64)
+    if (counts != gather_be(u8, positions + 57, 4)).any():
+        return None
+    offsets, timestamps, key_pos, key_len, value_pos, value_len = (np.frombuffer(c, np.int64) for c in cols)
+    last_offsets = gather_be(u8, positions, 8) + gather_be(u8, positions + 23, 4)
+    return V2Columns(
+        positions=positions,
+        sizes=sizes,
+        last_offsets=last_offsets,
+        max_timestamps=gather_be(u8, positions + 35, 8),
+        records=RecordColumns(buf, offsets, timestamps, key_pos, key_len, value_pos, value_len),
+    )

@@ -19,9 +19,9 @@ from migrate.errors import CorruptRecordError
 from migrate.format import batch as v2
 from migrate.format import legacy
 from migrate.format.digest import LogDigest
+from migrate.format.entries import read_entries, walk_entries
 from migrate.segment import offset_index, time_index
 from migrate.segment.indexes import IndexBuilder
-from migrate.segment.reader import read_file
 from migrate.segment.task import ConvertOptions, SegmentResult
 
 
@@ -53,35 +53,77 @@ class _Batches:
 
 
 def read_segment_batches(log_path: str | Path, chunk_bytes: int = 8 << 20) -> tuple[_Batches, LogDigest, int]:
-    """Every batch's position, size, last offset, max timestamp and magic, the records' digest, and tail bytes."""
+    """Every batch's position, size, last offset, max timestamp and magic, the records' digest, and tail bytes.
+
+    Runs of uncompressed v2 batches (what a conversion mostly writes) are decoded column-wise by
+    ``decode_uncompressed_batches``; everything else goes through the general reader.
+    """
     batches = _Batches()
     digest = LogDigest()
     tail = 0
-    for chunk in read_file(log_path, chunk_bytes):
-        for item in chunk.entries.items:
-            if isinstance(item, legacy.LegacyRun):
-                batches.positions.extend((item.positions + chunk.position).tolist())
-                batches.sizes.extend(item.sizes.tolist())
-                batches.last_offsets.extend(item.records.offsets.tolist())
-                batches.max_timestamps.extend(item.records.timestamps.tolist())
-                batches.magics.extend(item.magics.tolist())
-                digest.update(item.records)
-                continue
-            batches.positions.append(chunk.position + item.position)
-            batches.sizes.append(item.size)
-            if isinstance(item, v2.V2Batch):
-                batches.last_offsets.append(item.last_offset)
-                batches.max_timestamps.append(item.max_timestamp)
-                batches.magics.append(2)
-            else:
-                batches.last_offsets.append(item.offset)
-                batches.max_timestamps.append(item.timestamp)
-                batches.magics.append(item.magic)
-            assert item.records is not None
-            digest.update(item.records)
-        if chunk.entries.tail is not None:
-            tail = chunk.entries.tail.size
+    path = str(log_path)
+    with open(path, "rb") as src:
+        buf = b""
+        position = 0
+        eof = False
+        while not eof:
+            data = src.read(chunk_bytes)
+            eof = not data
+            buf = buf + data if buf else data
+            try:
+                walk = walk_entries(buf)
+                fast = None
+                if len(walk.positions) and (walk.magics == v2.MAGIC).all():
+                    fast = v2.decode_uncompressed_batches(buf, walk.positions, walk.sizes)
+                if fast is not None:
+                    _add_columns(batches, digest, fast, position)
+                    consumed = walk.consumed
+                    if eof and walk.tail is not None:
+                        tail = walk.tail.size
+                else:
+                    entries = read_entries(buf, final=eof)
+                    _add_items(batches, digest, entries.items, position)
+                    consumed = entries.consumed
+                    if entries.tail is not None:
+                        tail = entries.tail.size
+            except CorruptRecordError as exc:
+                raise exc.with_path(path, position) from exc
+            buf = buf[consumed:]
+            position += consumed
     return batches, digest, tail
+
+
+def _add_columns(batches: _Batches, digest: LogDigest, cols: v2.V2Columns, position: int) -> None:
+    batches.positions.extend((cols.positions + position).tolist())
+    batches.sizes.extend(cols.sizes.tolist())
+    batches.last_offsets.extend(cols.last_offsets.tolist())
+    batches.max_timestamps.extend(cols.max_timestamps.tolist())
+    batches.magics.extend([2] * len(cols.positions))
+    digest.update(cols.records)
+
+
+def _add_items(batches: _Batches, digest: LogDigest, items: list, position: int) -> None:
+    for item in items:
+        if isinstance(item, legacy.LegacyRun):
+            batches.positions.extend((item.positions + position).tolist())
+            batches.sizes.extend(item.sizes.tolist())
+            batches.last_offsets.extend(item.records.offsets.tolist())
+            batches.max_timestamps.extend(item.records.timestamps.tolist())
+            batches.magics.extend(item.magics.tolist())
+            digest.update(item.records)
+            continue
+        batches.positions.append(position + item.position)
+        batches.sizes.append(item.size)
+        if isinstance(item, v2.V2Batch):
+            batches.last_offsets.append(item.last_offset)
+            batches.max_timestamps.append(item.max_timestamp)
+            batches.magics.append(2)
+        else:
+            batches.last_offsets.append(item.offset)
+            batches.max_timestamps.append(item.timestamp)
+            batches.magics.append(item.magic)
+        assert item.records is not None
+        digest.update(item.records)
 
 
 def verify_segment(result: SegmentResult, options: ConvertOptions, base_offset: int | None = None) -> SegmentCheck:
