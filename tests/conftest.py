@@ -92,5 +92,5 @@ class Oracle:
 @pytest.fixture(scope="session")
 def oracle() -> Oracle:
     if not have_java():
-        pytest.skip("the oracle needs java and javac 17+ (reason: java missing)")
+        pytest.skip(reason="the Kafka oracle needs java and javac 17+, which are not on the PATH")
     return Oracle()

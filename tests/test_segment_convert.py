@@ -108,27 +108,27 @@ def test_kafka_reads_every_output_with_the_source_records(converted, oracle):
 
 
 @pytest.mark.oracle
-def test_mtime_policy_stamps_v0_records_with_the_segment_mtime(converted, oracle):
-    options, _, _, results = converted
-    if options.timestamps != "mtime":
-        pytest.skip("only the mtime policy stamps v0 records (reason: parametrized for the none policy)")
+@pytest.mark.parametrize("target", [1, 2])
+def test_mtime_policy_stamps_v0_records_with_the_segment_mtime(legacy_logdir, tmp_path, target, oracle):
     seg = "plain-v0-0/00000000000000000040.log"
-    lines = oracle.dump(results[seg].outputs[".log"])
+    src = legacy_logdir / seg
+    result = convert_segment(SegmentTask(str(src), str(tmp_path), 40, ConvertOptions(target_magic=target)))
+    lines = oracle.dump(result.outputs[".log"])
     records = [x for x in lines if x["type"] == "record"]
     batches = [x for x in lines if x["type"] == "batch"]
     assert len(records) == 40
     assert {r["timestamp"] for r in records} == {MTIMES[seg]}
     assert {b["timestampType"] for b in batches} == {"LOG_APPEND_TIME"}
+    assert {b["magic"] for b in batches} == {target}
 
 
 def _read_back(path: str) -> list[Record]:
     return list(read_entries(Path(path).read_bytes()).records())
 
 
-def test_v1_sources_keep_timestamps_and_types(converted):
-    options, _, _, results = converted
-    if options.target_magic == 1:
-        pytest.skip("v1 sources are already at target v1 (reason: parametrized for v1)")
+@pytest.mark.parametrize("policy", ["mtime", "none"])
+def test_v1_sources_keep_timestamps_and_types(legacy_logdir, tmp_path, policy):
+    results = convert_logdir(legacy_logdir, tmp_path, ConvertOptions(timestamps=policy))
     for seg in ("plain-v1-1/00000000000000000000.log", "lz4-v1-1/00000000000000000000.log"):
         expected = [
             x
