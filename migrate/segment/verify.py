@@ -19,9 +19,10 @@ from migrate.errors import CorruptRecordError
 from migrate.format import batch as v2
 from migrate.format import legacy
 from migrate.format.digest import LogDigest
-from migrate.format.entries import read_entries, walk_entries
+from migrate.format.entries import Entries, read_entries, walk_entries
 from migrate.segment import offset_index, time_index
 from migrate.segment.indexes import IndexBuilder
+from migrate.segment.reader import read_chunks
 from migrate.segment.task import ConvertOptions, SegmentResult
 
 
@@ -52,6 +53,24 @@ class _Batches:
     magics: list[int] = field(default_factory=list)
 
 
+@dataclass
+class _Decoded:
+    consumed: int
+    columns: v2.V2Columns | None = None  # a run of uncompressed v2 batches, decoded column-wise
+    entries: Entries | None = None  # anything else, from the general reader
+    tail: int = 0
+
+
+def _decode(buf: bytes, final: bool) -> _Decoded:
+    walk = walk_entries(buf)
+    if len(walk.positions) and (walk.magics == v2.MAGIC).all():
+        columns = v2.decode_uncompressed_batches(buf, walk.positions, walk.sizes)
+        if columns is not None:
+            return _Decoded(walk.consumed, columns=columns, tail=walk.tail.size if final and walk.tail else 0)
+    entries = read_entries(buf, final=final)
+    return _Decoded(entries.consumed, entries=entries, tail=entries.tail.size if entries.tail else 0)
+
+
 def read_segment_batches(log_path: str | Path, chunk_bytes: int = 8 << 20) -> tuple[_Batches, LogDigest, int]:
     """Every batch's position, size, last offset, max timestamp and magic, the records' digest, and tail bytes.
 
@@ -61,35 +80,14 @@ def read_segment_batches(log_path: str | Path, chunk_bytes: int = 8 << 20) -> tu
     batches = _Batches()
     digest = LogDigest()
     tail = 0
-    path = str(log_path)
-    with open(path, "rb") as src:
-        buf = b""
-        position = 0
-        eof = False
-        while not eof:
-            data = src.read(chunk_bytes)
-            eof = not data
-            buf = buf + data if buf else data
-            try:
-                walk = walk_entries(buf)
-                fast = None
-                if len(walk.positions) and (walk.magics == v2.MAGIC).all():
-                    fast = v2.decode_uncompressed_batches(buf, walk.positions, walk.sizes)
-                if fast is not None:
-                    _add_columns(batches, digest, fast, position)
-                    consumed = walk.consumed
-                    if eof and walk.tail is not None:
-                        tail = walk.tail.size
-                else:
-                    entries = read_entries(buf, final=eof)
-                    _add_items(batches, digest, entries.items, position)
-                    consumed = entries.consumed
-                    if entries.tail is not None:
-                        tail = entries.tail.size
-            except CorruptRecordError as exc:
-                raise exc.with_path(path, position) from exc
-            buf = buf[consumed:]
-            position += consumed
+    with open(log_path, "rb") as src:
+        for chunk in read_chunks(src, str(log_path), chunk_bytes, decode=_decode):
+            decoded = chunk.entries
+            if decoded.columns is not None:
+                _add_columns(batches, digest, decoded.columns, chunk.position)
+            else:
+                _add_items(batches, digest, decoded.entries.items, chunk.position)
+            tail = decoded.tail or tail
     return batches, digest, tail
 
 
