@@ -97,30 +97,29 @@ def _archive(plan_path: str | Path | None, results: list[dict[str, Any]], what: 
     return archived
 
 
+def _leave_log_dirs(
+    plan: dict[str, Any], engine: Engine, stage: str, fn: Any, plan_path: str | Path | None, *extra: Any
+) -> dict[str, Any]:
+    """Rollback or finalize every log dir; their journals leave the log dir and are archived beside the plan."""
+    calls = _calls_per_log_dir(plan, *extra)
+    outcomes = engine.map(stage, fn, calls)
+    results = [o.value for o in outcomes if o.ok]
+    return {
+        "ok": all(o.ok for o in outcomes),
+        "log_dirs": [{k: v for k, v in r.items() if k != "journal"} for r in results],
+        "errors": _errors(stage, calls, outcomes),
+        "journals": _archive(plan_path, results, stage),
+    }
+
+
 def rollback(
     plan: dict[str, Any], engine: Engine, plan_path: str | Path | None = None, force: bool = False
 ) -> dict[str, Any]:
-    calls = _calls_per_log_dir(plan, force)
-    outcomes = engine.map("rollback", stages.rollback_log_dir, calls)
-    results = [o.value for o in outcomes if o.ok]
-    return {
-        "ok": all(o.ok for o in outcomes),
-        "log_dirs": [{k: v for k, v in r.items() if k != "journal"} for r in results],
-        "errors": _errors("rollback", calls, outcomes),
-        "journals": _archive(plan_path, results, "rollback"),
-    }
+    return _leave_log_dirs(plan, engine, "rollback", stages.rollback_log_dir, plan_path, force)
 
 
 def finalize(plan: dict[str, Any], engine: Engine, plan_path: str | Path | None = None) -> dict[str, Any]:
-    calls = _calls_per_log_dir(plan)
-    outcomes = engine.map("finalize", stages.finalize_log_dir, calls)
-    results = [o.value for o in outcomes if o.ok]
-    return {
-        "ok": all(o.ok for o in outcomes),
-        "log_dirs": [{k: v for k, v in r.items() if k != "journal"} for r in results],
-        "errors": _errors("finalize", calls, outcomes),
-        "journals": _archive(plan_path, results, "finalize"),
-    }
+    return _leave_log_dirs(plan, engine, "finalize", stages.finalize_log_dir, plan_path)
 
 
 def status(plan: dict[str, Any], engine: Engine) -> dict[str, Any]:
