@@ -19,9 +19,6 @@ from typing import Any
 
 from migrate import __version__
 from migrate.errors import MigrateError
-from migrate.format import legacy
-from migrate.format.entries import walk_entries
-from migrate.format.records import Compression
 from migrate.logdir import (
     LogDirLockedError,
     free_bytes,
@@ -30,6 +27,7 @@ from migrate.logdir import (
     leader_epoch_entries,
     list_partitions,
 )
+from migrate.segment.profile import SegmentProfile, profile_segment
 from migrate.segment.task import ConvertOptions
 from migrate.workspace import fence_path, foreign_journals
 
@@ -58,24 +56,10 @@ class PlanRequest:
     free_bytes_cap: int | None = None  # tests: pretend the disk has at most this much free space
 
 
-def segment_profile(path: Path, target_magic: int) -> dict[str, Any]:
-    """Entries per magic, uncompressed messages per magic, wrappers, and a truncated tail, without decoding records."""
-    data = path.read_bytes()
-    walk = walk_entries(data)
-    magics: dict[str, int] = {}
-    growth = 0
-    for p, m in zip(walk.positions.tolist(), walk.magics.tolist()):
-        magics[str(m)] = magics.get(str(m), 0) + 1
-        if m >= target_magic:
-            continue
-        compressed = data[p + legacy.ATTRIBUTES_OFFSET] & legacy.CODEC_MASK != Compression.NONE
-        growth += V2_GROWTH_PER_WRAPPER if compressed else V2_GROWTH_PER_MESSAGE.get(m, 0)
-    return {
-        "magics": magics,
-        "legacy": any(int(m) < target_magic for m in magics),
-        "estimated_output_bytes": walk.consumed + growth,
-        "truncated_tail": None if walk.tail is None else {"position": walk.tail.position, "bytes": walk.tail.size},
-    }
+def estimated_output_bytes(profile: SegmentProfile) -> int:
+    growth = V2_GROWTH_PER_WRAPPER * profile.wrappers
+    growth += sum(V2_GROWTH_PER_MESSAGE[int(m)] * n for m, n in profile.plain_legacy_by_magic.items())
+    return profile.valid_bytes + growth
 
 
 def build_plan(request: PlanRequest) -> dict[str, Any]:
@@ -122,15 +106,15 @@ def build_plan(request: PlanRequest) -> dict[str, Any]:
             for seg in part.segments:
                 if seg.size == 0:
                     continue
-                profile = segment_profile(seg.path, opts.target_magic)
-                if profile["truncated_tail"] and not opts.truncate_tail:
-                    tail = profile["truncated_tail"]
+                profile = profile_segment(seg.path)
+                if profile.tail_bytes and not opts.truncate_tail:
                     refusals.append(
-                        f"{seg.path}: {tail['bytes']} bytes of a partial entry at byte position {tail['position']} "
+                        f"{seg.path}: {profile.tail_bytes} bytes of a partial entry at byte position "
+                        f"{profile.tail_position} "
                         "(a crash left them; Kafka's recovery would truncate them). Plan with --truncate-tail to drop "
                         "them (the original stays in the backup) or restore the segment from a replica."
                     )
-                if not profile["legacy"]:
+                if not profile.has_magic_below(opts.target_magic):
                     continue
                 segments.append(
                     {
@@ -138,8 +122,8 @@ def build_plan(request: PlanRequest) -> dict[str, Any]:
                         "file": seg.path.name,
                         "size": seg.size,
                         "mtime_ns": seg.mtime_ns,
-                        "magics": profile["magics"],
-                        "estimated_output_bytes": profile["estimated_output_bytes"],
+                        "magics": profile.entries_by_magic,
+                        "estimated_output_bytes": estimated_output_bytes(profile),
                     }
                 )
             if not segments:

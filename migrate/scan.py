@@ -10,11 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from migrate.format import legacy
-from migrate.format.entries import walk_entries
 from migrate.logdir import has_clean_shutdown, is_locked, list_partitions
-
-CODEC_NAMES = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
+from migrate.segment.profile import profile_segment
 
 
 def _broker_id(log_dir: Path) -> int | None:
@@ -34,17 +31,16 @@ def scan_partition(path: Path, segments: list) -> dict[str, Any]:
     compressions: dict[str, int] = {}
     tail = None
     for seg in segments:
-        data = seg.path.read_bytes()
-        walk = walk_entries(data)
-        for p, size, magic in zip(walk.positions.tolist(), walk.sizes.tolist(), walk.magics.tolist()):
-            key = str(magic)
-            bytes_by_magic[key] = bytes_by_magic.get(key, 0) + size
-            batches_by_magic[key] = batches_by_magic.get(key, 0) + 1
-            codec = data[p + (21 if magic == 2 else 17)] & legacy.CODEC_MASK
-            name = CODEC_NAMES.get(codec, str(codec))
-            compressions[name] = compressions.get(name, 0) + 1
-        if walk.tail is not None:
-            tail = {"file": str(seg.path), "position": walk.tail.position, "bytes": walk.tail.size}
+        profile = profile_segment(seg.path)
+        for into, part in (
+            (bytes_by_magic, profile.bytes_by_magic),
+            (batches_by_magic, profile.entries_by_magic),
+            (compressions, profile.compressions),
+        ):
+            for k, v in part.items():
+                into[k] = into.get(k, 0) + v
+        if profile.tail_bytes:
+            tail = {"file": str(seg.path), "position": profile.tail_position, "bytes": profile.tail_bytes}
     legacy_left = any(int(m) < 2 for m in batches_by_magic)
     return {
         "partition": path.name,
