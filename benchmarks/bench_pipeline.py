@@ -83,7 +83,8 @@ def main() -> None:
     for r in rows:
         print(
             f"{r['engine']:<16} workers={r['workers']} wall {r['wall_s']:>6}s  {r['MB_per_s']:>6} MB/s  "
-            f"speed-up vs 1 Dask worker {base / r['wall_s']:.2f}x  outside conversion {r['outside_conversion_share']:.0%}"
+            f"speed-up vs 1 Dask worker {base / r['wall_s']:.2f}x  "
+            f"outside conversion {r['outside_conversion_share']:.0%}"
         )
     print(f"reproduce: python benchmarks/bench_pipeline.py --total-mb {args.total_mb} --partitions {args.partitions}")
 

@@ -83,7 +83,7 @@ def test_digest_stream_agrees(rows):
     "segment", [s for s in FIXTURE_SEGMENTS if s.parent.name.startswith("already-v2")], ids=fixture_id
 )
 def test_columnar_v2_decoding_agrees_with_the_reader_or_declines(segment):
-    from migrate.format.entries import read_entries, walk_entries
+    from migrate.format.entries import walk_entries
 
     data = segment.read_bytes()
     walk = walk_entries(data)

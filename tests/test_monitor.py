@@ -6,6 +6,7 @@ import json
 import urllib.request
 
 from kafka_layout import make_broker_logdir
+
 from migrate import pipeline
 from migrate.engines.dask import DaskEngine
 from migrate.plan import PlanRequest, build_plan

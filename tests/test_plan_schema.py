@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 import jsonschema
-
 from conftest import REPO
 from kafka_layout import make_broker_logdir
+
 from migrate.plan import PlanRequest, build_plan, load_plan
 from migrate.segment.task import ConvertOptions
 

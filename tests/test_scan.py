@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from conftest import expected_summaries
 from kafka_layout import make_broker_logdir
+from test_pipeline import snapshot
+
 from migrate.cli import main
 from migrate.scan import scan_log_dirs
-from test_pipeline import snapshot
 
 SUMMARIES = expected_summaries()
 PARTITIONS = ["plain-v0-0", "lz4-v1-0", "mixed-v1-v2-0", "already-v2-0", "already-v2-1", "truncated-tail-1"]

@@ -191,6 +191,12 @@ def decode_wrapper(buf: bytes | memoryview, position: int, size: int) -> LegacyW
             position=position,
             offset=offset,
         )
+    if size < RECORD_OVERHEAD[magic] + LOG_OVERHEAD:
+        raise CorruptRecordError(
+            f"magic {magic} message of {size - LOG_OVERHEAD} bytes is shorter than its fixed fields",
+            position=position,
+            offset=offset,
+        )
     key_len_at = position + KEY_LENGTH_OFFSET[magic]
     (key_len,) = _INT32.unpack_from(buf, key_len_at)
     value_len_at = key_len_at + 4 + max(key_len, 0)
@@ -253,6 +259,8 @@ def _decode_inner_set(
                 f"wrapper offset {wrapper_offset} is below the last inner relative offset {last_relative}"
             )
         base = 0 if wrapper_offset == 0 else wrapper_offset - last_relative
+        if base >= 2**63:  # a negative last relative offset: damage, and beyond int64
+            raise CorruptRecordError(f"inner relative offset {last_relative} puts the base offset beyond int64")
         cols.offsets = cols.offsets + base
         if wrapper_attributes & TIMESTAMP_TYPE_BIT:
             # LogAppendTime: every inner v1 record reports the wrapper's timestamp (v0 inner records stay -1)
