@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import numpy as np
 
-_ARANGE = {n: np.arange(n, dtype=np.int64) for n in (1, 2, 4, 8)}
 _DTYPES = {(1, True): ">i1", (2, True): ">i2", (4, True): ">i4", (8, True): ">i8", (4, False): ">u4"}
 
 
@@ -16,24 +15,42 @@ def as_u8(buf: bytes | bytearray | memoryview) -> np.ndarray:
     return np.frombuffer(buf, dtype=np.uint8)
 
 
+def _windows(a: np.ndarray, width: int) -> np.ndarray:
+    """Every ``width``-byte window of the uint8 array ``a`` as one opaque item, overlapping (stride 1, no copy)."""
+    return np.ndarray(shape=(len(a) - width + 1,), dtype=np.dtype(("V", width)), buffer=a, strides=(1,))
+
+
 def gather_be(u8: np.ndarray, at: np.ndarray, width: int, signed: bool = True) -> np.ndarray:
     """The big-endian integers of ``width`` bytes at each position in ``at``, as int64."""
     if len(at) == 0:
         return np.zeros(0, np.int64)
-    raw = u8[at[:, None] + _ARANGE[width]]
-    return np.ascontiguousarray(raw).view(_DTYPES[(width, signed)]).ravel().astype(np.int64)
+    if len(u8) < width:
+        raise IndexError(f"no {width}-byte field fits in {len(u8)} bytes")
+    return _windows(u8, width)[at].view(_DTYPES[(width, signed)]).astype(np.int64)
 
 
 def gather_pieces(source: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """Concatenate ``source[starts[i] : starts[i] + lengths[i]]`` for every i, in order, as one uint8 array."""
+    """Concatenate ``source[starts[i] : starts[i] + lengths[i]]`` for every i, in order, as one uint8 array.
+
+    A piece of length L is copied as the power-of-two blocks of L's binary digits (1000 = 512 + 256 + 128 + 64 + 32
+    + 8), one numpy operation per block size over all pieces, each block one item copy: a handful of operations per
+    piece instead of one per byte, and no per-byte index arrays.
+    """
     total = int(lengths.sum())
     if total == 0:
         return np.zeros(0, np.uint8)
-    ends = np.cumsum(lengths)
-    out_starts = ends - lengths
-    keep = lengths > 0
-    shift = np.repeat((starts - out_starts)[keep], lengths[keep])
-    return source[shift + np.arange(total, dtype=np.int64)]
+    out = np.empty(total, np.uint8)
+    src = starts.astype(np.int64)  # a copy: where each piece's next block starts
+    dst = np.cumsum(lengths) - lengths
+    for bit in range(int(lengths.max()).bit_length() - 1, -1, -1):
+        width = 1 << bit
+        idx = np.flatnonzero(lengths & width)
+        if len(idx):
+            s, d = src[idx], dst[idx]
+            _windows(out, width)[d] = _windows(source, width)[s]
+            src[idx] = s + width
+            dst[idx] = d + width
+    return out
 
 
 def varint_matrix(values: np.ndarray, sizes: np.ndarray) -> np.ndarray:

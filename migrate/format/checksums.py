@@ -30,9 +30,10 @@ def _ranges(data: bytes | bytearray | memoryview, starts: np.ndarray, ends: np.n
     if _speedups is not None:
         raw = _speedups.crc_ranges(data, starts.astype(np.int64), ends.astype(np.int64), castagnoli)
         return np.frombuffer(raw, np.uint32).astype(np.int64)
-    mv = memoryview(data)
-    fn = crc32c if castagnoli else crc32
-    return np.fromiter((fn(mv[s:e]) for s, e in zip(starts.tolist(), ends.tolist())), np.int64, len(starts))
+    # no Python frame per range: map() drives the C functions (zlib.crc32 is already unsigned in Python 3)
+    fn = _crc32c.crc32c if castagnoli else zlib.crc32
+    pieces = map(memoryview(data).__getitem__, map(slice, starts.tolist(), ends.tolist()))
+    return np.fromiter(map(fn, pieces), np.int64, len(starts))
 
 
 def crc32_ranges(data: bytes | bytearray | memoryview, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
