@@ -46,11 +46,19 @@ class SegmentCheck:
 
 @dataclass
 class _Batches:
-    positions: list[int] = field(default_factory=list)
-    sizes: list[int] = field(default_factory=list)
-    last_offsets: list[int] = field(default_factory=list)
-    max_timestamps: list[int] = field(default_factory=list)
-    magics: list[int] = field(default_factory=list)
+    """Per batch of a segment, as numpy arrays appended a chunk at a time (millions of batches: no Python ints)."""
+
+    parts: list[tuple[np.ndarray, ...]] = field(default_factory=list)
+
+    def add(self, positions, sizes, last_offsets, max_timestamps, magics) -> None:
+        self.parts.append(
+            tuple(np.asarray(a, np.int64) for a in (positions, sizes, last_offsets, max_timestamps, magics))
+        )
+
+    def columns(self) -> tuple[np.ndarray, ...]:
+        if not self.parts:
+            return tuple(np.zeros(0, np.int64) for _ in range(5))
+        return tuple(np.concatenate(col) for col in zip(*self.parts))
 
 
 @dataclass
@@ -92,34 +100,25 @@ def read_segment_batches(log_path: str | Path, chunk_bytes: int = 8 << 20) -> tu
 
 
 def _add_columns(batches: _Batches, digest: LogDigest, cols: v2.V2Columns, position: int) -> None:
-    batches.positions.extend((cols.positions + position).tolist())
-    batches.sizes.extend(cols.sizes.tolist())
-    batches.last_offsets.extend(cols.last_offsets.tolist())
-    batches.max_timestamps.extend(cols.max_timestamps.tolist())
-    batches.magics.extend([2] * len(cols.positions))
+    batches.add(
+        cols.positions + position, cols.sizes, cols.last_offsets, cols.max_timestamps, np.full(len(cols.positions), 2)
+    )
     digest.update(cols.records)
 
 
 def _add_items(batches: _Batches, digest: LogDigest, items: list, position: int) -> None:
     for item in items:
         if isinstance(item, legacy.LegacyRun):
-            batches.positions.extend((item.positions + position).tolist())
-            batches.sizes.extend(item.sizes.tolist())
-            batches.last_offsets.extend(item.records.offsets.tolist())
-            batches.max_timestamps.extend(item.records.timestamps.tolist())
-            batches.magics.extend(item.magics.tolist())
+            batches.add(
+                item.positions + position, item.sizes, item.records.offsets, item.records.timestamps, item.magics
+            )
             digest.update(item.records)
             continue
-        batches.positions.append(position + item.position)
-        batches.sizes.append(item.size)
         if isinstance(item, v2.V2Batch):
-            batches.last_offsets.append(item.last_offset)
-            batches.max_timestamps.append(item.max_timestamp)
-            batches.magics.append(2)
+            last, max_ts, magic = item.last_offset, item.max_timestamp, 2
         else:
-            batches.last_offsets.append(item.offset)
-            batches.max_timestamps.append(item.timestamp)
-            batches.magics.append(item.magic)
+            last, max_ts, magic = item.offset, item.timestamp, item.magic
+        batches.add([position + item.position], [item.size], [last], [max_ts], [magic])
         assert item.records is not None
         digest.update(item.records)
 
@@ -134,7 +133,8 @@ def verify_segment(result: SegmentResult, options: ConvertOptions, base_offset: 
     except (CorruptRecordError, OSError) as exc:
         check.fail(f"cannot read the converted log: {exc}")
         return check
-    check.batches = len(batches.sizes)
+    positions, sizes, last_offsets, max_timestamps, magics = batches.columns()
+    check.batches = len(sizes)
     check.records = digest.records
     check.sha256, check.sha256_ts = digest.hexdigests()
     if tail:
@@ -148,10 +148,10 @@ def verify_segment(result: SegmentResult, options: ConvertOptions, base_offset: 
         check.fail(f"timestamps differ from what the conversion wrote: {check.sha256_ts} != {result.output_sha256_ts}")
     if digest.records != result.records:
         check.fail(f"{digest.records} records read back, {result.records} in the source")
-    low = [m for m in batches.magics if m < options.target_magic]
+    low = int((magics < options.target_magic).sum())
     if low:
-        check.fail(f"{len(low)} batches below magic {options.target_magic} remain")
-    _check_indexes(result, options, base, batches, check)
+        check.fail(f"{low} batches below magic {options.target_magic} remain")
+    _check_indexes(result, options, base, positions, sizes, last_offsets, max_timestamps, check)
     for sfx, path in result.outputs.items():
         st = os.stat(path)
         if st.st_mtime_ns != result.mtime_ns:
@@ -162,7 +162,14 @@ def verify_segment(result: SegmentResult, options: ConvertOptions, base_offset: 
 
 
 def _check_indexes(
-    result: SegmentResult, options: ConvertOptions, base: int, batches: _Batches, check: SegmentCheck
+    result: SegmentResult,
+    options: ConvertOptions,
+    base: int,
+    positions: np.ndarray,
+    sizes: np.ndarray,
+    last_offsets: np.ndarray,
+    max_ts: np.ndarray,
+    check: SegmentCheck,
 ) -> None:
     index_data = Path(result.outputs[".index"]).read_bytes()
     time_data = Path(result.outputs[".timeindex"]).read_bytes()
@@ -172,9 +179,6 @@ def _check_indexes(
     except CorruptRecordError as exc:
         check.fail(str(exc))
         return
-    positions = np.array(batches.positions, np.int64)
-    last_offsets = np.array(batches.last_offsets, np.int64)
-    max_ts = np.array(batches.max_timestamps, np.int64)
     # DumpLogSegments --verify-index-only: the batch at each entry's position has the entry's offset as last offset
     at = np.searchsorted(positions, idx_positions)
     found = (
@@ -204,7 +208,7 @@ def _check_indexes(
         )
     # completeness: exactly what Kafka's recovery would rebuild from these batches
     rebuilt = IndexBuilder(base, options.index_interval_bytes)
-    rebuilt.add_batches(np.array(batches.sizes, np.int64), last_offsets, max_ts)
+    rebuilt.add_batches(sizes, last_offsets, max_ts)
     want_index, want_time = rebuilt.finish()
     if want_index != index_data:
         check.fail(
