@@ -70,3 +70,53 @@ class TruncatedTailError(CorruptRecordError):
 
 class UnsupportedFormatError(CorruptRecordError):
     """A well-formed entry this tool will not handle: an unknown magic byte or compression codec."""
+
+
+class LogDirLockedError(MigrateError):
+    """Another process holds Kafka's ``.lock`` on a log dir: a running broker, or another kafka-log-migrate."""
+
+    def __init__(self, log_dir: str, holder_pid: int | None = None, *, same_process: bool = False) -> None:
+        self.log_dir = log_dir
+        self.holder_pid = holder_pid
+        self.same_process = same_process
+        lock = f"{log_dir.rstrip('/')}/.lock"
+        if same_process:
+            text = (
+                f"{log_dir}: this kafka-log-migrate process already holds the lock on {lock} (two tasks of one run "
+                "were given the same log dir). Run one task per log dir at a time."
+            )
+        else:
+            who = f"process {holder_pid}" if holder_pid else "another process"
+            text = (
+                f"{log_dir}: {who} holds the fcntl lock on {lock}, so a Kafka broker or another kafka-log-migrate is "
+                f"using this log dir. Stop the broker cleanly (kafka-server-stop.sh or your service manager) and wait "
+                f"until it has exited, or let the other kafka-log-migrate finish, then try again. "
+                f"`fuser -v {lock}` shows the process holding it."
+            )
+        super().__init__(text)
+
+    @classmethod
+    def for_dir(cls, log_dir: object, holder_pid: int | None = None) -> LogDirLockedError:
+        return cls(str(log_dir), holder_pid)
+
+
+class LogDirAccessError(MigrateError):
+    """A log dir or one of Kafka's files in it cannot be opened as needed (missing, not a directory, permissions)."""
+
+
+class MalformedLogDirFileError(MigrateError):
+    """One of Kafka's own files in a log dir (a checkpoint, meta.properties, .kafka_cleanshutdown,
+    leader-epoch-checkpoint) does not have the format Kafka writes."""
+
+    def __init__(self, path: str, reason: str, *, line: int | None = None, hint: str | None = None) -> None:
+        self.path = path
+        self.reason = reason
+        self.line = line
+        self.hint = hint
+        where = f"{path}, line {line}" if line is not None else path
+        hint = hint or (
+            "Kafka would fail to read it too (a malformed checkpoint takes the log dir offline at broker start). "
+            "Nothing was changed. Restore the file from a backup or a replica broker, or move it aside if you know "
+            "Kafka can rebuild it, then run again."
+        )
+        super().__init__(f"{where}: {reason}. {hint}")
