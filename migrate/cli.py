@@ -1,5 +1,8 @@
 """The ``kafka-log-migrate`` command line: verbs that mirror kafka-reassign-partitions (plan, execute, verify).
 
+Each verb lives in a module of ``migrate.commands`` whose ``register(subparsers)`` adds its parser(s) and sets
+``handler`` (``Namespace -> exit code``); adding a verb is an import and an entry in ``COMMANDS``.
+
 Exit codes: 0 ok; 1 failure (bad data, refused, a stage failed); 2 usage error; 3 verification found differences;
 4 scan found legacy data left.
 """
@@ -7,16 +10,19 @@ Exit codes: 0 ok; 1 failure (bad data, refused, a stage failed); 2 usage error; 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from types import ModuleType
 
 from migrate import __version__
 from migrate.commands import demo, dump, maintenance, migration, scan
 from migrate.errors import MigrateError
 
-COMMANDS = [scan, migration, maintenance, dump, demo]
+COMMANDS: list[ModuleType] = [scan, migration, maintenance, dump, demo]
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
 
 EPILOG = """exit codes:
   0  success
@@ -32,6 +38,9 @@ typical run (brokers stopped):
   kafka-log-migrate verify --plan plan.json                       # re-check the live data
   kafka-log-migrate rollback --plan plan.json                     # ...or put every original back
   kafka-log-migrate finalize --plan plan.json                     # delete the originals when satisfied
+
+inspect one segment (read-only, kafka-dump-log.sh fields; --json for Kafka's dump schema):
+  kafka-log-migrate dump --deep-iteration /data/kafka/orders-0/00000000000000000000.log
 """
 
 
@@ -51,15 +60,43 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
     try:
+        args = parser.parse_args(argv)
         return int(args.handler(args))
+    except SystemExit as exc:  # argparse exits itself: 2 after a usage error, 0 after --help or --version
+        return _exit_code(exc)
     except MigrateError as exc:
+        print(f"kafka-log-migrate: error: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_FAILURE
+    except OSError as exc:  # a file that cannot be opened or written: the message says which and why
         print(f"kafka-log-migrate: error: {exc}", file=sys.stderr)
         return EXIT_FAILURE
     except KeyboardInterrupt:
         print("kafka-log-migrate: interrupted; run the same command again to resume", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
+
+
+def _exit_code(exc: SystemExit) -> int:
+    """What the interpreter would exit with for ``exc`` (a message is printed and means 1), as a return value."""
+    if exc.code is None:
+        return EXIT_OK
+    if isinstance(exc.code, int):
+        return exc.code
+    print(exc.code, file=sys.stderr)
+    return EXIT_FAILURE
+
+
+def _silence_stdout() -> None:
+    """The reader of stdout went away (``dump ... | head``): point stdout at /dev/null so that the flush at
+    interpreter exit does not raise BrokenPipeError again (the recipe of Python's signal module documentation)."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout has no file descriptor (captured by a test harness)
+        pass
 
 
 if __name__ == "__main__":

@@ -1,57 +1,300 @@
-"""dump prints what Kafka's own reader prints (the oracle's JSON schema), and kafka-dump-log-style text."""
+"""``dump`` through the real command line: JSON equal to Kafka's own dump of the fixtures (the oracle's
+``expected/*.jsonl``), text with kafka-dump-log.sh's fields holding Kafka's values, and the exit codes."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
-from conftest import FIXTURE_SEGMENTS, expected_lines, fixture_id
+from conftest import FIXTURE_SEGMENTS, LEGACY_LOGDIR, expected_lines, fixture_id
+from kafka.record import MemoryRecords
 
 from migrate.cli import main
 
-SAMPLES = [
-    s
-    for s in FIXTURE_SEGMENTS
-    if fixture_id(s)
-    in {
-        "gzip-v0-0/00000000000000000000.log",
-        "lz4-v1-1/00000000000000000000.log",
-        "already-v2-0/00000000000000000000.log",
-        "compacted-v0-0/00000000000000000100.log",
-        "truncated-tail-0/00000000000000000015.log",
-    }
+JSON_SAMPLES = [
+    LEGACY_LOGDIR / name
+    for name in (
+        "gzip-v0-0/00000000000000000000.log",  # v0 gzip wrappers and an uncompressed message between them
+        "lz4-v1-1/00000000000000000000.log",  # v1 lz4, LogAppendTime (rebuilt and stamped-in-place wrappers)
+        "already-v2-0/00000000000000000000.log",  # v2: every codec, headers, idempotent, transaction + marker
+        "already-v2-0/00000000000000000073.log",  # v2 zstd, a header on every record
+        "mixed-v1-v2-0/00000000000000000018.log",  # v1 entries followed by v2 batches in one file
+        "compacted-v0-0/00000000000000000100.log",  # offset gaps; file name below the first offset
+        "truncated-tail-0/00000000000000000015.log",  # 60 bytes of a partial v0 message at the end
+        "truncated-tail-1/00000000000000000015.log",  # ends inside a v1 lz4 wrapper
+    )
 ]
+GZIP_V0 = LEGACY_LOGDIR / "gzip-v0-0/00000000000000000000.log"
+LZ4_V1 = LEGACY_LOGDIR / "lz4-v1-0/00000000000000000000.log"
+V2 = LEGACY_LOGDIR / "already-v2-0/00000000000000000000.log"
+V2_HEADERS = LEGACY_LOGDIR / "already-v2-0/00000000000000000073.log"
+TRUNCATED = LEGACY_LOGDIR / "truncated-tail-0/00000000000000000015.log"
+COMPACTED = LEGACY_LOGDIR / "compacted-v0-0/00000000000000000100.log"
+EMPTY = LEGACY_LOGDIR / "empty-segment-1/00000000000000000000.log"
+TIMESTAMP_LABELS = {
+    "NO_TIMESTAMP_TYPE": "NoTimestampType",
+    "CREATE_TIME": "CreateTime",
+    "LOG_APPEND_TIME": "LogAppendTime",
+}
 
 
-@pytest.mark.parametrize("segment", SAMPLES, ids=fixture_id)
-def test_json_dump_equals_kafkas_dump(segment, capsys):
-    code = main(["dump", "--json", "--deep-iteration", str(segment)])
-    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
-    assert lines[0] == {"type": "file", "path": str(segment), "bytes": segment.stat().st_size}
+def run(capsys: pytest.CaptureFixture[str], *args: str | Path) -> tuple[int, list[str], str]:
+    code = main([str(a) for a in args])
+    captured = capsys.readouterr()
+    return code, captured.out.splitlines(), captured.err
+
+
+def without_trailing_reason(line: dict) -> dict:
+    """Our reason for a partial last entry is worded differently from the oracle's; where and how long are not."""
+    return {k: v for k, v in line.items() if not (line["type"] == "trailing" and k == "error")}
+
+
+@pytest.mark.parametrize("segment", JSON_SAMPLES, ids=fixture_id)
+def test_json_dump_equals_kafkas_dump(segment: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "dump", "--json", "--deep-iteration", segment)
+    got = [json.loads(line) for line in out]
     want = expected_lines(segment)
-    got = lines[1:]
     assert len(got) == len(want)
-    for g, w in zip(got, want):
-        keys = [k for k in w if k != "error"] if w["type"] == "trailing" else list(w)
-        assert {k: g[k] for k in keys} == {k: w[k] for k in keys}
-    assert code == (1 if any(w["type"] == "trailing" for w in want) else 0)
+    for ours, kafkas in zip(got, want):
+        assert list(ours) == list(kafkas)  # the same keys in the same order
+        assert without_trailing_reason(ours) == without_trailing_reason(kafkas)
+    assert code == (1 if segment.parent.name.startswith("truncated-tail") else 0)
 
 
-def test_text_dump_uses_kafka_dump_log_field_names(capsys):
-    v0 = next(s for s in SAMPLES if s.parent.name == "gzip-v0-0")
-    v2 = next(s for s in SAMPLES if s.parent.name == "already-v2-0")
-    assert main(["dump", "--deep-iteration", str(v0), str(v2)]) == 0
-    out = capsys.readouterr().out.splitlines()
-    assert out[0] == f"Dumping {v0}"
-    first = next(x for x in out if x.startswith("offset: "))
-    assert "position: 0 NoTimestampType: -1" in first and "magic: 0 compresscodec: gzip" in first
-    assert "isvalid: true" in first
-    batch = next(x for x in out if x.startswith("baseOffset: "))
-    assert "partitionLeaderEpoch: " in batch and "magic: 2" in batch
-    assert any(x.startswith("| offset: ") for x in out)
+def test_json_dump_of_every_fixture_segment_equals_kafkas_dump(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "dump", "--json", "--deep-iteration", *FIXTURE_SEGMENTS)
+    files: dict[str, list[dict]] = {}
+    for line in map(json.loads, out):
+        if line["type"] == "file":  # one before each file, as the oracle prints when given several
+            current = files.setdefault(line["path"], [])
+            assert line["bytes"] == Path(line["path"]).stat().st_size
+        else:
+            current.append(without_trailing_reason(line))
+    assert list(files) == [str(s) for s in FIXTURE_SEGMENTS]
+    for segment in FIXTURE_SEGMENTS:
+        assert files[str(segment)] == [without_trailing_reason(x) for x in expected_lines(segment)], segment
+    assert code == 1  # the two truncated-tail segments
 
 
-def test_truncated_tail_is_reported_like_kafka_dump_log(capsys):
-    tail = next(s for s in SAMPLES if s.parent.name == "truncated-tail-0")
-    assert main(["dump", str(tail)]) == 1
-    assert "Found 60 invalid bytes at the end of 00000000000000000015.log" in capsys.readouterr().out
+def test_json_without_deep_iteration_has_only_batch_lines(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "dump", "--json", GZIP_V0)
+    want = [x for x in expected_lines(GZIP_V0) if x["type"] == "batch"]
+    assert code == 0 and [json.loads(line) for line in out] == want
+
+
+def test_json_print_data_log_adds_the_oracles_hex_fields(capsys: pytest.CaptureFixture[str]) -> None:
+    _, out, _ = run(capsys, "dump", "--json", "--print-data-log", V2)
+    records = [x for x in map(json.loads, out) if x["type"] == "record"]
+    assert len(records) == 73
+    for record in records:
+        for field in ("key", "value"):
+            data = record[f"{field}_hex"]
+            assert (data is None) == record[f"{field}Null"]
+            assert data is None or len(bytes.fromhex(data)) == record[f"{field}Size"]
+        assert all(len(h) == 3 for h in record["headers"])  # name, sha256, hex
+    assert any(h[2] == "" for r in records for h in r["headers"])  # an empty header value is not a null one
+    assert any(h[2] is None for r in records for h in r["headers"])
+
+
+def kafka_text(batch: dict) -> str:
+    """The entry line kafka-dump-log.sh prints for a batch, built from Kafka's own view of it (the oracle's JSON)."""
+    if batch["magic"] >= 2:
+        base_sequence = batch["baseSequence"]
+        last_sequence = -1 if base_sequence < 0 else base_sequence + batch["lastOffset"] - batch["baseOffset"]
+        head = (
+            f"baseOffset: {batch['baseOffset']} lastOffset: {batch['lastOffset']} count: {batch['records']} "
+            f"baseSequence: {base_sequence} lastSequence: {last_sequence} producerId: {batch['producerId']} "
+            f"producerEpoch: {batch['producerEpoch']} partitionLeaderEpoch: {batch['partitionLeaderEpoch']} "
+            f"isTransactional: {str(batch['isTransactional']).lower()} isControl: {str(batch['isControl']).lower()} "
+            "deleteHorizonMs: OptionalLong.empty"
+        )
+    else:
+        head = f"offset: {batch['lastOffset']}"
+    return (
+        f"{head} position: {batch['position']} {TIMESTAMP_LABELS[batch['timestampType']]}: {batch['maxTimestamp']} "
+        f"size: {batch['sizeInBytes']} magic: {batch['magic']} compresscodec: {batch['compression']} "
+        f"crc: {batch['crc']} isvalid: true"
+    )
+
+
+def kafka_record_text_prefix(batch: dict, record: dict) -> str:
+    return (
+        f"| offset: {record['offset']} {TIMESTAMP_LABELS[batch['timestampType']]}: {record['timestamp']} "
+        f"keySize: {record['keySize']} valueSize: {record['valueSize']}"
+    )
+
+
+@pytest.mark.parametrize("segment", [GZIP_V0, LZ4_V1, V2, V2_HEADERS], ids=fixture_id)
+def test_text_dump_has_kafka_dump_log_fields_with_kafkas_values(
+    segment: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = run(capsys, "dump", "--deep-iteration", segment)
+    assert code == 0
+    assert out[:2] == [f"Dumping {segment}", f"Log starting offset: {int(segment.stem)}"]
+    want = expected_lines(segment)
+    assert len(out) == 2 + len(want)
+    batch: dict = {}
+    for line, kafkas in zip(out[2:], want):
+        if kafkas["type"] == "batch":
+            batch = kafkas
+            assert line == kafka_text(batch)
+            continue
+        assert line.startswith(kafka_record_text_prefix(batch, kafkas) + " ")
+        if batch["magic"] >= 2:
+            names = ",".join(name for name, _ in kafkas["headers"])
+            assert f" headerKeys: [{names}]" in line
+        else:
+            assert " isValid: true crc: " in line
+
+
+def test_text_dump_of_v0_and_v2_segments_spot_values(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "dump", "--deep-iteration", GZIP_V0, V2)
+    assert code == 0
+    assert out[2] == (
+        "offset: 0 position: 0 NoTimestampType: -1 size: 134 magic: 0 compresscodec: gzip crc: 3560323459 isvalid: true"
+    )
+    assert out[3].startswith("| offset: 0 NoTimestampType: -1 keySize: 4 valueSize: 100 isValid: true crc: ")
+    out = out[out.index(f"Dumping {V2}") :]
+    idempotent = next(x for x in out if x.startswith("baseOffset: 58 "))
+    assert "baseSequence: 5 lastSequence: 9 producerId: 4242 producerEpoch: 0 partitionLeaderEpoch: 0" in idempotent
+    assert (
+        "CreateTime: 1546300806200 size: 255 magic: 2 compresscodec: zstd crc: 2801094792 isvalid: true" in idempotent
+    )
+    assert "| offset: 60 CreateTime: 1546300806000 keySize: 5 valueSize: 40 sequence: 7 headerKeys: []" in out
+    marker = next(x for x in out if x.startswith("| offset: 67 "))
+    assert marker.endswith(" endTxnMarker: COMMIT coordinatorEpoch: 1")  # the spec's COMMIT marker
+    log_append = next(x for x in out if x.startswith("baseOffset: 68 "))
+    assert "isControl: false deleteHorizonMs: OptionalLong.empty position: 4325 LogAppendTime: 1546300900000" in (
+        log_append
+    )
+
+
+@pytest.mark.parametrize("segment", [GZIP_V0, LZ4_V1, LEGACY_LOGDIR / "mixed-v0-v1-0/00000000000000000000.log"])
+def test_legacy_record_crcs_are_the_messages_own(segment: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Inner messages of compressed wrappers carry their own CRC-32; kafka-python reads them independently."""
+    _, out, _ = run(capsys, "dump", "--deep-iteration", segment)
+    ours = [(int(x.split()[2]), int(x.rsplit("crc: ", 1)[1])) for x in out if x.startswith("| ")]
+    memory = MemoryRecords(segment.read_bytes())
+    theirs = []
+    while memory.has_next():
+        theirs += [(r.offset, r.checksum) for r in memory.next_batch()]
+    assert ours == theirs
+
+
+def test_print_data_log_prints_keys_and_values_as_text(capsys: pytest.CaptureFixture[str]) -> None:
+    _, out, _ = run(capsys, "dump", "--print-data-log", V2)
+    _, data, _ = run(capsys, "dump", "--json", "--print-data-log", V2)
+    records = [x for x in map(json.loads, data) if x["type"] == "record"]
+    lines = [x for x in out if x.startswith("| ")]
+    assert len(lines) == len(records)
+    for line, record in zip(lines, records):
+        if line.endswith("endTxnMarker: COMMIT coordinatorEpoch: 1"):
+            continue  # Kafka prints no data for control records
+        key = record["key_hex"]
+        value = record["value_hex"]
+        assert (" key: " in line) == (key is not None)
+        if key is not None:
+            assert f" key: {bytes.fromhex(key).decode('utf-8', 'replace')}" in line
+        if value is not None:
+            assert line.endswith(f" payload: {bytes.fromhex(value).decode('utf-8', 'replace')}")
+    assert "| offset: 60 CreateTime: 1546300806000 keySize: 5 valueSize: 40 sequence: 7 headerKeys: [] key: idem2" in (
+        "\n".join(out)
+    )
+
+
+def test_truncated_tail_is_reported_like_kafka_dump_log_and_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "dump", TRUNCATED)
+    assert code == 1
+    assert out[-1] == "Found 60 invalid bytes at the end of 00000000000000000015.log"
+    assert len(out) == 2 + 9 + 1  # header lines, the 9 complete messages, the tail
+    code, out, _ = run(capsys, "dump", "--json", TRUNCATED)
+    trailing = json.loads(out[-1])
+    assert code == 1 and (trailing["type"], trailing["position"], trailing["bytes"]) == ("trailing", 621, 60)
+
+
+def test_max_bytes_reads_only_the_entries_within_n_bytes(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "dump", "--json", "--max-bytes", "300", GZIP_V0)
+    want = [x for x in expected_lines(GZIP_V0) if x["type"] == "batch" and x["position"] + x["sizeInBytes"] <= 300]
+    assert code == 0 and [json.loads(line) for line in out] == want  # the entry cut at byte 300 is not damage
+    code, out, _ = run(capsys, "dump", "--max-bytes", "1000000", TRUNCATED)
+    assert code == 1 and out[-1].startswith("Found 60 invalid bytes")  # N beyond the file: the whole file
+
+
+def corrupt_copy(tmp_path: Path, segment: Path, at: int) -> Path:
+    data = bytearray(segment.read_bytes())
+    data[at] ^= 0xFF
+    copy = tmp_path / segment.name
+    copy.write_bytes(data)
+    return copy
+
+
+def test_corrupt_entry_prints_the_entries_before_it_and_the_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    batches = [x for x in expected_lines(GZIP_V0) if x["type"] == "batch"]
+    bad = batches[3]
+    copy = corrupt_copy(tmp_path, GZIP_V0, bad["position"] + bad["sizeInBytes"] - 1)  # last byte of the 4th entry
+    code, out, err = run(capsys, "dump", copy)
+    assert code == 1
+    assert out[2:] == [kafka_text(b) for b in batches[:3]]
+    assert err.startswith("kafka-log-migrate: error: CRC-32 mismatch in magic 0 compressed message")
+    assert f"({copy}, byte position {bad['position']}, offset {bad['lastOffset']})" in err
+    assert "Traceback" not in err
+    code, out, _ = run(capsys, "dump", "--json", copy)
+    lines = [json.loads(line) for line in out]
+    assert code == 1 and lines[:3] == batches[:3]
+    assert lines[3]["type"] == "error" and lines[3]["position"] == bad["position"] and not lines[3]["valid"]
+    assert lines[3]["bytes"] == copy.stat().st_size - bad["position"]
+
+
+def test_zero_filled_region_stops_the_dump_where_kafkas_reader_throws(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    copy = tmp_path / GZIP_V0.name
+    copy.write_bytes(GZIP_V0.read_bytes() + bytes(64))  # a preallocated, never written tail
+    code, out, err = run(capsys, "dump", "--json", copy)
+    error = json.loads(out[-1])
+    assert code == 1 and error["type"] == "error"
+    assert (error["position"], error["bytes"]) == (GZIP_V0.stat().st_size, 64)
+    assert "declares size 0" in err
+
+
+def test_deep_iteration_reports_offset_gaps_on_stderr_like_kafka(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, "dump", "--deep-iteration", COMPACTED)
+    assert code == 0  # compaction gaps are not damage
+    assert err.splitlines()[:2] == [f"Non-consecutive offsets in {COMPACTED.resolve()}", "  105 is followed by 109"]
+
+
+def test_empty_segment_prints_only_its_header(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run(capsys, "dump", "--deep-iteration", EMPTY) == (0, [f"Dumping {EMPTY}", "Log starting offset: 0"], "")
+    assert run(capsys, "dump", "--json", EMPTY) == (0, [], "")
+
+
+def test_files_option_takes_a_comma_list_like_kafka_dump_log(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "dump", "--files", f"{GZIP_V0},{EMPTY}")
+    assert code == 0 and [x for x in out if x.startswith("Dumping ")] == [f"Dumping {GZIP_V0}", f"Dumping {EMPTY}"]
+
+
+def test_bad_input_exits_1_with_a_message_and_usage_errors_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run(capsys, "dump", tmp_path / "missing.log")
+    assert (code, out) == (1, []) and err == f"kafka-log-migrate: error: no such file: {tmp_path / 'missing.log'}\n"
+    code, _, err = run(capsys, "dump", tmp_path)
+    assert code == 1 and "is a directory" in err
+    assert run(capsys, "dump")[0] == 2
+    assert run(capsys, "dump", "--max-bytes", "0", GZIP_V0)[0] == 2
+    assert run(capsys, "no-such-command")[0] == 2
+    assert run(capsys)[0] == 2
+
+
+def test_version_and_help_document_the_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "--version")
+    assert code == 0 and out == ["kafka-log-migrate 0.1.0"]
+    code, out, _ = run(capsys, "--help")
+    text = "\n".join(out)
+    assert code == 0
+    for exit_code in ("0  success", "1  failure", "2  usage error", "3  verify found differences"):
+        assert exit_code in text
+    assert "dump" in text
