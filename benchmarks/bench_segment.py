@@ -22,7 +22,7 @@ CHILD = r"""
 import json, resource, shutil, sys, time
 from pathlib import Path
 from migrate.segment.convert import convert_segment
-from migrate.segment.task import ConvertOptions, SegmentTask
+from migrate.model import ConvertOptions, SegmentTask
 what, src, out = sys.argv[1], sys.argv[2], sys.argv[3]
 start = time.perf_counter()
 if what == "copy":

@@ -8,15 +8,19 @@ from __future__ import annotations
 
 
 class MigrateError(Exception):
-    """Base class: something the operator must act on."""
+    """Base class: something the operator must act on. The message says what is wrong, where, and what to do."""
 
 
-class CorruptRecordError(MigrateError):
-    """Bytes that are not a valid Kafka log entry: bad CRC, bad size, undecodable compressed data, bad offsets.
+class LocatedError(MigrateError):
+    """A problem at a place in a segment file: the file, the byte position and the offset where it is known.
 
     The format layer knows only byte positions within the buffer it was given; the segment layer adds the file path
-    (``with_path``) so the message names the file as well.
+    (``with_path``) so the message names the file as well. Each subclass is one meaning, with the advice that fits
+    it; ``kind`` names the meaning in reports and in the run's state.
     """
+
+    kind = "error"
+    default_hint = "The segment was left untouched."
 
     def __init__(
         self,
@@ -31,45 +35,89 @@ class CorruptRecordError(MigrateError):
         self.position = position
         self.offset = offset
         self.path = path
-        self.hint = hint
+        self.hint = hint if hint is not None else self.default_hint
         super().__init__(self._message())
 
-    def _message(self) -> str:
-        where = []
+    def where(self) -> str:
+        parts = []
         if self.path is not None:
-            where.append(self.path)
+            parts.append(self.path)
         if self.position is not None:
-            where.append(f"byte position {self.position}")
+            parts.append(f"byte position {self.position}")
         if self.offset is not None:
-            where.append(f"offset {self.offset}")
-        text = f"{self.reason} ({', '.join(where)})" if where else self.reason
-        hint = self.hint or (
-            "The segment was left untouched. Inspect it with `kafka-log-migrate dump --deep-iteration FILE`; "
-            "if it is damaged, restore it from a replica before migrating."
-        )
-        return f"{text}. {hint}"
+            parts.append(f"offset {self.offset}")
+        return ", ".join(parts)
 
-    def with_path(self, path: str, base_position: int = 0) -> CorruptRecordError:
+    def _message(self) -> str:
+        where = self.where()
+        text = f"{self.reason} ({where})" if where else self.reason
+        return f"{text}. {self.hint}" if self.hint else text
+
+    def with_path(self, path: str, base_position: int = 0) -> LocatedError:
         """The same error, located in ``path`` (positions shifted by ``base_position`` bytes)."""
         position = None if self.position is None else self.position + base_position
         return type(self)(self.reason, position=position, offset=self.offset, path=path, hint=self.hint)
 
 
-class SegmentRefusedError(CorruptRecordError):
-    """A valid segment that cannot be converted as asked: it would break a Kafka limit (2 GiB segment, batch size,
-    offset range) or a record Kafka's own builder refuses."""
+class CorruptRecordError(LocatedError):
+    """Bytes that are not a valid Kafka log entry: bad CRC, bad size, undecodable compressed data, offsets going
+    backwards."""
+
+    kind = "corrupt"
+    default_hint = (
+        "The segment was left untouched. Inspect it with `kafka-log-migrate dump --deep-iteration FILE`; if it is "
+        "damaged, restore the partition from a replica before migrating it."
+    )
 
 
-class SourceChangedError(MigrateError):
-    """A segment changed since it was planned: a broker ran, or something else wrote to the log dir."""
+class TruncatedTailError(LocatedError):
+    """A partial entry running to the end of a partition's last segment, as a crash leaves it (Kafka's recovery would
+    truncate it)."""
+
+    kind = "truncated-tail"
+    default_hint = (
+        "A crash left a partial entry at the end of the partition; Kafka's recovery would truncate it. Re-plan with "
+        "--truncate-tail to drop those bytes (the original file is kept until finalize), or restore the segment from "
+        "a replica."
+    )
 
 
-class TruncatedTailError(CorruptRecordError):
-    """A partial entry at the end of a segment, as a crash leaves it (Kafka's recovery would truncate it)."""
+class SegmentRefusedError(LocatedError):
+    """A valid segment that cannot be converted as asked: the output would break a Kafka limit (2 GiB segment,
+    max.message.bytes, the offset range of one segment) or hold a record Kafka's own builder refuses."""
+
+    kind = "refused"
+    default_hint = "Nothing was changed. Leave this partition out of the plan (--topics) or change the options."
 
 
-class UnsupportedFormatError(CorruptRecordError):
+class UnsupportedFormatError(LocatedError):
     """A well-formed entry this tool will not handle: an unknown magic byte or compression codec."""
+
+    kind = "unsupported"
+    default_hint = (
+        "The segment was left untouched. Check the file with `kafka-log-migrate dump`; Kafka itself cannot read such "
+        "an entry either, so restore the partition from a replica."
+    )
+
+
+class SourceChangedError(LocatedError):
+    """A live file is not the one that was planned or converted: a broker ran, or something else wrote to the log
+    dir."""
+
+    kind = "source-changed"
+    default_hint = (
+        "The partition was left untouched. A broker may have run on this log dir: stop it and make a new plan with "
+        "`kafka-log-migrate plan`."
+    )
+
+
+class StateWriteError(MigrateError):
+    """The run's state or a staged file could not be written (disk full, I/O error, permission): the run stops at
+    a point that `execute` (resume) and `rollback` both finish."""
+
+
+class RunLockedError(MigrateError):
+    """Another kafka-log-migrate run holds this plan's state."""
 
 
 class LogDirLockedError(MigrateError):

@@ -767,3 +767,42 @@ def free_bytes(path: str | Path, free_bytes_cap: int | None = None) -> int:
     st = os.statvfs(path)
     free = st.f_bavail * st.f_frsize
     return free if free_bytes_cap is None else min(free, free_bytes_cap)
+
+
+# --- is this a log dir? -----------------------------------------------------------------------------------------
+
+
+def validate_log_dir_path(raw: str) -> str | None:
+    """Why ``raw`` cannot be read as a Kafka log dir (None if it can): a certificate or a plan must never cover a
+    path that was not what the operator meant. A log dir holds ``meta.properties``, Kafka's checkpoint files, or at
+    least one topic-partition directory; a partition directory given in its place is named with its parent."""
+    if not raw.strip():
+        return "an empty log dir path (check for a doubled or trailing comma in --log-dirs)"
+    path = Path(raw)
+    if not path.exists():
+        return f"{raw}: no such directory. Check the path against log.dirs in the broker's server.properties."
+    if not path.is_dir():
+        return f"{raw}: not a directory. --log-dirs takes the broker's log.dirs, the directories holding partitions."
+    resolved = path.resolve()
+    parsed = parse_partition_dir_name(resolved.name)
+    try:
+        with os.scandir(resolved) as it:
+            children = list(it)
+    except PermissionError:
+        return f"{raw}: permission denied. Run as the broker's user or as root."
+    has_segments = any(c.is_file() and SEGMENT_RE.match(c.name) for c in children)
+    if parsed is not None and has_segments:
+        return (
+            f"{raw} is a partition directory ({parsed.topic_partition}), not a log dir. Give its log dir instead: "
+            f"--log-dirs {resolved.parent}"
+        )
+    names = {c.name for c in children}
+    kafka_files = {META_PROPERTIES, *CHECKPOINT_FILES, CLEAN_SHUTDOWN_FILE}
+    if names & kafka_files:
+        return None
+    if any(c.is_dir() and parse_partition_dir_name(c.name) is not None for c in children):
+        return None
+    return (
+        f"{raw} does not look like a Kafka log dir: it has no meta.properties, no checkpoint files and no "
+        "<topic>-<partition> directories. Check the path against log.dirs in the broker's server.properties."
+    )

@@ -1,136 +1,226 @@
-"""The migration as an operator runs it: execute (prepare, convert, verify, swap), rollback, finalize, status.
+"""The migration as an operator runs it: execute (prepare, convert, swap), rollback, finalize, status, verify.
 
-Stages run on an engine; each stage finishes everywhere before the next starts, so nothing live changes before
-every partition of a log dir has been converted and verified. Journals that leave a log dir (rollback, finalize) are
-archived beside the plan file.
+Stages run on an engine; each finishes everywhere before the next starts, so nothing live changes before every
+segment of the run has been converted and verified. One run at a time holds a plan's state (``RunLock``). A run's
+outcome is what the state stores say afterwards, never what a stage hoped: ``execute`` is ok only when every
+planned partition of every log dir is migrated.
 """
 
 from __future__ import annotations
 
+import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from migrate import stages
-from migrate.engines import Engine, Outcome, StageCall
+from migrate.engines import CallResult, Engine, StageCall
+from migrate.model import (
+    ExecuteReport,
+    FinalizeReport,
+    LeaveReport,
+    LogDirPhase,
+    LogDirStatus,
+    Outcome,
+    Plan,
+    RollbackReport,
+    SegmentOutcome,
+    SegmentTotals,
+    StageError,
+    StatusReport,
+    VerifyReport,
+)
+from migrate.runlock import RunLock
+from migrate.stages.convert import convert_task
+from migrate.stages.finalize import finalize_log_dir, forget_log_dir, set_dir_mtime, state_snapshot
+from migrate.stages.inspect import status_from, status_log_dir, verify_live_log_dir
+from migrate.stages.prepare import prepare_log_dir
+from migrate.stages.rollback import rollback_check_log_dir, rollback_log_dir
+from migrate.stages.swap import swap_log_dir
+from migrate.state import StateStore
 
 
-def _calls_per_log_dir(plan: dict[str, Any], *extra: Any) -> list[StageCall]:
-    return [StageCall((plan, d["log_dir"], *extra), d.get("host")) for d in plan["log_dirs"]]
-
-
-def _errors(stage: str, calls: list[StageCall], outcomes: list[Outcome]) -> list[dict[str, Any]]:
+def _per_log_dir(plan: Plan, log_dirs: list[str] | None = None, *extra: Any) -> list[StageCall]:
     return [
-        {
-            "stage": stage,
-            "args": [a for a in c.args[1:] if not isinstance(a, dict)],
-            "error": o.error,
-            "type": o.error_type,
-        }
-        for c, o in zip(calls, outcomes)
-        if not o.ok
+        StageCall((plan, d.log_dir, *extra), d.host) for d in plan.log_dirs if log_dirs is None or d.log_dir in log_dirs
     ]
 
 
-def execute(plan: dict[str, Any], engine: Engine) -> dict[str, Any]:
-    host_of = {d["log_dir"]: d.get("host") for d in plan["log_dirs"]}
-    report: dict[str, Any] = {"plan_id": plan["plan_id"], "engine": engine.name, "errors": [], "stage_seconds": {}}
+def _errors(stage: str, calls: list[StageCall], results: list[CallResult]) -> list[StageError]:
+    return [
+        StageError(stage, str(c.args[1]) if len(c.args) > 1 else "", r.error, r.error_type)
+        for c, r in zip(calls, results)
+        if not r.ok
+    ]
+
+
+def _local_log_dirs(plan: Plan) -> list[str]:
+    """Log dirs this process can see: their run lock is held here (a remote broker's, by its own worker)."""
+    return [d.log_dir for d in plan.log_dirs if os.path.isdir(d.log_dir)]
+
+
+def execute(plan: Plan, engine: Engine, accelerator: str = "") -> ExecuteReport:
+    stage_seconds: dict[str, float] = {}
     clock = time.perf_counter()
 
     def lap(stage: str) -> None:
         nonlocal clock
         now = time.perf_counter()
-        report["stage_seconds"][stage] = round(now - clock, 3)
+        stage_seconds[stage] = round(now - clock, 3)
         clock = now
 
-    calls = _calls_per_log_dir(plan)
-    outcomes = engine.map("prepare", stages.prepare_log_dir, calls)
-    lap("prepare")
-    report["errors"] += _errors("prepare", calls, outcomes)
-    ready = {c.args[1] for c, o in zip(calls, outcomes) if o.ok}
+    errors: list[StageError] = []
+    with RunLock(_local_log_dirs(plan), plan.plan_id, "execute"):
+        calls = _per_log_dir(plan)
+        results = engine.map("prepare", prepare_log_dir, calls)
+        lap("prepare")
+        errors += _errors("prepare", calls, results)
+        ready = [c.args[1] for c, r in zip(calls, results) if r.ok and r.value.phase != LogDirPhase.FINALIZED]
 
-    calls = [StageCall((plan, t), host_of[t["log_dir"]]) for t in plan["tasks"] if t["log_dir"] in ready]
-    outcomes = engine.map("convert", stages.convert_group, calls)
-    lap("convert")
-    report["errors"] += _errors("convert", calls, outcomes)
-    segments = [r for o in outcomes if o.ok for r in o.value]
-    report["converted"] = sum(1 for r in segments if r["skipped"] is None)
-    report["resumed_segments"] = sum(1 for r in segments if r["skipped"])
-    report["bytes_in"] = sum(r["result"]["source_bytes"] for r in segments if r["result"])
-    report["bytes_out"] = sum(r["result"]["output_bytes"] for r in segments if r["result"])
-    report["records"] = sum(r["result"]["records"] for r in segments if r["result"])
-    report["conversion_seconds"] = round(sum(r["result"]["seconds"] for r in segments if r["skipped"] is None), 3)
+        calls = [StageCall((plan, t.id), plan.log_dir(t.log_dir).host) for t in plan.tasks if t.log_dir in ready]
+        results = engine.map("convert", convert_task, calls)
+        lap("convert")
+        outcomes: list[SegmentOutcome] = [o for r in results if r.ok for o in r.value]
+        stopped = {plan.tasks_by_id[c.args[1]].log_dir for c, r in zip(calls, results) if not r.ok}
+        errors += [
+            StageError("convert", plan.tasks_by_id[c.args[1]].log_dir, r.error, r.error_type)
+            for c, r in zip(calls, results)
+            if not r.ok
+        ]
+        stopped |= {
+            o.log_dir for o in outcomes if o.outcome == Outcome.FAILED and o.problem and o.problem.kind == "io-error"
+        }
 
-    calls = [
-        StageCall((plan, d["log_dir"], p["partition"]), d.get("host"))
-        for d in plan["log_dirs"]
-        if d["log_dir"] in ready
-        for p in d["partitions"]
-    ]
-    outcomes = engine.map("verify", stages.verify_partition, calls)
-    lap("verify")
-    report["errors"] += _errors("verify", calls, outcomes)
-    report["verify"] = [o.value for o in outcomes if o.ok]
+        swappable = [d for d in ready if d not in stopped]
+        calls = _per_log_dir(plan, swappable)
+        results = engine.map("swap", swap_log_dir, calls)
+        lap("swap")
+        errors += _errors("swap", calls, results)
+        errors += [
+            StageError("swap", r.value.log_dir, r.value.stopped.message, "io-error")
+            for r in results
+            if r.ok and r.value.stopped is not None
+        ]
+        final = status(plan, engine)
+        errors += final.errors
+    migrated_everywhere = final.every_planned_partition_migrated(plan)
+    return ExecuteReport(
+        plan_id=plan.plan_id,
+        engine=engine.name,
+        ok=migrated_everywhere and not errors,
+        totals=SegmentTotals.of(outcomes),
+        log_dirs=final.log_dirs,
+        errors=tuple(errors),
+        stage_seconds=stage_seconds,
+        problems=tuple(o for o in outcomes if o.outcome in (Outcome.REFUSED, Outcome.FAILED)),
+        accelerator=accelerator,
+    )
 
-    calls = [c for c in _calls_per_log_dir(plan) if c.args[1] in ready]
-    outcomes = engine.map("swap", stages.swap_log_dir, calls)
-    lap("swap")
-    report["errors"] += _errors("swap", calls, outcomes)
-    report["swap"] = [o.value for o in outcomes if o.ok]
-    failed = [p for s in report["swap"] for p in s["failed"]]
-    report["ok"] = not report["errors"] and not failed
-    report["failed_partitions"] = failed
-    return report
+
+def archive_dir(plan_path: str | Path) -> Path:
+    return Path(f"{plan_path}.state")
 
 
-def _archive(plan_path: str | Path | None, results: list[dict[str, Any]], what: str) -> list[str]:
+def archive_path(plan_path: str | Path, log_dir: str) -> Path:
+    return archive_dir(plan_path) / (log_dir.strip("/").replace("/", "_") + ".db")
+
+
+def _archive(plan: Plan, engine: Engine, plan_path: str | Path | None, log_dirs: list[str]) -> list[str]:
+    """Copy each finished log dir's state beside the plan (durably), then remove it from the log dir."""
+    if plan_path is None or not log_dirs:
+        return []
+    calls = _per_log_dir(plan, log_dirs)
+    snapshots = engine.map("archive", state_snapshot, calls)
     archived = []
-    if plan_path is None:
-        return archived
-    folder = Path(f"{plan_path}.journals")
-    for r in results:
-        if r.get("journal"):
-            folder.mkdir(exist_ok=True)
-            name = r["log_dir"].strip("/").replace("/", "_") + f".{what}.jsonl"
-            (folder / name).write_text(r["journal"])
-            archived.append(str(folder / name))
+    folder = archive_dir(plan_path)
+    for call, r in zip(calls, snapshots):
+        if not r.ok:
+            continue
+        folder.mkdir(exist_ok=True)
+        target = archive_path(plan_path, call.args[1])
+        partial = target.with_name(target.name + ".partial")
+        with open(partial, "wb") as f:
+            f.write(r.value)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(partial, target)
+        archived.append(str(target))
     return archived
 
 
-def _leave_log_dirs(
-    plan: dict[str, Any], engine: Engine, stage: str, fn: Any, plan_path: str | Path | None, *extra: Any
-) -> dict[str, Any]:
-    """Rollback or finalize every log dir; their journals leave the log dir and are archived beside the plan."""
-    calls = _calls_per_log_dir(plan, *extra)
-    outcomes = engine.map(stage, fn, calls)
-    results = [o.value for o in outcomes if o.ok]
-    return {
-        "ok": all(o.ok for o in outcomes),
-        "log_dirs": [{k: v for k, v in r.items() if k != "journal"} for r in results],
-        "errors": _errors(stage, calls, outcomes),
-        "journals": _archive(plan_path, results, stage),
-    }
+def _leave(
+    plan: Plan,
+    engine: Engine,
+    verb: str,
+    fn: Callable[..., Any],
+    plan_path: str | Path | None,
+    *extra: Any,
+) -> tuple[list[Any], list[StageError], list[str]]:
+    calls = _per_log_dir(plan, None, *extra)
+    results = engine.map(verb, fn, calls)
+    return [r.value for r in results if r.ok], _errors(verb, calls, results), []
 
 
-def rollback(
-    plan: dict[str, Any], engine: Engine, plan_path: str | Path | None = None, force: bool = False
-) -> dict[str, Any]:
-    return _leave_log_dirs(plan, engine, "rollback", stages.rollback_log_dir, plan_path, force)
+def rollback(plan: Plan, engine: Engine, plan_path: str | Path | None = None, force: bool = False) -> LeaveReport:
+    """Check every live file of every log dir first; roll back only if none changed (or ``force``)."""
+    with RunLock(_local_log_dirs(plan), plan.plan_id, "rollback"):
+        calls = _per_log_dir(plan)
+        checks = engine.map("rollback-check", rollback_check_log_dir, calls)
+        errors = _errors("rollback-check", calls, checks)
+        changed = [x for r in checks if r.ok for x in r.value]
+        if errors or (changed and not force):
+            return LeaveReport("rollback", False, errors=tuple(errors), refused=tuple(changed))
+        reports: list[RollbackReport]
+        reports, errors, _ = _leave(plan, engine, "rollback", rollback_log_dir, plan_path, force)
+        done = [r.log_dir for r in reports if r.phase == LogDirPhase.ROLLED_BACK]
+        archived = _archive(plan, engine, plan_path, done) if plan_path is not None else []
+        if plan_path is not None:
+            engine.map("forget", forget_log_dir, _per_log_dir(plan, done))
+    # last, once our lock file is gone too: the log dir's own mtime as it was planned
+    calls = [StageCall((d, plan.log_dir(d).mtime_ns), plan.log_dir(d).host) for d in done]
+    engine.map("mtime", set_dir_mtime, calls)
+    ok = not errors and all(r.phase == LogDirPhase.ROLLED_BACK for r in reports) and len(reports) == len(plan.log_dirs)
+    return LeaveReport("rollback", ok, rollbacks=tuple(reports), errors=tuple(errors), archived=tuple(archived))
 
 
-def finalize(plan: dict[str, Any], engine: Engine, plan_path: str | Path | None = None) -> dict[str, Any]:
-    return _leave_log_dirs(plan, engine, "finalize", stages.finalize_log_dir, plan_path)
+def finalize(plan: Plan, engine: Engine, plan_path: str | Path | None = None, partial: bool = False) -> LeaveReport:
+    with RunLock(_local_log_dirs(plan), plan.plan_id, "finalize"):
+        reports: list[FinalizeReport]
+        reports, errors, _ = _leave(plan, engine, "finalize", finalize_log_dir, plan_path, partial)
+        done = [r.log_dir for r in reports if r.phase == LogDirPhase.FINALIZED]
+        archived = _archive(plan, engine, plan_path, done) if plan_path is not None else []
+        if plan_path is not None:
+            engine.map("forget", forget_log_dir, _per_log_dir(plan, done))
+    ok = not errors and len(done) == len(plan.log_dirs)
+    return LeaveReport("finalize", ok, finalizes=tuple(reports), errors=tuple(errors), archived=tuple(archived))
 
 
-def status(plan: dict[str, Any], engine: Engine) -> dict[str, Any]:
-    calls = _calls_per_log_dir(plan)
-    outcomes = engine.map("status", stages.status_log_dir, calls)
-    return {"log_dirs": [o.value for o in outcomes if o.ok], "errors": _errors("status", calls, outcomes)}
+def status(plan: Plan, engine: Engine, plan_path: str | Path | None = None) -> StatusReport:
+    """Every log dir's state: from the log dir while a run has state there, else from the archive beside the plan."""
+    calls = _per_log_dir(plan)
+    results = engine.map("status", status_log_dir, calls)
+    statuses: list[LogDirStatus] = []
+    not_started: list[str] = []
+    for call, r in zip(calls, results):
+        log_dir = call.args[1]
+        if not r.ok:
+            continue
+        if r.value is not None:
+            statuses.append(r.value)
+            continue
+        archived = archive_path(plan_path, log_dir) if plan_path is not None else None
+        if archived is not None and archived.exists():
+            with StateStore.open_file(archived) as store:
+                statuses.append(status_from(store, log_dir, fence_up=False))
+        else:
+            not_started.append(log_dir)
+    return StatusReport(plan.plan_id, tuple(statuses), tuple(not_started), tuple(_errors("status", calls, results)))
 
 
-def verify_live(plan: dict[str, Any], engine: Engine) -> dict[str, Any]:
-    calls = _calls_per_log_dir(plan)
-    outcomes = engine.map("verify", stages.verify_live_log_dir, calls)
-    results = [o.value for o in outcomes if o.ok]
-    errors = _errors("verify", calls, outcomes)
-    return {"ok": not errors and all(r["ok"] for r in results), "log_dirs": results, "errors": errors}
+def verify_live(plan: Plan, engine: Engine) -> VerifyReport:
+    calls = _per_log_dir(plan)
+    results = engine.map("verify", verify_live_log_dir, calls)
+    checks = [r.value for r in results if r.ok]
+    errors = _errors("verify", calls, results)
+    ok = not errors and all(not c.problems and not c.unmigrated for c in checks)
+    return VerifyReport(ok, tuple(checks), tuple(errors))

@@ -1,59 +1,83 @@
 """Plan a migration: look at the log dirs, refuse what is unsafe, and write a reviewable plan. Changes nothing.
 
-The plan is JSON (``"version": 1``, schema in ``plans/plan.schema.json``): the options, per log dir its host and
-partitions, per partition the segments that still hold legacy data (size, mtime and formats, so ``execute`` can
-refuse inputs that changed since), estimates, and the tasks the engines will run. ``plan_id`` hashes all of it, so
-two plans of the same inputs and options have the same id.
+Refused, each with the path, the byte position where there is one, and what to do: a path that is not a Kafka log
+dir (or is a partition dir), a held ``.lock``, no clean-shutdown marker, a migration in progress, stray
+``.swap``/``.cleaned``/``.deleted`` files, a checksum that does not match, an unknown magic byte, damage in the middle
+of a partition, a torn tail (unless ``--truncate-tail``, which drops it from the partition's last segment only and
+lists what it drops), and too little space on any filesystem that holds partitions. ``check=True`` (``plan
+--check``) also reads every entry deeply, decompressing and checking every inner checksum and offset, and so reports
+everything ``execute`` would refuse before anything is touched.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
+import os
 import re
 import socket
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from migrate import __version__
-from migrate.errors import MigrateError
+from migrate.errors import LocatedError, MigrateError
 from migrate.logdir import (
     LogDirLockedError,
+    Partition,
     free_bytes,
     has_clean_shutdown,
-    is_locked,
+    inspect_log_dir,
     leader_epoch_entries,
-    list_partitions,
+    lock_holder,
+    read_meta_properties,
+    validate_log_dir_path,
 )
-from migrate.segment.profile import SegmentProfile, profile_segment
-from migrate.segment.task import ConvertOptions
-from migrate.workspace import fence_path, foreign_journals
+from migrate.model import (
+    DEFAULT_TASK_BYTES,
+    DEFAULT_TASK_SEGMENTS,
+    PLAN_VERSION,
+    ConvertOptions,
+    Estimates,
+    FilesystemSpace,
+    LogDirPlan,
+    PartitionPlan,
+    Plan,
+    SegmentPlan,
+    SegmentRef,
+    TailDrop,
+    TaskPlan,
+)
+from migrate.segment.profile import SegmentProfile, check_segment, profile_segment, valid_entry_after
+from migrate.workspace import fence_path, other_states
 
-PLAN_VERSION = 1
-DEFAULT_TASK_BYTES = 128 << 20
 # Growth of one uncompressed legacy message rewritten as a single-record v2 batch: 61 bytes of batch header and
 # about 7 of record framing replace 26 (v0) or 34 (v1) bytes of message overhead.
 V2_GROWTH_PER_MESSAGE = {0: 42, 1: 34}
 V2_GROWTH_PER_WRAPPER = 64
 SPACE_MARGIN = 1.05
+# A torn write leaves a prefix of one entry; a "tail" longer than any entry Kafka would have accepted is damage.
+TORN_TAIL_SCAN_BYTES = 4 << 20
 
 
 class PlanRefusedError(MigrateError):
-    """The log dirs are not in a state that can be migrated safely; the message says what to do."""
+    """The log dirs are not in a state that can be migrated safely; the message lists every reason."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class PlanRequest:
-    log_dirs: list[str]
+    log_dirs: tuple[str, ...]
     options: ConvertOptions = field(default_factory=ConvertOptions)
     topics: str | None = None  # regex over topic names
     leader_epoch: int | None = None  # None: per partition, from its leader-epoch-checkpoint
-    host_map: dict[str, str] = field(default_factory=dict)  # log dir -> host (worker address or name)
+    host_map: tuple[tuple[str, str], ...] = ()  # (log dir, host) pairs
     allow_unclean: bool = False
+    check: bool = False  # plan --check: read every entry deeply before anything is touched
     task_bytes: int = DEFAULT_TASK_BYTES
-    free_bytes_cap: int | None = None  # tests: pretend the disk has at most this much free space
+    task_segments: int = DEFAULT_TASK_SEGMENTS
+    free_bytes_cap: int | None = None  # tests and --assume-free-bytes: pretend the disk has at most this much free
+
+    def host_of(self, raw: str, resolved: Path) -> str | None:
+        hosts = dict(self.host_map)
+        return hosts.get(raw) or hosts.get(str(resolved))
 
 
 def estimated_output_bytes(profile: SegmentProfile) -> int:
@@ -62,155 +86,260 @@ def estimated_output_bytes(profile: SegmentProfile) -> int:
     return profile.valid_bytes + growth
 
 
-def build_plan(request: PlanRequest) -> dict[str, Any]:
+@dataclass
+class _Findings:
+    refusals: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def build_plan(request: PlanRequest) -> Plan:
     opts = request.options
     topic_re = re.compile(request.topics) if request.topics else None
-    refusals: list[str] = []
-    warnings: list[str] = []
-    log_dir_entries = []
+    found = _Findings()
+    log_dir_plans = []
     for raw in request.log_dirs:
-        log_dir = Path(raw).resolve()
-        if not log_dir.is_dir():
-            refusals.append(f"{log_dir}: not a directory")
+        problem = validate_log_dir_path(raw)
+        if problem:
+            found.refusals.append(problem)
             continue
-        if is_locked(log_dir):
-            refusals.append(str(LogDirLockedError.for_dir(log_dir)))
-        if not has_clean_shutdown(log_dir) and not request.allow_unclean:
-            refusals.append(
-                f"{log_dir}: no .kafka_cleanshutdown marker, so the broker did not shut down cleanly and the last "
-                "segments may hold unrecovered data. Start the broker once, let it recover, stop it cleanly, and "
-                "plan again (or pass --allow-unclean if you have checked the segments yourself)."
-            )
-        if fence_path(log_dir).exists():
-            refusals.append(
-                f"{log_dir}: {fence_path(log_dir).name} exists: a migration is in progress here. Finish it with "
-                "`execute --plan` or undo it with `rollback --plan` using its plan file."
-            )
-        for journal in foreign_journals(log_dir, "-"):
-            refusals.append(
-                f"{log_dir}: {journal.name} belongs to a migration that was not finalized or rolled back; run "
-                "`finalize --plan` or `rollback --plan` with its plan file first."
-            )
-        partitions, dir_warnings = list_partitions(log_dir)
-        warnings.extend(dir_warnings)
-        entries = []
-        for part in partitions:
+        log_dir = Path(raw).resolve()
+        _check_log_dir(log_dir, request, found)
+        layout = inspect_log_dir(log_dir)
+        found.warnings.extend(layout.warnings)
+        meta = read_meta_properties(log_dir)
+        partitions = []
+        for part in layout.partitions:
             if topic_re and not topic_re.fullmatch(part.topic):
                 continue
-            if part.stray_files:
-                refusals.append(
-                    f"{part.path}: {', '.join(part.stray_files)} left by an interrupted broker operation; start the "
-                    "broker once so it completes or discards them, stop it cleanly, and plan again."
-                )
-            segments = []
-            for seg in part.segments:
-                if seg.size == 0:
-                    continue
-                profile = profile_segment(seg.path)
-                if profile.tail_bytes and not opts.truncate_tail:
-                    refusals.append(
-                        f"{seg.path}: {profile.tail_bytes} bytes of a partial entry at byte position "
-                        f"{profile.tail_position} "
-                        "(a crash left them; Kafka's recovery would truncate them). Plan with --truncate-tail to drop "
-                        "them (the original stays in the backup) or restore the segment from a replica."
-                    )
-                if not profile.has_magic_below(opts.target_magic):
-                    continue
-                segments.append(
-                    {
-                        "base_offset": seg.base_offset,
-                        "file": seg.path.name,
-                        "size": seg.size,
-                        "mtime_ns": seg.mtime_ns,
-                        "magics": profile.entries_by_magic,
-                        "estimated_output_bytes": estimated_output_bytes(profile),
-                    }
-                )
-            if not segments:
-                continue
-            epochs = leader_epoch_entries(part.path)
-            epoch = request.leader_epoch if request.leader_epoch is not None else (epochs[0][0] if epochs else 0)
-            entries.append(
-                {
-                    "partition": part.name,
-                    "dir": str(part.path),
-                    "leader_epoch": epoch,
-                    "bytes": sum(s["size"] for s in segments),
-                    "estimated_output_bytes": sum(s["estimated_output_bytes"] for s in segments),
-                    "segments": segments,
-                }
+            planned = _plan_partition(part, request, found)
+            if planned is not None:
+                partitions.append(planned)
+        log_dir_plans.append(
+            LogDirPlan(
+                log_dir=str(log_dir),
+                mtime_ns=log_dir.stat().st_mtime_ns,
+                host=request.host_of(raw, log_dir),
+                broker_id=meta.broker_id if meta else None,
+                cluster_id=meta.cluster_id if meta else None,
+                partitions=tuple(partitions),
+                filesystems=_space(partitions, request, found),
             )
-        need = int(sum(p["estimated_output_bytes"] for p in entries) * SPACE_MARGIN)
-        free = free_bytes(log_dir, request.free_bytes_cap)
-        if need > free:
-            refusals.append(
-                f"{log_dir}: the converted segments need about {need} bytes of staging space (originals are kept as "
-                f"hard links until finalize), but only {free} bytes are free. Free space, or migrate fewer topics at "
-                "a time (--topics)."
-            )
-        log_dir_entries.append(
-            {
-                "log_dir": str(log_dir),
-                "host": request.host_map.get(raw) or request.host_map.get(str(log_dir)),
-                "free_bytes": free,
-                "partitions": entries,
-            }
         )
-    if refusals:
-        raise PlanRefusedError("refusing to plan:\n  - " + "\n  - ".join(refusals))
-    # the id covers inputs and options only: free space changes from one minute to the next
-    body = {
-        "version": PLAN_VERSION,
-        "options": opts.to_dict(),
-        "log_dirs": [{k: v for k, v in d.items() if k != "free_bytes"} for d in log_dir_entries],
-    }
-    plan_id = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:16]
-    return {
-        "version": PLAN_VERSION,
-        "plan_id": plan_id,
-        "tool": f"kafka-log-migrate {__version__}",
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "planned_on": socket.gethostname(),
-        "options": opts.to_dict(),
-        "log_dirs": log_dir_entries,
-        "estimates": {
-            "partitions": sum(len(d["partitions"]) for d in log_dir_entries),
-            "segments": sum(len(p["segments"]) for d in log_dir_entries for p in d["partitions"]),
-            "bytes": sum(p["bytes"] for d in log_dir_entries for p in d["partitions"]),
-            "estimated_output_bytes": sum(
-                p["estimated_output_bytes"] for d in log_dir_entries for p in d["partitions"]
-            ),
-        },
-        "tasks": make_tasks(log_dir_entries, request.task_bytes),
-        "warnings": warnings,
-    }
+    if found.refusals:
+        raise PlanRefusedError(
+            f"refusing to plan ({len(found.refusals)} problem{'s' if len(found.refusals) > 1 else ''}):\n  - "
+            + "\n  - ".join(found.refusals)
+        )
+    parts = [p for d in log_dir_plans for p in d.partitions]
+    plan = Plan(
+        version=PLAN_VERSION,
+        plan_id="",
+        tool=f"kafka-log-migrate {__version__}",
+        created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        planned_on=socket.gethostname(),
+        options=opts,
+        log_dirs=tuple(log_dir_plans),
+        tasks=make_tasks(log_dir_plans, request.task_bytes, request.task_segments),
+        estimates=Estimates(
+            partitions=len(parts),
+            segments=sum(len(p.segments) for p in parts),
+            bytes=sum(p.bytes for p in parts),
+            estimated_output_bytes=sum(p.estimated_output_bytes for p in parts),
+        ),
+        warnings=tuple(found.warnings),
+    )
+    return replace(plan, plan_id=plan.content_id())
 
 
-def make_tasks(log_dirs: list[dict[str, Any]], task_bytes: int) -> list[dict[str, Any]]:
-    """Group segments into tasks of about ``task_bytes``: a task per tiny file would drown the scheduler."""
-    tasks = []
+def _check_log_dir(log_dir: Path, request: PlanRequest, found: _Findings) -> None:
+    holder = lock_holder(log_dir)
+    if holder is not None:
+        found.refusals.append(str(LogDirLockedError(str(log_dir), holder or None)))
+    if not has_clean_shutdown(log_dir) and not request.allow_unclean:
+        found.refusals.append(
+            f"{log_dir}: no .kafka_cleanshutdown marker, so the broker did not shut down cleanly and the last segments "
+            "may hold unrecovered data. Start the broker once, let it recover, stop it cleanly, and plan again (or "
+            "pass --allow-unclean if you have checked the segments yourself)."
+        )
+    if fence_path(log_dir).exists():
+        found.refusals.append(
+            f"{log_dir}: {fence_path(log_dir).name} exists: a migration is in progress here. Finish it with "
+            "`execute --plan` or undo it with `rollback --plan` using its plan file."
+        )
+    for state in other_states(log_dir, "-"):
+        found.refusals.append(
+            f"{log_dir}: {state.name} holds the state of a migration that was not finalized or rolled back; run "
+            "`execute`, `finalize` or `rollback` with its plan file first."
+        )
+
+
+def _plan_partition(part: Partition, request: PlanRequest, found: _Findings) -> PartitionPlan | None:
+    opts = request.options
+    if part.stray_files:
+        found.refusals.append(
+            f"{part.path}: {', '.join(part.stray_files)} left by an interrupted broker operation; start the broker "
+            "once so it completes or discards them, stop it cleanly, and plan again."
+        )
+    segments = []
+    for seg in part.segments:
+        if not seg.size:
+            continue
+        # a crash can tear only the segment being appended to: the partition's last (a roll follows a full write)
+        is_last = seg is part.segments[-1]
+        try:
+            profile = profile_segment(seg.path, check_crc=True)
+        except LocatedError as exc:
+            found.refusals.append(str(exc))
+            continue
+        except OSError as exc:
+            found.refusals.append(f"{seg.path}: cannot read ({exc.strerror}); check its permissions and the disk")
+            continue
+        if profile.corruption is not None:
+            found.refusals.append(str(profile.corruption))
+            continue
+        if not profile.has_magic_below(opts.target_magic):
+            continue  # nothing to convert; a torn tail here is Kafka's recovery's business, not ours
+        tail_drop = _tail(seg.path, profile, is_last, request, found)
+        if profile.tail_bytes and tail_drop is None:
+            continue
+        if profile.largest_entry > opts.max_message_bytes:
+            found.warnings.append(
+                f"{seg.path}: an entry of {profile.largest_entry} bytes at byte position "
+                f"{profile.largest_entry_position} is larger than --max-message-bytes {opts.max_message_bytes}; a "
+                "broker accepted it, so the topic's max.message.bytes is at least that. Its converted batch keeps "
+                "about that size; consumers need fetch.max.bytes at least as large."
+            )
+        if request.check:
+            try:
+                check_segment(seg.path, seg.base_offset, opts.chunk_bytes)
+            except LocatedError as exc:
+                if tail_drop is None or exc.position is None or exc.position < tail_drop.position:
+                    found.refusals.append(str(exc))
+                    continue
+        segments.append(
+            SegmentPlan(
+                base_offset=seg.base_offset,
+                size=seg.size,
+                mtime_ns=seg.mtime_ns,
+                inode=os.stat(seg.path).st_ino,
+                entries_by_magic=dict(sorted(profile.entries_by_magic.items())),
+                estimated_output_bytes=estimated_output_bytes(profile),
+                tail_drop=tail_drop,
+            )
+        )
+    if not segments:
+        return None
+    epochs = leader_epoch_entries(part.path)
+    epoch = request.leader_epoch if request.leader_epoch is not None else (epochs[0][0] if epochs else 0)
+    return PartitionPlan(
+        name=part.name,
+        topic=part.topic,
+        partition=part.partition,
+        dir=str(part.path),
+        dir_mtime_ns=part.path.stat().st_mtime_ns,
+        leader_epoch=epoch,
+        bytes=sum(s.size for s in segments),
+        estimated_output_bytes=sum(s.estimated_output_bytes for s in segments),
+        segments=tuple(segments),
+    )
+
+
+def _tail(
+    path: Path, profile: SegmentProfile, is_last: bool, request: PlanRequest, found: _Findings
+) -> TailDrop | None:
+    """A torn tail is a partial entry running to the end of the partition's last segment, with no valid entry after
+    it; anything else is damage, reported with the failed check and never with advice to truncate."""
+    if not profile.tail_bytes:
+        return None
+    position = profile.tail_position
+    assert position is not None
+    limit = max(request.options.max_message_bytes, profile.largest_entry) + 12
+    after = valid_entry_after(path, position + 1, min(profile.tail_bytes - 1, TORN_TAIL_SCAN_BYTES))
+    if not is_last or after is not None or profile.tail_bytes > limit:
+        if not is_last:
+            why = "it is not the partition's last segment, so a crash cannot have torn it"
+        elif after is not None:
+            why = f"a valid entry follows at byte position {after}, so the entry header here is damaged"
+        else:
+            why = f"the partial entry would be {profile.tail_bytes} bytes, larger than any entry in the partition"
+        found.refusals.append(
+            f"{path}: the entry at byte position {position} runs past the end of the file ({profile.tail_bytes} bytes "
+            f"left), and {why}. This is damage, not a torn tail: restore the partition from a replica (or leave its "
+            "topic out with --topics). Inspect it with `kafka-log-migrate dump --deep-iteration`."
+        )
+        return None
+    drop = TailDrop(position, profile.tail_bytes, profile.last_offset, profile.tail_claimed_offset)
+    if request.options.truncate_tail:
+        return drop
+    found.refusals.append(
+        f"{path}: {profile.tail_bytes} bytes of a partial entry at byte position {position} after offset "
+        f"{profile.last_offset} (a crash tore the last write; Kafka's recovery would truncate it). Plan with "
+        "--truncate-tail to drop them (the original is kept until finalize), or restore the segment from a replica."
+    )
+    return None
+
+
+def _space(partitions: list[PartitionPlan], request: PlanRequest, found: _Findings) -> tuple[FilesystemSpace, ...]:
+    """Staging needs room on the filesystem of each partition's real directory (a partition dir may be a symlink
+    onto another disk); the originals stay as hard links until finalize."""
+    by_device: dict[int, list[PartitionPlan]] = {}
+    real: dict[int, str] = {}
+    for p in partitions:
+        resolved = os.path.realpath(p.dir)
+        dev = os.stat(resolved).st_dev
+        by_device.setdefault(dev, []).append(p)
+        real.setdefault(dev, resolved)
+    out = []
+    for dev, parts in sorted(by_device.items()):
+        need = int(sum(p.estimated_output_bytes for p in parts) * SPACE_MARGIN)
+        free = free_bytes(real[dev], request.free_bytes_cap)
+        out.append(FilesystemSpace(dev, real[dev], len(parts), need, free))
+        if need > free:
+            found.refusals.append(
+                f"{real[dev]}: the converted segments of {len(parts)} partitions on this filesystem need about {need} "
+                f"bytes of staging space (originals are kept as hard links until finalize), but only {free} bytes are "
+                "free. Free space, or migrate fewer topics at a time (--topics)."
+            )
+    return tuple(out)
+
+
+def make_tasks(log_dirs: list[LogDirPlan], task_bytes: int, task_segments: int) -> tuple[TaskPlan, ...]:
+    """Group segments into tasks of about ``task_bytes`` and at most ``task_segments``: a task per tiny file would
+    drown the scheduler, one task per log dir would leave workers idle."""
+    tasks: list[TaskPlan] = []
     for d in log_dirs:
-        current: list[list[Any]] = []
+        current: list[SegmentRef] = []
         size = 0
-        for p in d["partitions"]:
-            for s in p["segments"]:
-                current.append([p["partition"], s["base_offset"]])
-                size += s["size"]
-                if size >= task_bytes:
-                    tasks.append({"log_dir": d["log_dir"], "segments": current, "bytes": size})
+        for p in d.partitions:
+            for s in p.segments:
+                current.append(SegmentRef(p.name, s.base_offset))
+                size += s.size
+                if size >= task_bytes or len(current) >= task_segments:
+                    tasks.append(TaskPlan(f"t{len(tasks):05d}", d.log_dir, tuple(current), size))
                     current, size = [], 0
         if current:
-            tasks.append({"log_dir": d["log_dir"], "segments": current, "bytes": size})
-    for i, t in enumerate(tasks):
-        t["id"] = f"t{i:05d}"
-    return tasks
+            tasks.append(TaskPlan(f"t{len(tasks):05d}", d.log_dir, tuple(current), size))
+    return tuple(tasks)
 
 
-def load_plan(path: str | Path) -> dict[str, Any]:
+def load_plan(path: str | Path) -> Plan:
+    """A plan file, checked against the model and its own id; a MigrateError says what is wrong and to re-plan."""
+    from migrate.model import ModelError, load_plan_json
+
     try:
-        plan = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise MigrateError(f"cannot read plan {path}: {exc}") from exc
-    if plan.get("version") != PLAN_VERSION:
-        raise MigrateError(f"{path}: plan version {plan.get('version')!r}, this tool reads version {PLAN_VERSION}")
-    return plan
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise MigrateError(f"cannot read plan {path}: {exc.strerror}") from exc
+    try:
+        return load_plan_json(text, str(path))
+    except ModelError as exc:
+        raise MigrateError(f"{path}: {exc}") from exc
+
+
+def write_plan(plan: Plan, path: str | Path) -> None:
+    from migrate.model import dump_plan_json
+
+    target = Path(path)
+    partial = target.with_name(target.name + ".partial")
+    partial.write_text(dump_plan_json(plan))
+    os.replace(partial, target)

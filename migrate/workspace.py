@@ -7,20 +7,23 @@ Facts that bind these choices (docs/kafka-on-disk-facts.md sections 2 and 3):
 - Any directory of a log dir that is not a topic-partition name stops a broker at start-up ("Found directory ...,
   '...' is not in the form of topic-partition"). The fence ``<log dir>/kafka-log-migrate.IN-PROGRESS`` uses that on
   purpose: while it exists no broker can start on the log dir, and the broker's error names it.
-- Kafka ignores regular files it does not know in the log dir root: the journal is the hidden file
-  ``<log dir>/.kafka-log-migrate-<plan id>.journal``.
+- Kafka ignores regular files it does not know in the log dir root: the run's state is the hidden SQLite file
+  ``<log dir>/.kafka-log-migrate-<plan id>.db`` and the lock of the run that holds it
+  ``<log dir>/.kafka-log-migrate-<plan id>.run``.
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
 from pathlib import Path
 
 FENCE_NAME = "kafka-log-migrate.IN-PROGRESS"
 WORK_DIR_NAME = ".kafka-log-migrate"
-JOURNAL_PREFIX = ".kafka-log-migrate-"
-JOURNAL_SUFFIX = ".journal"
-SEGMENT_SUFFIXES = (".log", ".index", ".timeindex")
+STATE_PREFIX = ".kafka-log-migrate-"
+STATE_SUFFIX = ".db"
+RUN_LOCK_SUFFIX = ".run"
 
 FENCE_README = """This directory was made by kafka-log-migrate while it rewrites the segments of this log dir.
 
@@ -38,8 +41,12 @@ def fence_path(log_dir: str | Path) -> Path:
     return Path(log_dir) / FENCE_NAME
 
 
-def journal_path(log_dir: str | Path, plan_id: str) -> Path:
-    return Path(log_dir) / f"{JOURNAL_PREFIX}{plan_id}{JOURNAL_SUFFIX}"
+def state_path(log_dir: str | Path, plan_id: str) -> Path:
+    return Path(log_dir) / f"{STATE_PREFIX}{plan_id}{STATE_SUFFIX}"
+
+
+def run_lock_path(log_dir: str | Path, plan_id: str) -> Path:
+    return Path(log_dir) / f"{STATE_PREFIX}{plan_id}{RUN_LOCK_SUFFIX}"
 
 
 def work_dir(partition_dir: str | Path, plan_id: str) -> Path:
@@ -66,10 +73,26 @@ def fsync_dir(path: str | Path) -> None:
         os.close(fd)
 
 
-def foreign_journals(log_dir: str | Path, plan_id: str) -> list[Path]:
-    """Journals of other plans still in the log dir: a migration not finalized or rolled back."""
-    return sorted(
-        p
-        for p in Path(log_dir).glob(f"{JOURNAL_PREFIX}*{JOURNAL_SUFFIX}")
-        if p.name != journal_path(log_dir, plan_id).name
-    )
+def other_states(log_dir: str | Path, plan_id: str) -> list[Path]:
+    """State files of other plans in the log dir: another migration, finished or not."""
+    mine = state_path(log_dir, plan_id).name
+    return sorted(p for p in Path(log_dir).glob(f"{STATE_PREFIX}*{STATE_SUFFIX}") if p.name != mine)
+
+
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+_syncfs = getattr(_libc, "syncfs", None)
+
+
+def sync_filesystem(path: str | Path) -> None:
+    """Make everything written on the filesystem of ``path`` durable: one syncfs for a task's many files instead of
+    an fsync per file and directory (os.sync where syncfs is missing)."""
+    if _syncfs is None:
+        os.sync()
+        return
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        if _syncfs(fd) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, os.strerror(err), str(path))
+    finally:
+        os.close(fd)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from migrate.model import ConvertOptions, SegmentResult, SegmentTask
 from migrate.segment.convert import convert_segment
-from migrate.segment.task import ConvertOptions, SegmentResult, SegmentTask
 
 
 def convert_logdir(logdir: Path, out: Path, options: ConvertOptions) -> dict[str, SegmentResult]:

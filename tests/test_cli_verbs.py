@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from kafka_layout import make_broker_logdir
-from test_pipeline import snapshot
+from runs import snapshot
 
 from migrate.cli import main
 
@@ -18,7 +18,8 @@ def test_plan_execute_verify_status_rollback(tmp_path, capsys):
     summary = json.loads(capsys.readouterr().out)
     assert summary["segments"] == 4 and summary["plan_id"] == json.loads(plan.read_text())["plan_id"]
     assert main(["execute", "--plan", str(plan), "--engine", "serial"]) == 0
-    assert "4 segments converted" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "4 segments converted and verified" in out and "2 of 2 partitions migrated; fence down" in out
     assert main(["verify", "--plan", str(plan), "--engine", "serial"]) == 0
     assert main(["scan", "--log-dirs", str(log_dir)]) == 0
     assert main(["rollback", "--plan", str(plan)]) == 0
@@ -26,7 +27,7 @@ def test_plan_execute_verify_status_rollback(tmp_path, capsys):
     assert main(["scan", "--log-dirs", str(log_dir)]) == 4
 
 
-def test_status_json_shows_every_partition_swapped(tmp_path, capsys):
+def test_status_shows_every_partition_migrated_and_the_history_after_finalize(tmp_path, capsys):
     log_dir = make_broker_logdir(tmp_path, partitions=["gzip-v0-0"])
     plan = tmp_path / "plan.json"
     main(["plan", "--log-dirs", str(log_dir), "-o", str(plan)])
@@ -34,10 +35,13 @@ def test_status_json_shows_every_partition_swapped(tmp_path, capsys):
     capsys.readouterr()
     assert main(["status", "--plan", str(plan), "--json"]) == 0
     status = json.loads(capsys.readouterr().out)
-    assert status["log_dirs"][0]["state"] == "swapped"
-    assert status["log_dirs"][0]["partitions"]["gzip-v0-0"]["state"] == "swapped"
+    assert status["log_dirs"][0]["phase"] == "migrated"
+    assert [(p["partition"], p["state"]) for p in status["log_dirs"][0]["partitions"]] == [("gzip-v0-0", "migrated")]
     assert main(["finalize", "--plan", str(plan)]) == 0
-    assert not list(log_dir.glob("*/.kafka-log-migrate"))
+    assert not list(log_dir.glob("*/.kafka-log-migrate")) and not list(log_dir.glob(".kafka-log-migrate*"))
+    capsys.readouterr()
+    assert main(["status", "--plan", str(plan)]) == 0
+    assert f"{log_dir}: finalized: 1 migrated" in capsys.readouterr().out
 
 
 def test_refusals_exit_1_with_a_message_that_says_what_to_do(tmp_path, capsys):

@@ -1,71 +1,123 @@
-"""A crash at any step of execute or rollback, followed by execute (resume) or rollback, ends consistent.
+"""A crash at any point of execute or rollback, then execute or rollback, ends with every partition wholly original
+or wholly migrated, and the fence up exactly while one is not.
 
-The crash is real: ``execute`` runs in a subprocess that kills itself (os._exit, as a power cut would leave it) at
-the step named by KAFKA_LOG_MIGRATE_CRASH_AT; see migrate/journal.py.
+The crash is real: the command runs in a subprocess that kills itself with os._exit (as a power cut leaves it) at the
+fault point named by KAFKA_LOG_MIGRATE_CRASH_AT (migrate/faults.py). ``test_the_matrix_covers_every_point`` traces a
+run and fails when a new point appears that the lists below do not cover.
 """
 
 from __future__ import annotations
 
-import json
+import hashlib
 import os
+import random
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
 from conftest import REPO, expected_summaries
 from kafka_layout import make_broker_logdir
-from test_pipeline import snapshot
+from runs import assert_scan_agrees, make_plan, snapshot
 
 from migrate import pipeline
 from migrate.engines import SerialEngine
+from migrate.faults import CRASH_ENV, CRASH_EXIT, TRACE_ENV
 from migrate.format.digest import LogDigest
 from migrate.format.entries import walk_entries
-from migrate.journal import CRASH_ENV
-from migrate.plan import PlanRequest, build_plan
 from migrate.segment.reader import read_file
 from migrate.workspace import FENCE_NAME
 
 PARTITIONS = ["plain-v0-1", "gzip-v0-0", "lz4-v1-1"]
 SUMMARIES = expected_summaries()
 
-EXECUTE_CRASHES = [
-    "execute-started",
-    "fence-up",
-    "segment-converted",
-    "segment-converted:3",
-    "partition-verified:2",
-    "segment-swap-begin",
-    "after-backup-link",
-    "after-rename",
-    "after-rename:2",
-    "before:segment-swapped",
-    "segment-swapped:2",
-    "before:partition-swapped",
-    "partition-swapped",
-    "before:logdir-swapped",
-    "logdir-swapped",
+# every point an execute of PARTITIONS passes; repeated points at their first and last pass
+EXECUTE_POINTS = [
+    "before:commit:initialized",
+    "commit:initialized",
+    "before:fence-up",
+    "after:fence-up",
+    "before:commit:fence-up",
+    "commit:fence-up",
+    "before:commit:run-started",
+    "commit:run-started",
+    "before:convert",
+    "before:convert:6",
+    "before:syncfs",
+    "before:commit:outcomes",
+    "commit:outcomes",
+    "before:commit:swap-begun",
+    "commit:swap-begun",
+    "before:backup-link",
+    "after:backup-link",
+    "after:backup-link:6",
+    "before:rename",
+    "after:rename",
+    "after:rename:9",
+    "before:rename:18",
+    "after:rename:18",
+    "before:syncfs-swap",
+    "before:commit:partition-migrated",
+    "commit:partition-migrated",
     "before:fence-down",
+    "after:fence-down",
+    "before:commit:fence-down",
+    "commit:fence-down",
+    "before:commit:meta-phase",
+    "commit:meta-phase",
+    "before:commit:run-ended",
+    "commit:run-ended",
 ]
-ROLLBACK_CRASHES = ["rollback-started", "segment-rolled-back", "partition-rolled-back:2", "before:rollback-finished"]
+ROLLBACK_POINTS = [
+    "before:fence-up",
+    "after:fence-up",
+    "before:commit:fence-up",
+    "commit:fence-up",
+    "before:commit:rollback-begun",
+    "commit:rollback-begun",
+    "commit:rollback-begun:2",
+    "before:unlink",
+    "after:unlink",
+    "after:unlink:12",
+    "before:restore",
+    "after:restore",
+    "after:restore:3",
+    "after:restore:6",
+    "before:commit:partition-rolled-back",
+    "commit:partition-rolled-back",
+    "commit:partition-rolled-back:4",
+    "before:commit:rolled-back",
+    "commit:rolled-back",
+    "before:fence-down",
+    "after:fence-down",
+    "before:commit:fence-down",
+    "commit:fence-down",
+]
 
 RUN = """
-import json, sys
+import sys
 from migrate import pipeline
 from migrate.engines import SerialEngine
-plan = json.load(open(sys.argv[2]))
-engine = SerialEngine()
+from migrate.plan import load_plan
+plan = load_plan(sys.argv[2])
 if sys.argv[1] == "execute":
-    pipeline.execute(plan, engine)
+    pipeline.execute(plan, SerialEngine())
 else:
-    pipeline.rollback(plan, engine, sys.argv[2])
+    pipeline.rollback(plan, SerialEngine(), sys.argv[2])
 """
 
 
+def run(verb: str, plan_path: Path, env: dict[str, str]) -> int:
+    proc = subprocess.run(
+        [sys.executable, "-c", RUN, verb, str(plan_path)], env={**os.environ, **env}, cwd=REPO, capture_output=True
+    )
+    assert proc.returncode in (0, CRASH_EXIT), proc.stderr.decode()[-3000:]
+    return proc.returncode
+
+
 def crash(verb: str, plan_path: Path, point: str) -> None:
-    env = {**os.environ, CRASH_ENV: point}
-    proc = subprocess.run([sys.executable, "-c", RUN, verb, str(plan_path)], env=env, cwd=REPO, capture_output=True)
-    assert proc.returncode == 77, (point, proc.returncode, proc.stderr.decode()[-2000:])
+    assert run(verb, plan_path, {CRASH_ENV: point}) == CRASH_EXIT, f"{verb} never reached {point}"
 
 
 def partition_digest(part: Path) -> str:
@@ -77,7 +129,31 @@ def partition_digest(part: Path) -> str:
     return digest.hexdigests()[0]
 
 
-def assert_migrated(broker: Path) -> None:
+def live_forms(broker: Path, before: dict) -> dict[str, str]:
+    """Per partition: 'original' (every planned .log byte-identical to before), 'migrated' (every one all v2), or
+    'mixed'."""
+    out = {}
+    for part in PARTITIONS:
+        forms = set()
+        for log in sorted((broker / part).glob("*.log")):
+            data = log.read_bytes()
+            if before[f"{part}/{log.name}"][0] == hashlib.sha256(data).hexdigest():
+                forms.add("original")
+            elif set(walk_entries(data).magics.tolist()) == {2}:
+                forms.add("migrated")
+            else:
+                forms.add("other")
+        out[part] = forms.pop() if len(forms) == 1 else "mixed"
+    return out
+
+
+def assert_fence_iff_mixed(broker: Path, before: dict, point: str) -> None:
+    forms = live_forms(broker, before)
+    if "mixed" in forms.values() or "other" in forms.values():
+        assert (broker / FENCE_NAME).is_dir(), (point, forms)
+
+
+def assert_migrated(broker: Path, plan) -> None:
     assert not (broker / FENCE_NAME).exists()
     for part in PARTITIONS:
         assert partition_digest(broker / part) == SUMMARIES[part]["sha256"], part
@@ -88,40 +164,88 @@ def assert_migrated(broker: Path) -> None:
 @pytest.fixture
 def setup(tmp_path):
     broker = make_broker_logdir(tmp_path, partitions=PARTITIONS)
-    plan = build_plan(PlanRequest(log_dirs=[str(broker)]))
-    plan_path = tmp_path / "plan.json"
-    plan_path.write_text(json.dumps(plan))
+    plan, plan_path = make_plan(tmp_path, broker)
     return broker, plan, plan_path, snapshot(broker)
 
 
-@pytest.mark.parametrize("point", EXECUTE_CRASHES)
-def test_crash_during_execute_then_resume(setup, point):
-    broker, plan, plan_path, before = setup
-    crash("execute", plan_path, point)
+def finish_execute(broker, plan, before) -> None:
     report = pipeline.execute(plan, SerialEngine())
-    assert report["ok"], report
-    assert_migrated(broker)
-    assert pipeline.rollback(plan, SerialEngine(), plan_path)["ok"]
+    assert report.ok, report
+    assert_scan_agrees(plan, report)
+    assert_migrated(broker, plan)
+
+
+def finish_rollback(broker, plan, plan_path, before) -> None:
+    result = pipeline.rollback(plan, SerialEngine(), plan_path)
+    assert result.ok, result
     assert snapshot(broker) == before
 
 
-@pytest.mark.parametrize("point", EXECUTE_CRASHES)
+@pytest.mark.parametrize("point", EXECUTE_POINTS)
+def test_crash_during_execute_then_execute(setup, point):
+    broker, plan, plan_path, before = setup
+    crash("execute", plan_path, point)
+    assert_fence_iff_mixed(broker, before, point)
+    finish_execute(broker, plan, before)
+    finish_rollback(broker, plan, plan_path, before)
+
+
+@pytest.mark.parametrize("point", EXECUTE_POINTS)
 def test_crash_during_execute_then_rollback(setup, point):
     broker, plan, plan_path, before = setup
     crash("execute", plan_path, point)
-    # the fence goes up before any live file can change and comes down last
-    fenced = point not in ("execute-started", "before:fence-down")
-    assert (broker / FENCE_NAME).exists() == fenced, point
-    result = pipeline.rollback(plan, SerialEngine(), plan_path)
-    assert result["ok"], result
-    assert snapshot(broker) == before
+    finish_rollback(broker, plan, plan_path, before)
 
 
-@pytest.mark.parametrize("point", ROLLBACK_CRASHES)
-def test_crash_during_rollback_then_rollback_again(setup, point):
+@pytest.mark.parametrize("point", ROLLBACK_POINTS)
+def test_crash_during_rollback_then_rollback(setup, point):
     broker, plan, plan_path, before = setup
-    assert pipeline.execute(plan, SerialEngine())["ok"]
+    finish_execute(broker, plan, before)
     crash("rollback", plan_path, point)
-    assert (broker / FENCE_NAME).exists()
-    assert pipeline.rollback(plan, SerialEngine(), plan_path)["ok"]
-    assert snapshot(broker) == before
+    assert_fence_iff_mixed(broker, before, point)
+    # a rollback interrupted between a rename and its record resumes without blaming a broker: no --force
+    finish_rollback(broker, plan, plan_path, before)
+
+
+@pytest.mark.parametrize("point", ROLLBACK_POINTS)
+def test_crash_during_rollback_then_execute(setup, point):
+    broker, plan, plan_path, before = setup
+    finish_execute(broker, plan, before)
+    crash("rollback", plan_path, point)
+    finish_execute(broker, plan, before)
+    finish_rollback(broker, plan, plan_path, before)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_second_crash_inside_the_recovery(setup, seed):
+    """Crash, crash again inside the command that recovers, then finish with either command."""
+    broker, plan, plan_path, before = setup
+    rng = random.Random(seed)
+    first_verb = rng.choice(["execute", "rollback"])
+    if first_verb == "rollback":
+        finish_execute(broker, plan, before)
+    crash(first_verb, plan_path, rng.choice(EXECUTE_POINTS if first_verb == "execute" else ROLLBACK_POINTS))
+    second_verb = rng.choice(["execute", "rollback"])
+    point = rng.choice(EXECUTE_POINTS if second_verb == "execute" else ROLLBACK_POINTS)
+    # the recovering run may finish before it reaches the point (it has less to do); both are fine
+    run(second_verb, plan_path, {CRASH_ENV: point})
+    assert_fence_iff_mixed(broker, before, point)
+    if rng.random() < 0.5:
+        finish_execute(broker, plan, before)
+    finish_rollback(broker, plan, plan_path, before)
+
+
+def test_the_matrix_covers_every_point(setup, tmp_path):
+    _, _, plan_path, _ = setup
+    traced = {}
+    for verb in ("execute", "rollback"):
+        trace = tmp_path / f"{verb}.trace"
+        assert run(verb, plan_path, {TRACE_ENV: str(trace)}) == 0
+        traced[verb] = Counter(trace.read_text().split())
+    for verb, listed in (("execute", EXECUTE_POINTS), ("rollback", ROLLBACK_POINTS)):
+        names = {p.rsplit(":", 1)[0] if p.rsplit(":", 1)[-1].isdigit() else p for p in listed}
+        assert set(traced[verb]) == names, (verb, set(traced[verb]) ^ names)
+        for p in listed:  # every repeated point listed at its last pass exists
+            head, _, n = p.rpartition(":")
+            if n.isdigit():
+                assert traced[verb][head] >= int(n), (verb, p)

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from distributed import get_worker
 from kafka_layout import make_broker_logdir
+from runs import assert_scan_agrees
 
 from migrate import pipeline
 from migrate.engines import StageCall
@@ -111,9 +112,10 @@ def test_a_host_without_workers_fails_loudly(two_host_cluster):
 def test_execute_with_two_log_dirs_on_two_hosts(two_host_cluster, tmp_path):
     a = make_broker_logdir(tmp_path / "a", partitions=["plain-v0-1", "gzip-v0-0"], name="kafka-logs-a")
     b = make_broker_logdir(tmp_path / "b", partitions=["lz4-v1-1"], name="kafka-logs-b")
-    plan = build_plan(PlanRequest(log_dirs=[str(a), str(b)], host_map={str(a): "127.0.0.1", str(b): "127.0.0.2"}))
-    assert [d["host"] for d in plan["log_dirs"]] == ["127.0.0.1", "127.0.0.2"]
+    plan = build_plan(PlanRequest(log_dirs=(str(a), str(b)), host_map=((str(a), "127.0.0.1"), (str(b), "127.0.0.2"))))
+    assert [d.host for d in plan.log_dirs] == ["127.0.0.1", "127.0.0.2"]
     report = pipeline.execute(plan, two_host_cluster)
-    assert report["ok"], report
-    assert report["converted"] == plan["estimates"]["segments"]
+    assert report.ok, report
+    assert_scan_agrees(plan, report)
+    assert report.totals.verified == plan.estimates.segments
     assert Path(a / "gzip-v0-0" / "00000000000000000000.index").exists()

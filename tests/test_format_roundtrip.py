@@ -17,7 +17,7 @@ from conftest import VALID_FIXTURE_SEGMENTS, fixture_id
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from migrate.errors import CorruptRecordError, UnsupportedFormatError
+from migrate.errors import CorruptRecordError, LocatedError, UnsupportedFormatError
 from migrate.format import batch as v2
 from migrate.format import codecs, legacy
 from migrate.format.checksums import crc32, crc32c
@@ -571,4 +571,4 @@ def test_unknown_magic_is_refused_where_it_is():
     with pytest.raises(UnsupportedFormatError, match="magic byte 3") as info:
         read_entries(good + bytes(bad))
     assert info.value.position == len(good)
-    assert isinstance(info.value, CorruptRecordError)
+    assert isinstance(info.value, LocatedError) and not isinstance(info.value, CorruptRecordError)

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 from pathlib import Path
 
 import pytest
 from conftest import expected_summaries
 from kafka_layout import make_broker_logdir
+from runs import assert_scan_agrees, make_plan, snapshot
 
 from migrate import pipeline
 from migrate.engines import SerialEngine
+from migrate.model import PartitionState
 from migrate.plan import PlanRefusedError, PlanRequest, build_plan
 from migrate.workspace import FENCE_NAME
 
@@ -29,33 +29,14 @@ PARTITIONS = [
 ]
 
 
-def snapshot(root: Path) -> dict[str, tuple[str, int] | str]:
-    """Every entry under root: files by content hash and mtime, directories by name."""
-    out: dict[str, tuple[str, int] | str] = {}
-    for p in sorted(root.rglob("*")):
-        rel = str(p.relative_to(root))
-        if p.is_dir():
-            out[rel] = "dir"
-        else:
-            out[rel] = (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
-    return out
-
-
 @pytest.fixture
 def broker(tmp_path: Path) -> Path:
     return make_broker_logdir(tmp_path, partitions=PARTITIONS)
 
 
-def write_plan(tmp_path: Path, log_dir: Path, **kwargs) -> tuple[dict, Path]:
-    plan = build_plan(PlanRequest(log_dirs=[str(log_dir)], **kwargs))
-    path = tmp_path / "plan.json"
-    path.write_text(json.dumps(plan, indent=2))
-    return plan, path
-
-
 def test_plan_lists_only_segments_with_legacy_data(broker, tmp_path):
-    plan, _ = write_plan(tmp_path, broker)
-    parts = {p["partition"]: p for p in plan["log_dirs"][0]["partitions"]}
+    plan, _ = make_plan(tmp_path, broker)
+    parts = {p.name: p for p in plan.log_dirs[0].partitions}
     assert set(parts) == {
         "plain-v0-0",
         "gzip-v0-0",
@@ -65,34 +46,37 @@ def test_plan_lists_only_segments_with_legacy_data(broker, tmp_path):
         "mixed-v1-v2-0",
         "empty-segment-0",
     }
-    assert [s["base_offset"] for s in parts["empty-segment-0"]["segments"]] == [0, 20]  # the empty one stays
-    assert [s["base_offset"] for s in parts["mixed-v1-v2-0"]["segments"]] == [0, 18]  # 45 is v2-only: it stays
+    assert [s.base_offset for s in parts["empty-segment-0"].segments] == [0, 20]  # the empty one stays
+    assert [s.base_offset for s in parts["mixed-v1-v2-0"].segments] == [0, 18]  # 45 is v2-only: it stays
     assert (
-        parts["mixed-v1-v2-0"]["segments"][1]["magics"] == SUMMARIES["mixed-v1-v2-0/00000000000000000018.log"]["magics"]
+        parts["mixed-v1-v2-0"].segments[1].entries_by_magic
+        == SUMMARIES["mixed-v1-v2-0/00000000000000000018.log"]["magics"]
     )
-    assert [s["base_offset"] for s in parts["plain-v0-0"]["segments"]] == [0, 40, 80]
-    seg = parts["plain-v0-0"]["segments"][0]
-    assert seg["magics"] == {"0": 40}
-    assert seg["estimated_output_bytes"] == seg["size"] + 40 * 42
-    assert plan["plan_id"] == build_plan(PlanRequest(log_dirs=[str(broker)]))["plan_id"]
+    assert [s.base_offset for s in parts["plain-v0-0"].segments] == [0, 40, 80]
+    seg = parts["plain-v0-0"].segments[0]
+    assert seg.entries_by_magic == {"0": 40}
+    assert seg.estimated_output_bytes == seg.size + 40 * 42
+    assert seg.inode == (broker / "plain-v0-0" / seg.file).stat().st_ino
+    # the id covers the content only: planning the same inputs again gives the same id
+    assert plan.plan_id == build_plan(PlanRequest(log_dirs=(str(broker),))).plan_id == plan.content_id()
 
 
-def test_plan_refuses_a_dir_without_clean_shutdown_marker(broker, tmp_path):
+def test_plan_refuses_a_dir_without_clean_shutdown_marker(broker):
     (broker / ".kafka_cleanshutdown").unlink()
     with pytest.raises(PlanRefusedError, match="kafka_cleanshutdown"):
-        build_plan(PlanRequest(log_dirs=[str(broker)]))
-    assert build_plan(PlanRequest(log_dirs=[str(broker)], allow_unclean=True))["estimates"]["segments"] > 0
+        build_plan(PlanRequest(log_dirs=(str(broker),)))
+    assert build_plan(PlanRequest(log_dirs=(str(broker),), allow_unclean=True)).estimates.segments > 0
 
 
 def test_plan_refuses_too_little_space(broker):
-    with pytest.raises(PlanRefusedError, match="staging space"):
-        build_plan(PlanRequest(log_dirs=[str(broker)], free_bytes_cap=1000))
+    with pytest.raises(PlanRefusedError, match="staging space") as info:
+        build_plan(PlanRequest(log_dirs=(str(broker),), free_bytes_cap=1000))
+    assert "only 1000 bytes are free" in str(info.value)
 
 
 def test_plan_refuses_a_locked_log_dir(broker):
     import subprocess
     import sys
-    import time
 
     holder = subprocess.Popen(
         [
@@ -107,20 +91,19 @@ def test_plan_refuses_a_locked_log_dir(broker):
     )
     try:
         assert holder.stdout.readline().strip() == "locked"
-        with pytest.raises(PlanRefusedError, match=str(broker)):
-            build_plan(PlanRequest(log_dirs=[str(broker)]))
+        with pytest.raises(PlanRefusedError, match=f"process {holder.pid} holds the fcntl lock"):
+            build_plan(PlanRequest(log_dirs=(str(broker),)))
     finally:
         holder.kill()
         holder.wait()
-    time.sleep(0.05)
 
 
-def check_migrated(broker: Path, before: dict, oracle=None) -> None:
+def check_migrated(broker: Path, before: dict) -> None:
     after = snapshot(broker)
     # every non-segment file is byte-identical, with its mtime
     for rel, value in before.items():
         name = Path(rel).name
-        if value == "dir" or name.endswith((".log", ".index", ".timeindex")):
+        if value[0] == "dir" or name.endswith((".log", ".index", ".timeindex")):
             continue
         assert after.get(rel) == value, rel
     for rel, value in before.items():
@@ -134,12 +117,13 @@ def test_execute_on_dask_then_rollback_restores_every_byte(broker, tmp_path, ora
     from migrate.engines.dask import DaskEngine
 
     before = snapshot(broker)
-    plan, plan_path = write_plan(tmp_path, broker)
+    plan, plan_path = make_plan(tmp_path, broker)
     engine = DaskEngine(n_workers=2, dashboard_address="127.0.0.1:0", processes=True, progress=False)
     try:
         report = pipeline.execute(plan, engine)
-        assert report["ok"], report
-        assert report["converted"] == plan["estimates"]["segments"]
+        assert report.ok, report
+        assert_scan_agrees(plan, report)
+        assert report.totals.verified == plan.estimates.segments
         check_migrated(broker, before)
         # Kafka reads every live partition with the records of the source
         for part in ("plain-v0-0", "gzip-v0-0", "lz4-v1-1", "mixed-v0-v1-0", "compacted-v0-0", "mixed-v1-v2-0"):
@@ -147,50 +131,73 @@ def test_execute_on_dask_then_rollback_restores_every_byte(broker, tmp_path, ora
             assert summary["valid"], (part, summary["errors"])
             assert summary["sha256"] == SUMMARIES[part]["sha256"], part
             assert set(summary["magics"]) == {"2"}, part
-        assert pipeline.verify_live(plan, engine)["ok"]
+        assert pipeline.verify_live(plan, engine).ok
         # a second execute finds nothing left to do
         again = pipeline.execute(plan, engine)
-        assert again["ok"] and again["converted"] == 0
+        assert again.ok and again.totals.verified == 0
         rolled = pipeline.rollback(plan, engine, plan_path)
-        assert rolled["ok"], rolled
+        assert rolled.ok, rolled
     finally:
         engine.close()
-    assert snapshot(broker) == before
-    assert Path(rolled["journals"][0]).exists()
+    assert snapshot(broker) == before  # bytes, mtimes, and directory mtimes too
+    assert Path(rolled.archived[0]).exists()
 
 
 def test_execute_then_finalize_leaves_nothing_extra(broker, tmp_path):
     before = snapshot(broker)
-    plan, plan_path = write_plan(tmp_path, broker)
+    plan, plan_path = make_plan(tmp_path, broker)
     engine = SerialEngine()
-    assert pipeline.execute(plan, engine)["ok"]
-    assert pipeline.finalize(plan, engine, plan_path)["ok"]
+    report = pipeline.execute(plan, engine)
+    assert report.ok
+    assert_scan_agrees(plan, report)
+    finalized = pipeline.finalize(plan, engine, plan_path)
+    assert finalized.ok, finalized
     after = snapshot(broker)
     new_entries = set(after) - set(before)
     assert all(p.endswith((".index", ".timeindex")) for p in new_entries), new_entries
     assert not any(".kafka-log-migrate" in p or FENCE_NAME in p for p in after)
+    # the history stays beside the plan: status still tells what happened
+    status = pipeline.status(plan, engine, plan_path)
+    assert [d.phase.value for d in status.log_dirs] == ["finalized"]
+    assert all(p.state == PartitionState.MIGRATED for p in status.log_dirs[0].partitions)
+    assert "finalized" in status.log_dirs[0].history[-1]
 
 
 def test_rollback_refuses_when_a_broker_wrote_after_the_swap(broker, tmp_path):
-    plan, plan_path = write_plan(tmp_path, broker)
+    plan, plan_path = make_plan(tmp_path, broker)
     engine = SerialEngine()
-    assert pipeline.execute(plan, engine)["ok"]
+    assert pipeline.execute(plan, engine).ok
+    migrated = snapshot(broker)
     live = broker / "plain-v0-0" / "00000000000000000080.log"
     with live.open("ab") as f:
         f.write(b"\0" * 10)
     result = pipeline.rollback(plan, engine, plan_path)
-    assert not result["ok"]
-    assert "changed after the swap" in result["errors"][0]["error"]
-    assert str(live) in result["errors"][0]["error"]
+    assert not result.ok
+    assert len(result.refused) == 1 and str(live) in result.refused[0]
+    # refused before anything was renamed: every other live file is still the migrated one
+    after = snapshot(broker)
+    assert {k: v for k, v in after.items() if k != str(live.relative_to(broker))} == {
+        k: v for k, v in migrated.items() if k != str(live.relative_to(broker)) and k != "."
+    } | {".": after["."]}
     forced = pipeline.rollback(plan, engine, plan_path, force=True)
-    assert forced["ok"]
+    assert forced.ok, forced
+    assert below_target_everywhere(plan)
+
+
+def below_target_everywhere(plan) -> bool:
+    from runs import below_target, scan_partitions
+
+    seen = scan_partitions(plan)
+    return all(below_target(seen[(d.log_dir, p.name)], 2) for d in plan.log_dirs for p in d.partitions)
 
 
 def test_execute_refuses_inputs_changed_since_planning(broker, tmp_path):
-    plan, _ = write_plan(tmp_path, broker)
+    plan, _ = make_plan(tmp_path, broker)
     seg = broker / "gzip-v0-0" / "00000000000000000000.log"
     os.utime(seg, ns=(0, 1_000_000_000))
+    before = snapshot(broker)
     report = pipeline.execute(plan, SerialEngine())
-    assert not report["ok"]
-    assert report["errors"][0]["stage"] == "prepare" and "changed since planning" in report["errors"][0]["error"]
-    assert not (broker / FENCE_NAME).exists()
+    assert not report.ok
+    assert report.errors[0].stage == "prepare" and "changed since planning" in report.errors[0].message
+    assert str(seg) in report.errors[0].message
+    assert snapshot(broker) == before  # nothing at all was written: no fence, no state

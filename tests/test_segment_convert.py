@@ -15,11 +15,11 @@ from segment_helpers import convert_logdir
 from migrate.errors import CorruptRecordError, SegmentRefusedError, SourceChangedError, TruncatedTailError
 from migrate.format import batch as v2
 from migrate.format import legacy
-from migrate.format.entries import read_entries
+from migrate.format.entries import read_entries, walk_entries
 from migrate.format.records import Compression, Record, TimestampType
+from migrate.model import ConvertOptions, SegmentTask, TailDrop
 from migrate.segment import offset_index, time_index
 from migrate.segment.convert import convert_segment
-from migrate.segment.task import ConvertOptions, SegmentTask
 from migrate.segment.verify import verify_segment
 
 MTIMES = json.loads((FIXTURES / "mtimes.json").read_text())
@@ -62,7 +62,7 @@ def test_every_legacy_segment_is_rewritten_and_verifies(converted):
         assert result.status == "converted", fixture_id(seg)
         check = verify_segment(result, options)
         assert check.ok, (fixture_id(seg), check.problems)
-        assert result.source_sha256 == SUMMARIES[fixture_id(seg)]["sha256"]
+        assert result.source_digest == SUMMARIES[fixture_id(seg)]["sha256"]
         assert check.records == SUMMARIES[fixture_id(seg)]["records"]
 
 
@@ -294,14 +294,19 @@ def test_truncated_tail_is_refused_with_file_and_position(legacy_logdir, tmp_pat
         convert_segment(SegmentTask(str(src), str(tmp_path / "s"), 15))
     assert err.value.position == 621 and err.value.path == str(src)
     assert "621" in str(err.value) and str(src) in str(err.value) and "--truncate-tail" in str(err.value)
+    assert "which the plan does not list to drop" in str(err.value)
     assert list((tmp_path / "s").iterdir()) == []
 
 
-def test_truncate_tail_option_drops_the_partial_entry(legacy_logdir, tmp_path):
+def test_a_tail_the_plan_lists_is_dropped_and_no_other(legacy_logdir, tmp_path):
     src = legacy_logdir / "truncated-tail-1" / "00000000000000000015.log"
-    r = convert_segment(SegmentTask(str(src), str(tmp_path), 15, ConvertOptions(truncate_tail=True)))
+    at = src.stat().st_size - 2163
+    r = convert_segment(SegmentTask(str(src), str(tmp_path), 15, tail_drop=TailDrop(at, 2163, 24, None)))
     assert r.truncated_tail_bytes == 2163
     assert r.records == 10 and r.last_offset == 24
+    # a plan that listed a different tail (the file changed since) drops nothing
+    with pytest.raises(TruncatedTailError, match=f"byte position {at}"):
+        convert_segment(SegmentTask(str(src), str(tmp_path / "x"), 15, tail_drop=TailDrop(at - 1, 2164, 24, None)))
 
 
 def test_crc_mismatch_is_refused_with_file_and_position(legacy_logdir, tmp_path):
@@ -320,21 +325,39 @@ def test_crc_mismatch_is_refused_with_file_and_position(legacy_logdir, tmp_path)
 def test_changed_source_is_refused(legacy_logdir, tmp_path):
     src = legacy_logdir / "plain-v0-0" / "00000000000000000000.log"
     st = src.stat()
-    with pytest.raises(SourceChangedError, match="changed since it was planned"):
+    with pytest.raises(SourceChangedError, match="is not the file that was planned"):
         convert_segment(
             SegmentTask(str(src), str(tmp_path), 0, expected_size=st.st_size + 1, expected_mtime_ns=st.st_mtime_ns)
         )
 
 
-def test_batch_over_max_message_bytes_is_refused(legacy_logdir, tmp_path):
+def test_a_batch_conversion_made_larger_than_the_limit_and_its_source_is_refused(legacy_logdir, tmp_path):
+    src = legacy_logdir / "plain-v0-0" / "00000000000000000000.log"
+    first = 12 + struct.unpack_from(">i", src.read_bytes(), 8)[0]  # the first v0 message, log overhead included
+    with pytest.raises(SegmentRefusedError, match=rf"exceeds max\.message\.bytes {first} and its source entry") as e:
+        convert_segment(SegmentTask(str(src), str(tmp_path), 0, ConvertOptions(max_message_bytes=first)))
+    assert e.value.position == 0 and str(src) in str(e.value)
+
+
+def test_a_batch_no_larger_than_its_source_passes_whatever_the_limit(legacy_logdir, tmp_path):
+    # a broker accepted the source entry, so the topic's limit was at least its size: a converted batch that did
+    # not grow is no risk, even above the configured limit
     src = legacy_logdir / "gzip-v0-0" / "00000000000000000000.log"
-    with pytest.raises(SegmentRefusedError, match=r"max\.message\.bytes"):
-        convert_segment(SegmentTask(str(src), str(tmp_path), 0, ConvertOptions(max_message_bytes=200)))
+    unlimited = convert_segment(SegmentTask(str(src), str(tmp_path / "a"), 0))
+    sources = walk_entries(src.read_bytes()).sizes
+    outputs = walk_entries(Path(unlimited.outputs[".log"]).read_bytes()).sizes
+    assert len(sources) == len(outputs)  # one v2 batch per wrapper or message
+    biggest = int(np.argmax(outputs))
+    assert outputs[biggest] < sources[biggest]  # 17+ inner v0 messages: v2 record framing is smaller
+    limit = int(outputs[biggest]) - 1
+    assert (outputs[outputs > limit] <= sources[outputs > limit]).all()
+    r = convert_segment(SegmentTask(str(src), str(tmp_path / "b"), 0, ConvertOptions(max_message_bytes=limit)))
+    assert Path(r.outputs[".log"]).read_bytes() == Path(unlimited.outputs[".log"]).read_bytes()
 
 
 def test_offsets_below_the_segment_base_are_refused(legacy_logdir, tmp_path):
     src = legacy_logdir / "plain-v0-0" / "00000000000000000040.log"
-    with pytest.raises(SegmentRefusedError, match=r"below the segment's base offset 41"):
+    with pytest.raises(CorruptRecordError, match=r"below the segment's base offset 41"):
         convert_segment(SegmentTask(str(src), str(tmp_path), 41))
 
 
@@ -369,7 +392,7 @@ def test_pack_bytes_and_recompression_keep_every_record(legacy_logdir, tmp_path,
     for r in (packed, zstd):
         assert verify_segment(r, ConvertOptions()).ok
     sums = oracle.summary(packed.outputs[".log"], zstd.outputs[".log"])
-    assert all(s["valid"] and s["sha256"] == plain.source_sha256 for s in sums)
+    assert all(s["valid"] and s["sha256"] == plain.source_digest for s in sums)
     assert sums[1]["compressions"] == {"zstd": packed.batches_out}
 
 

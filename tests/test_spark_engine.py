@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 
 import pytest
@@ -12,14 +11,15 @@ pytest.importorskip("pyspark", reason="the spark extra is not installed (pip ins
 
 from conftest import expected_summaries
 from kafka_layout import make_broker_logdir
-from test_pipeline import snapshot
+from runs import assert_scan_agrees, snapshot
 
 from migrate import pipeline
 from migrate.engines.dask import DaskEngine
 from migrate.engines.spark import SparkEngine
-from migrate.journal import Journal
+from migrate.model import PartitionState
 from migrate.plan import PlanRequest, build_plan
-from migrate.workspace import FENCE_NAME, journal_path
+from migrate.state import StateStore
+from migrate.workspace import FENCE_NAME
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 PARTITIONS = ["plain-v0-0", "gzip-v0-0", "snappy-v0-0", "lz4-v1-0", "mixed-v0-v1-0", "compacted-v0-1", "mixed-v1-v2-0"]
@@ -41,25 +41,27 @@ def segment_bytes(log_dir: Path) -> dict[str, str]:
     }
 
 
-def outcomes(log_dir: Path, plan: dict) -> list[tuple[str, str]]:
-    """The journal's events without times: what happened, in order, per partition."""
-    events = Journal(journal_path(log_dir, plan["plan_id"])).events()
-    return sorted((e["event"], e.get("partition", "")) for e in events)
+def outcomes(log_dir: Path, plan) -> list[tuple[str, str | None]]:
+    """The state's history without times: what happened, per partition."""
+    with StateStore.open(log_dir, plan.plan_id) as store:
+        rows = store.conn.execute("SELECT kind, partition, base FROM events").fetchall()
+    return sorted((kind, f"{part}/{base}") for kind, part, base in rows)
 
 
 def test_spark_and_dask_write_identical_segments_and_journals(spark, tmp_path, oracle):
     dirs = {}
     for name in ("dask", "spark"):
         log_dir = make_broker_logdir(tmp_path / name, partitions=PARTITIONS)
-        dirs[name] = (log_dir, build_plan(PlanRequest(log_dirs=[str(log_dir)])))
+        dirs[name] = (log_dir, build_plan(PlanRequest(log_dirs=(str(log_dir),))))
     dask = DaskEngine(n_workers=2, dashboard_address="127.0.0.1:0", progress=False)
     try:
-        assert pipeline.execute(dirs["dask"][1], dask)["ok"]
+        assert pipeline.execute(dirs["dask"][1], dask).ok
     finally:
         dask.close()
     report = pipeline.execute(dirs["spark"][1], spark)
-    assert report["ok"], report
-    assert report["engine"] == "spark"
+    assert report.ok, report
+    assert_scan_agrees(dirs["spark"][1], report)
+    assert report.engine == "spark"
     assert segment_bytes(dirs["spark"][0]) == segment_bytes(dirs["dask"][0])
     assert outcomes(*dirs["spark"]) == outcomes(*dirs["dask"])
     for part in PARTITIONS:
@@ -69,26 +71,29 @@ def test_spark_and_dask_write_identical_segments_and_journals(spark, tmp_path, o
 
 def test_a_corrupt_segment_fails_its_spark_task_and_nothing_live_changes(spark, tmp_path):
     log_dir = make_broker_logdir(tmp_path, partitions=["plain-v0-1", "gzip-v0-0"])
-    plan = build_plan(PlanRequest(log_dirs=[str(log_dir)], task_bytes=1))
+    plan = build_plan(PlanRequest(log_dirs=(str(log_dir),), task_bytes=1))
     victim = log_dir / "gzip-v0-0" / "00000000000000000092.log"
     data = bytearray(victim.read_bytes())
     data[200] ^= 0x55
-    victim.write_bytes(bytes(data))
-    # the planner recorded size and mtime, so keep them; only the content is damaged
-    seg = next(s for p in plan["log_dirs"][0]["partitions"] for s in p["segments"] if s["file"] == victim.name)
+    # the planner recorded size, mtime and inode, so keep them; only the content is damaged
+    seg = plan.partition(str(log_dir), "gzip-v0-0").segment_by_base[92]
+    with open(victim, "r+b") as f:
+        f.write(bytes(data))
     import os
 
-    os.utime(victim, ns=(seg["mtime_ns"], seg["mtime_ns"]))
+    os.utime(victim, ns=(seg.mtime_ns, seg.mtime_ns))
     before = snapshot(log_dir)
     report = pipeline.execute(plan, spark)
-    assert not report["ok"]
-    error = next(e for e in report["errors"] if e["stage"] == "convert")
-    assert str(victim) in error["error"] and "byte position" in error["error"]
-    assert report["failed_partitions"] == ["gzip-v0-0"]
+    assert not report.ok and not report.errors  # a refusal is an outcome, not a failed Spark task
+    assert_scan_agrees(plan, report)
+    (problem,) = report.problems
+    assert problem.partition == "gzip-v0-0" and problem.problem.path == str(victim)
+    assert str(victim) in problem.problem.message and "byte position" in problem.problem.message
+    assert [p.partition for p in report.unmigrated] == ["gzip-v0-0"]
+    assert report.log_dirs[0].unmigrated[0].state == PartitionState.FAILED
     after = snapshot(log_dir)
     # the healthy partition was swapped in; the damaged one is untouched, byte for byte
     for rel, value in before.items():
-        if rel.startswith("gzip-v0-0/") and ".kafka-log-migrate" not in rel:
+        if rel.startswith("gzip-v0-0/") and ".kafka-log-migrate" not in rel and value[0] != "dir":
             assert after[rel] == value, rel
     assert not (log_dir / FENCE_NAME).exists()
-    json.dumps(report)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 from pathlib import Path
 
@@ -11,7 +10,7 @@ from migrate import pipeline
 from migrate.commands.output import note
 from migrate.demo import write_demo_logdir
 from migrate.engines import SerialEngine
-from migrate.plan import PlanRequest, build_plan
+from migrate.plan import PlanRequest, build_plan, write_plan
 from migrate.scan import scan_log_dirs
 
 
@@ -36,10 +35,10 @@ def run(args: argparse.Namespace) -> int:
         f"1. wrote {log_dir}: {before['partitions']} partitions, {before['legacyPartitions']} with legacy data "
         f"({before['legacyBytes']} bytes)"
     )
-    plan = build_plan(PlanRequest(log_dirs=[str(log_dir)]))
+    plan = build_plan(PlanRequest(log_dirs=(str(log_dir),)))
     plan_path = root.parent / f"{root.name}-plan.json"
-    plan_path.write_text(json.dumps(plan, indent=2))
-    note(f"2. plan {plan['plan_id']} -> {plan_path}: {plan['estimates']['segments']} segments to convert")
+    write_plan(plan, plan_path)
+    note(f"2. plan {plan.plan_id} -> {plan_path}: {plan.estimates.segments} segments to convert")
     if args.engine == "dask":
         from migrate.engines.dask import DaskEngine
 
@@ -49,18 +48,19 @@ def run(args: argparse.Namespace) -> int:
         engine = SerialEngine()
     try:
         report = pipeline.execute(plan, engine)
+        t = report.totals
         note(
-            f"3. execute: {report['converted']} segments, {report['records']} records, "
-            f"{report['bytes_in']} -> {report['bytes_out']} bytes, ok={report['ok']}"
+            f"3. execute: {t.verified} segments, {t.records} records, {t.bytes_in} -> {t.bytes_out} bytes, "
+            f"every partition migrated: {report.ok}"
         )
         live = pipeline.verify_live(plan, engine)
-        note(f"4. verify: live data {'matches' if live['ok'] else 'DIFFERS from'} what was swapped in")
+        note(f"4. verify: live data {'matches' if live.ok else 'DIFFERS from'} what was swapped in")
         after = scan_log_dirs([str(log_dir)])["summary"]
         note(f"5. scan: {after['legacyPartitions']} partitions with legacy data left; v2-only: {after['v2Only']}")
         if args.rollback:
             rolled = pipeline.rollback(plan, engine, plan_path)
-            note(f"6. rollback: ok={rolled['ok']}; originals restored")
+            note(f"6. rollback: ok={rolled.ok}; originals restored")
     finally:
         engine.close()
     note(f"Inspect with: kafka-log-migrate dump --deep-iteration {next(log_dir.glob('*/*.log'))}")
-    return 0 if report["ok"] and live["ok"] and after["v2Only"] else 1
+    return 0 if report.ok and live.ok and after["v2Only"] else 1

@@ -5,60 +5,119 @@ from __future__ import annotations
 import argparse
 
 from migrate import pipeline
-from migrate.commands.migration import _with_engine, add_engine_options
+from migrate.commands.engine import add_engine_options, make_engine
 from migrate.commands.output import emit
+from migrate.model import LogDirStatus, to_json
+from migrate.plan import load_plan
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("status", help="where every partition of a plan stands, from the journals")
-    p.add_argument("--plan", required=True)
-    p.add_argument("--json", action="store_true")
-    add_engine_options(p)
-    p.set_defaults(handler=run_status, engine="serial")
+    p = sub.add_parser(
+        "status",
+        help="where every partition of a plan stands",
+        description="Every planned partition's state (planned, converting, ready, failed with the reason, swapping, "
+        "migrated, rolling-back, rolled-back) and each log dir's history, read from the run's state in the log dir, "
+        "or from the copy archived beside the plan after finalize or rollback. Changes nothing.",
+    )
+    p.add_argument("--plan", required=True, help="the plan file written by `plan`")
+    p.add_argument("--all", action="store_true", help="list every partition, not only those not migrated")
+    p.add_argument("--json", action="store_true", help="print the status as JSON")
+    add_engine_options(p, full=False)
+    p.set_defaults(handler=run_status)
 
     p = sub.add_parser(
         "rollback",
         help="put every original file back (bytes and mtimes)",
-        description="Restore the original segment files from the backups, remove everything the migration added. "
-        "Refuses if a live file changed after the swap (a broker ran) unless --force.",
+        description="Check every live file of every planned partition first; then restore the original segment "
+        "files from the backups and remove everything the migration added. Refuses, before renaming anything, if a "
+        "live file changed after the swap (a broker ran) unless --force. Running it again after a crash finishes it.",
     )
-    p.add_argument("--plan", required=True)
-    p.add_argument("--force", action="store_true", help="roll back even if a broker wrote to the swapped files")
-    p.add_argument("--json", action="store_true")
-    add_engine_options(p)
-    p.set_defaults(handler=run_rollback, engine="serial")
+    p.add_argument("--plan", required=True, help="the plan file written by `plan`")
+    p.add_argument(
+        "--force", action="store_true", help="roll back even over live files a broker wrote to (their writes are lost)"
+    )
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    add_engine_options(p, full=False)
+    p.set_defaults(handler=run_rollback)
 
-    p = sub.add_parser("finalize", help="delete backups and staging (no rollback after this)")
-    p.add_argument("--plan", required=True)
-    p.add_argument("--json", action="store_true")
-    add_engine_options(p)
-    p.set_defaults(handler=run_finalize, engine="serial")
+    p = sub.add_parser(
+        "finalize",
+        help="delete the originals (no rollback after this)",
+        description="Delete the backups of the originals and any staging, once the migrated data has been checked "
+        "(verify) and the broker runs well on it. Refused while a planned partition is not migrated, unless "
+        "--partial.",
+    )
+    p.add_argument("--plan", required=True, help="the plan file written by `plan`")
+    p.add_argument(
+        "--partial",
+        action="store_true",
+        help="finalize the migrated partitions and leave the others exactly as they are (plan them again later)",
+    )
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    add_engine_options(p, full=False)
+    p.set_defaults(handler=run_finalize)
+
+
+def status_lines(d: LogDirStatus, every: bool) -> list[str]:
+    counts = ", ".join(f"{n} {s}" for s, n in sorted(d.counts.items()))
+    lines = [f"{d.log_dir}: {d.phase.value}{' (fence up)' if d.fence_up else ''}: {counts}"]
+    shown = d.partitions if every else d.unmigrated
+    for p in shown:
+        why = f"  {p.problem.message}" if p.problem else ""
+        lines.append(f"  {p.partition:<40} {p.state.value}{why}")
+    if d.history:
+        lines.append(f"  last: {d.history[-1]}")
+    return lines
 
 
 def run_status(args: argparse.Namespace) -> int:
-    _, report = _with_engine(args, pipeline.status)
-    lines = []
-    for d in report["log_dirs"]:
-        lines.append(f"{d['log_dir']}: {d['state']}{' (fence up)' if d['fence_up'] else ''}")
-        for name, p in d["partitions"].items():
-            lines.append(f"  {name:<40} {p['state']}")
-    emit(report, args.json, "\n".join(lines))
-    return 0
+    plan = load_plan(args.plan)
+    engine, _ = make_engine(args)
+    try:
+        report = pipeline.status(plan, engine, args.plan)
+    finally:
+        engine.close()
+    lines = [line for d in report.log_dirs for line in status_lines(d, args.all)]
+    lines += [f"{d}: not started (run `execute --plan {args.plan}`)" for d in report.not_started]
+    lines += [f"error: {e.log_dir}: {e.message}" for e in report.errors]
+    emit(to_json(report), args.json, "\n".join(lines))
+    return 1 if report.errors else 0
 
 
 def run_rollback(args: argparse.Namespace) -> int:
-    _, report = _with_engine(args, lambda plan, engine: pipeline.rollback(plan, engine, args.plan, args.force))
-    lines = [f"{d['log_dir']}: {d['state']}" for d in report["log_dirs"]]
-    lines += [f"error: {e['error']}" for e in report["errors"]]
-    lines += [f"journal archived: {j}" for j in report["journals"]]
-    emit(report, args.json, "\n".join(lines))
-    return 0 if report["ok"] else 1
+    plan = load_plan(args.plan)
+    engine, _ = make_engine(args)
+    try:
+        report = pipeline.rollback(plan, engine, args.plan, args.force)
+    finally:
+        engine.close()
+    lines = [f"{r.log_dir}: {r.phase.value}, {len(r.restored)} partitions restored" for r in report.rollbacks]
+    if report.refused:
+        lines.append(
+            f"refusing to roll back: {len(report.refused)} live file(s) changed after the swap, so a broker probably "
+            "ran on them (nothing was renamed):"
+        )
+        lines += [f"  {x}" for x in report.refused[:20]]
+        lines.append("Stop the broker; `rollback --force` puts the originals back and loses what it wrote since.")
+    lines += [f"error: {e.log_dir}: {e.message}" for e in report.errors]
+    lines += [f"state archived: {a}" for a in report.archived]
+    emit(to_json(report), args.json, "\n".join(lines))
+    return 0 if report.ok else 1
 
 
 def run_finalize(args: argparse.Namespace) -> int:
-    _, report = _with_engine(args, lambda plan, engine: pipeline.finalize(plan, engine, args.plan))
-    lines = [f"{d['log_dir']}: {d['state']}" for d in report["log_dirs"]]
-    lines += [f"error: {e['error']}" for e in report["errors"]]
-    lines += [f"journal archived: {j}" for j in report["journals"]]
-    emit(report, args.json, "\n".join(lines))
-    return 0 if report["ok"] else 1
+    plan = load_plan(args.plan)
+    engine, _ = make_engine(args)
+    try:
+        report = pipeline.finalize(plan, engine, args.plan, args.partial)
+    finally:
+        engine.close()
+    lines = []
+    for r in report.finalizes:
+        lines.append(f"{r.log_dir}: {r.phase.value}: originals of {len(r.finalized)} partitions deleted")
+        if r.left_legacy:
+            lines.append(f"  {len(r.left_legacy)} partitions left as they were, e.g. {r.left_legacy[0]}")
+    lines += [f"error: {e.log_dir}: {e.message}" for e in report.errors]
+    lines += [f"state archived: {a}" for a in report.archived]
+    emit(to_json(report), args.json, "\n".join(lines))
+    return 0 if report.ok else 1

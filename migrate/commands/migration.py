@@ -3,42 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import json
-from pathlib import Path
 
 from migrate import pipeline
-from migrate.commands.output import emit, note
-from migrate.engines import Engine, SerialEngine
+from migrate.commands.engine import add_engine_options, make_engine
+from migrate.commands.output import emit, human_bytes, note
 from migrate.errors import MigrateError
-from migrate.plan import PlanRequest, build_plan, load_plan
-from migrate.segment.task import DEFAULT_MAX_MESSAGE_BYTES, ConvertOptions
+from migrate.model import DEFAULT_MAX_MESSAGE_BYTES, Codec, ConvertOptions, ExecuteReport, TimestampPolicy, to_json
+from migrate.plan import PlanRequest, build_plan, load_plan, write_plan
 
 EXIT_VERIFY_FAILED = 3
-
-
-def add_engine_options(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("engine")
-    g.add_argument("--engine", choices=["dask", "spark", "serial"], default="dask", help="default: dask")
-    g.add_argument("--scheduler", help="address of a running Dask scheduler (default: start a LocalCluster)")
-    g.add_argument("--workers", type=int, help="LocalCluster worker processes (default: one per core)")
-    g.add_argument("--dashboard-address", default=":8787", help="LocalCluster dashboard address (default :8787)")
-    g.add_argument("--master", default="local[*]", help="Spark master URL for --engine spark (default local[*])")
-
-
-def make_engine(args: argparse.Namespace) -> Engine:
-    if args.engine == "serial":
-        return SerialEngine()
-    if args.engine == "spark":
-        from migrate.engines.spark import SparkEngine
-
-        engine = SparkEngine(master=args.master)
-        note(f"Spark UI: {engine.ui_url}")
-        return engine
-    from migrate.engines.dask import DaskEngine
-
-    engine = DaskEngine(scheduler=args.scheduler, n_workers=args.workers, dashboard_address=args.dashboard_address)
-    note(f"Dask dashboard: {engine.dashboard_link}")
-    return engine
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -46,17 +19,19 @@ def register(sub: argparse._SubParsersAction) -> None:
         "plan",
         help="write a reviewable plan (changes nothing)",
         description="Inspect the log dirs of a stopped broker, refuse what is unsafe (a held .lock, no clean-shutdown "
-        "marker, a migration in progress, too little space, truncated tails) and write a plan of the segments that "
-        "hold legacy data. Changes nothing.",
+        "marker, a migration in progress, stray broker temp files, checksum errors, damage, torn tails, too little "
+        "space on any filesystem) and write a plan of the segments that hold legacy data. Changes nothing. With "
+        "--check it also decompresses and checks every entry, reporting everything execute would refuse.",
     )
-    p.add_argument("--log-dirs", required=True, help="comma-separated log dirs of one broker (log.dirs)")
-    p.add_argument("-o", "--output", required=True, help="plan file to write")
-    p.add_argument("--topics", help="only topics whose name fully matches this regex")
+    p.add_argument("--log-dirs", required=True, help="comma-separated log dirs of one broker (its log.dirs)")
+    p.add_argument("-o", "--output", required=True, help="the plan file to write")
+    p.add_argument("--check", action="store_true", help="read every entry deeply (decompress, check inner CRCs)")
+    p.add_argument("--topics", help="only topics whose whole name matches this regular expression")
     p.add_argument("--target", choices=["v2", "v1"], default="v2", help="target message format (default v2)")
     p.add_argument(
         "--timestamps",
-        choices=["mtime", "none"],
-        default="mtime",
+        choices=[t.value for t in TimestampPolicy],
+        default=TimestampPolicy.MTIME.value,
         help="timestamps for v0 records, which have none: 'mtime' = LogAppendTime at the segment's mtime, so time "
         "retention and timestamp search keep working (default); 'none' = CreateTime -1, exactly what Kafka 4's "
         "cleaner writes. v1 timestamps are always kept.",
@@ -68,7 +43,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "leader-epoch-checkpoint, else 0. -1 is what Kafka's cleaner writes, but a follower fetching such batches "
         "fails (LeaderEpochFileCache rejects negative epochs).",
     )
-    p.add_argument("--compression", choices=["none", "gzip", "snappy", "lz4", "zstd"], help="recompress every batch")
+    p.add_argument("--compression", choices=[c.value for c in Codec], help="recompress every batch with this codec")
     p.add_argument(
         "--pack-bytes",
         type=int,
@@ -77,22 +52,26 @@ def register(sub: argparse._SubParsersAction) -> None:
         "broker, or leave this off.",
     )
     p.add_argument(
-        "--tombstone-flag",
-        action="store_true",
-        help="KIP-87: mark null-value records with bit 5 of the record attributes",
+        "--tombstone-flag", action="store_true", help="KIP-87: mark null-value records with bit 5 of their attributes"
     )
     p.add_argument("--index-interval-bytes", type=int, default=4096, help="index.interval.bytes (default 4096)")
     p.add_argument(
-        "--max-message-bytes", type=int, default=DEFAULT_MAX_MESSAGE_BYTES, help="max.message.bytes (default 1048588)"
+        "--max-message-bytes",
+        type=int,
+        default=DEFAULT_MAX_MESSAGE_BYTES,
+        help="the topics' max.message.bytes (default 1048588): a converted batch larger than this and than its "
+        "source entry is refused",
     )
     p.add_argument(
         "--truncate-tail",
         action="store_true",
-        help="drop partial entries a crash left at segment ends (originals are kept)",
+        help="drop a torn last entry from a partition's last segment (listed in the plan; the original is kept "
+        "until finalize). Damage anywhere else is always refused.",
     )
     p.add_argument("--allow-unclean", action="store_true", help="plan even without a clean-shutdown marker")
-    p.add_argument("--host-map", default="", help="log dir to worker host: /data/a=10.0.0.5,/data/b=10.0.0.6")
-    p.add_argument("--task-bytes", type=int, default=128 << 20, help="segment bytes per task (default 128 MiB)")
+    p.add_argument("--host-map", default="", help="log dir to Dask worker host: /data/a=10.0.0.5,/data/b=10.0.0.6")
+    p.add_argument("--task-bytes", type=int, default=64 << 20, help="segment bytes per engine task (default 64 MiB)")
+    p.add_argument("--task-segments", type=int, default=256, help="segments per engine task at most (default 256)")
     p.add_argument("--assume-free-bytes", type=int, help=argparse.SUPPRESS)
     p.add_argument("--json", action="store_true", help="print the plan summary as JSON")
     p.set_defaults(handler=run_plan)
@@ -100,98 +79,162 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "execute",
         help="convert, verify and swap a plan (resumes after a crash)",
-        description="Convert every planned segment into staging, verify each partition from disk, and swap the "
-        "verified partitions in under a fence (originals kept as hard links). Running it again after a crash resumes.",
+        description="Convert every planned segment into staging and verify it from disk, then swap each ready "
+        "partition in under a fence (originals kept as hard links). A refused segment fails its own partition only. "
+        "Exits 0 only when every planned partition is migrated; running it again continues with what remains, "
+        "after a crash too.",
     )
-    p.add_argument("--plan", required=True)
-    p.add_argument("--json", action="store_true")
-    add_engine_options(p)
+    p.add_argument("--plan", required=True, help="the plan file written by `plan`")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    add_engine_options(p, full=True)
     p.set_defaults(handler=run_execute)
 
-    p = sub.add_parser("verify", help="re-check the live segments against what execute swapped in")
-    p.add_argument("--plan", required=True)
-    p.add_argument("--json", action="store_true")
-    add_engine_options(p)
+    p = sub.add_parser(
+        "verify",
+        help="re-check the live segments against what execute swapped in",
+        description="Re-read every migrated segment's live files: each must still be the file that was swapped in, "
+        "hold the source's records (content digest), pass every CRC and have the indexes Kafka's recovery would "
+        "build. Exits 3 on differences, 1 while planned partitions are not migrated.",
+    )
+    p.add_argument("--plan", required=True, help="the plan file written by `plan`")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    add_engine_options(p, full=True)
     p.set_defaults(handler=run_verify)
 
 
 def run_plan(args: argparse.Namespace) -> int:
-    host_map = dict(item.split("=", 1) for item in args.host_map.split(",") if item)
-    options = ConvertOptions(
-        target_magic=2 if args.target == "v2" else 1,
-        timestamps=args.timestamps,
-        compression=args.compression,
-        pack_bytes=args.pack_bytes,
-        tombstone_flag=args.tombstone_flag,
-        index_interval_bytes=args.index_interval_bytes,
-        max_message_bytes=args.max_message_bytes,
-        truncate_tail=args.truncate_tail,
-    )
+    log_dirs = args.log_dirs.split(",")
+    if any(not d.strip() for d in log_dirs):
+        raise SystemExit(_usage("--log-dirs holds an empty path (a doubled or trailing comma?)"))
+    host_map = tuple(tuple(item.split("=", 1)) for item in args.host_map.split(",") if item)
+    try:
+        options = ConvertOptions(
+            target_magic=2 if args.target == "v2" else 1,
+            timestamps=TimestampPolicy(args.timestamps),
+            compression=Codec(args.compression) if args.compression else None,
+            pack_bytes=args.pack_bytes,
+            tombstone_flag=args.tombstone_flag,
+            index_interval_bytes=args.index_interval_bytes,
+            max_message_bytes=args.max_message_bytes,
+            truncate_tail=args.truncate_tail,
+        )
+    except ValueError as exc:
+        raise SystemExit(_usage(str(exc))) from None
     request = PlanRequest(
-        log_dirs=[d for d in args.log_dirs.split(",") if d],
+        log_dirs=tuple(log_dirs),
         options=options,
         topics=args.topics,
         leader_epoch=args.leader_epoch,
-        host_map=host_map,
+        host_map=host_map,  # type: ignore[arg-type]
         allow_unclean=args.allow_unclean,
+        check=args.check,
         task_bytes=args.task_bytes,
+        task_segments=args.task_segments,
         free_bytes_cap=args.assume_free_bytes,
     )
     plan = build_plan(request)
-    Path(args.output).write_text(json.dumps(plan, indent=2) + "\n")
-    est = plan["estimates"]
-    text = [f"warning: {w}" for w in plan["warnings"]] + [
-        f"plan {plan['plan_id']} written to {args.output}: {est['partitions']} partitions, {est['segments']} segments, "
-        f"{est['bytes']} bytes in, about {est['estimated_output_bytes']} bytes out.",
+    write_plan(plan, args.output)
+    est = plan.estimates
+    drops = [
+        f"will drop {s.tail_drop.bytes} bytes of a torn entry at byte position {s.tail_drop.position} of "
+        f"{p.dir}/{s.file} (after offset {s.tail_drop.last_kept_offset})"
+        for d in plan.log_dirs
+        for p in d.partitions
+        for s in p.segments
+        if s.tail_drop
+    ]
+    text = [f"warning: {w}" for w in plan.warnings] + [f"note: {x}" for x in drops]
+    text += [
+        f"plan {plan.plan_id} written to {args.output}: {est.partitions} partitions, {est.segments} segments, "
+        f"{human_bytes(est.bytes)} in, about {human_bytes(est.estimated_output_bytes)} out.",
         f"Review it, then: kafka-log-migrate execute --plan {args.output}",
     ]
-    emit(
-        {"plan_id": plan["plan_id"], "path": args.output, **est, "warnings": plan["warnings"]},
-        args.json,
-        "\n".join(text),
-    )
+    summary = {"plan_id": plan.plan_id, "path": args.output, **to_json(est), "warnings": list(plan.warnings)}
+    emit(summary, args.json, "\n".join(text))
     return 0
 
 
-def _with_engine(args: argparse.Namespace, action):
-    plan = load_plan(args.plan)
-    engine = make_engine(args)
-    try:
-        return plan, action(plan, engine)
-    finally:
-        engine.close()
+def _usage(message: str) -> int:
+    note(f"kafka-log-migrate: error: {message}")
+    return 2
 
 
 def run_execute(args: argparse.Namespace) -> int:
-    plan, report = _with_engine(args, pipeline.execute)
+    plan = load_plan(args.plan)
+    engine, accelerator = make_engine(args)
+    try:
+        report = pipeline.execute(plan, engine, accelerator=accelerator)
+    finally:
+        engine.close()
+    emit(to_json(report), args.json, execute_text(report, args.plan))
+    return 0 if report.ok else 1
+
+
+def execute_text(report: ExecuteReport, plan_path: str) -> str:
+    t = report.totals
+    growth = f" ({(t.bytes_out - t.bytes_in) / t.bytes_in:+.0%})" if t.bytes_in else ""
     lines = [
-        f"plan {plan['plan_id']}: {report['converted']} segments converted ({report['resumed_segments']} resumed), "
-        f"{report['records']} records, {report['bytes_in']} -> {report['bytes_out']} bytes"
+        f"plan {report.plan_id}: {t.verified} segments converted and verified, {t.skipped} already done or skipped, "
+        f"{t.refused} refused, {t.failed} failed; {t.records} records, {human_bytes(t.bytes_in)} -> "
+        f"{human_bytes(t.bytes_out)}{growth}"
     ]
-    for s in report.get("swap", []):
-        lines.append(f"{s['log_dir']}: swapped {len(s['swapped'])} partitions, failed {len(s['failed'])}")
-    for e in report["errors"]:
-        lines.append(f"error in {e['stage']} {e['args']}: {e['error']}")
-    for v in report.get("verify", []):
-        if not v["ok"]:
-            lines.append(f"verification failed for {v['partition']}: {'; '.join(v['problems'][:3])}")
-    if report["ok"]:
-        lines.append(f"Originals are kept. Check with `verify --plan {args.plan}`, then `finalize` or `rollback`.")
-    else:
+    if report.accelerator and report.accelerator != "active":
         lines.append(
-            f"Not everything was migrated; live data is consistent (each partition wholly old or new). Fix the cause "
-            f"and run execute again, or `rollback --plan {args.plan}`."
+            f"warning: the C accelerator is not running ({report.accelerator}); conversion is several times slower"
         )
-    emit(report, args.json, "\n".join(lines))
-    return 0 if report["ok"] else 1
+    for d in report.log_dirs:
+        migrated = sum(1 for p in d.partitions if p.state.value == "migrated")
+        lines.append(
+            f"{d.log_dir}: {migrated} of {len(d.partitions)} partitions migrated; "
+            f"fence {'UP' if d.fence_up else 'down'}"
+        )
+        for p in d.unmigrated[:50]:
+            why = f": {p.problem.message}" if p.problem else ""
+            lines.append(f"  {p.state.value.upper():<12} {p.partition}{why}")
+        if len(d.unmigrated) > 50:
+            lines.append(f"  ... and {len(d.unmigrated) - 50} more (`status --plan {plan_path}` lists them all)")
+    for e in report.errors:
+        lines.append(f"error in {e.stage} of {e.log_dir}: {e.message}")
+    mixed = [p.partition for d in report.log_dirs for p in d.partitions if p.state.mixed]
+    if report.ok:
+        lines.append(
+            f"Every planned partition is migrated; the originals are kept. Check with `kafka-log-migrate verify --plan "
+            f"{plan_path}`, start the broker, and once satisfied `kafka-log-migrate finalize --plan {plan_path}` "
+            f"(or `rollback --plan {plan_path}` to put the originals back)."
+        )
+    elif mixed:
+        lines.append(
+            f"{len(mixed)} partition(s) are mid-swap, so the fence stays up and no broker can start. Fix the cause "
+            f"above, then run `execute --plan {plan_path}` again to finish, or `rollback --plan {plan_path}`."
+        )
+    else:
+        left = len(report.unmigrated)
+        lines.append(
+            f"Not migrated: {left} planned partition(s){' and log dirs with errors' if report.errors else ''}. Every "
+            "partition is wholly old or wholly new. Fix the causes above and run "
+            f"`execute --plan {plan_path}` again (it continues with what remains), or `rollback --plan {plan_path}`."
+        )
+    return "\n".join(lines)
 
 
 def run_verify(args: argparse.Namespace) -> int:
-    _, report = _with_engine(args, pipeline.verify_live)
-    lines = [f"{d['log_dir']}: {'OK' if d['ok'] else 'DIFFERENCES'} ({d['state']})" for d in report["log_dirs"]]
-    lines += [f"  {p}" for d in report["log_dirs"] for p in d["problems"][:20]]
-    lines += [f"error: {e['error']}" for e in report["errors"]]
-    emit(report, args.json, "\n".join(lines))
-    if report["errors"]:
-        raise MigrateError("verification could not run: " + report["errors"][0]["error"])
-    return 0 if report["ok"] else EXIT_VERIFY_FAILED
+    plan = load_plan(args.plan)
+    engine, _ = make_engine(args)
+    try:
+        report = pipeline.verify_live(plan, engine)
+    finally:
+        engine.close()
+    lines = []
+    for c in report.log_dirs:
+        verdict = "OK" if not c.problems else "DIFFERENCES"
+        lines.append(f"{c.log_dir}: {verdict}: {c.checked_segments} migrated segments re-read ({c.phase.value})")
+        lines += [f"  {p}" for p in c.problems[:50]]
+        if c.unmigrated:
+            lines.append(f"  {len(c.unmigrated)} planned partitions are not migrated, e.g. {c.unmigrated[0]}")
+    lines += [f"error: {e.message}" for e in report.errors]
+    emit(to_json(report), args.json, "\n".join(lines))
+    if report.errors:
+        raise MigrateError("verification could not run: " + report.errors[0].message)
+    if any(c.problems for c in report.log_dirs):
+        return EXIT_VERIFY_FAILED
+    return 0 if report.ok else 1

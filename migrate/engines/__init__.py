@@ -2,7 +2,8 @@
 
 An engine takes a stage name and a list of calls (function arguments plus the host that owns the data) and returns,
 in the same order, each call's result or its error. ``serial`` runs them in this process; ``dask`` on a Dask
-cluster (a LocalCluster by default); ``spark`` through PySpark.
+cluster (a LocalCluster by default); ``spark`` through PySpark. The plan, when it is a call's first argument, is
+sent to the workers once, not with every call.
 """
 
 from __future__ import annotations
@@ -11,15 +12,22 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from migrate import progress
+from migrate.model import Plan, SegmentOutcome
 
-@dataclass
+
+@dataclass(frozen=True)
 class StageCall:
     args: tuple[Any, ...]
     host: str | None = None  # the worker host that owns the data; None: any worker
 
+    @property
+    def plan(self) -> Plan | None:
+        return self.args[0] if self.args and isinstance(self.args[0], Plan) else None
 
-@dataclass
-class Outcome:
+
+@dataclass(frozen=True)
+class CallResult:
     ok: bool
     value: Any = None
     error: str = ""
@@ -29,7 +37,7 @@ class Outcome:
 class Engine(Protocol):
     name: str
 
-    def map(self, stage: str, fn: Callable[..., Any], calls: list[StageCall]) -> list[Outcome]: ...
+    def map(self, stage: str, fn: Callable[..., Any], calls: list[StageCall]) -> list[CallResult]: ...
 
     def close(self) -> None: ...
 
@@ -39,13 +47,20 @@ class SerialEngine:
 
     name = "serial"
 
-    def map(self, stage: str, fn: Callable[..., Any], calls: list[StageCall]) -> list[Outcome]:
+    def __init__(self, on_segment: Callable[[SegmentOutcome], None] | None = None) -> None:
+        self.on_segment = on_segment
+
+    def map(self, stage: str, fn: Callable[..., Any], calls: list[StageCall]) -> list[CallResult]:
         out = []
-        for call in calls:
-            try:
-                out.append(Outcome(True, fn(*call.args)))
-            except Exception as exc:  # reported per call, like the distributed engines do
-                out.append(Outcome(False, error=str(exc), error_type=type(exc).__name__))
+        previous = progress.set_sink(self.on_segment)
+        try:
+            for call in calls:
+                try:
+                    out.append(CallResult(True, fn(*call.args)))
+                except Exception as exc:  # reported per call, like the distributed engines do
+                    out.append(CallResult(False, error=str(exc), error_type=type(exc).__name__))
+        finally:
+            progress.set_sink(previous)
         return out
 
     def close(self) -> None:

@@ -17,8 +17,10 @@ from typing import Any
 import dask
 from distributed import Client, LocalCluster, as_completed
 
-from migrate.engines import Outcome, StageCall
-from migrate.monitor import METADATA_KEY, PLUGIN_NAME, MigrationPlugin
+from migrate import progress
+from migrate.engines import CallResult, StageCall
+from migrate.model import Plan, SegmentOutcome, to_json
+from migrate.monitor import EVENT_TOPIC, METADATA_KEY, PLUGIN_NAME, MigrationPlugin
 
 NO_WORKERS_TIMEOUT = "60s"
 MONITOR = "migrate.monitor"
@@ -27,10 +29,28 @@ MONITOR = "migrate.monitor"
 def _key(stage: str, call: StageCall) -> str:
     """Deterministic per stage, arguments and host; the plan, when it is the first argument, counts by its id."""
     args = call.args
-    if args and isinstance(args[0], dict) and "plan_id" in args[0]:
-        args = (args[0]["plan_id"], *args[1:])
+    if call.plan is not None:
+        args = (call.plan.plan_id, *args[1:])
     rest = json.dumps([call.host, *args], sort_keys=True, default=str)
     return f"{stage}-{hashlib.sha1(rest.encode()).hexdigest()[:16]}"
+
+
+def _segment_event(outcome: SegmentOutcome) -> dict[str, Any]:
+    event = to_json(outcome)
+    event.pop("result", None)  # the full result travels back with the task's return value, not per event
+    return event
+
+
+def _on_worker(fn: Callable[..., Any], *args: Any) -> Any:
+    """Run a stage on a worker, publishing each finished segment to the scheduler's event log as it happens."""
+    from distributed import get_worker
+
+    worker = get_worker()
+    previous = progress.set_sink(lambda o: worker.log_event(EVENT_TOPIC, _segment_event(o)))
+    try:
+        return fn(*args)
+    finally:
+        progress.set_sink(previous)
 
 
 class DaskEngine:
@@ -68,16 +88,15 @@ class DaskEngine:
         self.progress = sys.stderr.isatty() if progress is None else progress
         self._scattered: dict[str, Any] = {}
 
-    def _shared(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
+    def _shared(self, call: StageCall) -> tuple[Any, ...]:
         """The plan is sent to the workers once, not with every task."""
-        if args and isinstance(args[0], dict) and "plan_id" in args[0]:
-            plan_id = args[0]["plan_id"]
-            if plan_id not in self._scattered:
-                self._scattered[plan_id] = self.client.scatter(args[0], broadcast=True, hash=False)
-                est = args[0].get("estimates", {})
-                self.client.set_metadata(METADATA_KEY, {"plan_id": plan_id, **est})
-            return (self._scattered[plan_id], *args[1:])
-        return args
+        plan: Plan | None = call.plan
+        if plan is None:
+            return call.args
+        if plan.plan_id not in self._scattered:
+            self._scattered[plan.plan_id] = self.client.scatter(plan, broadcast=True, hash=False)
+            self.client.set_metadata(METADATA_KEY, {"plan_id": plan.plan_id, **to_json(plan.estimates)})
+        return (self._scattered[plan.plan_id], *call.args[1:])
 
     @property
     def dashboard_link(self) -> str:
@@ -87,13 +106,14 @@ class DaskEngine:
             return f"http://{host}:{self.cluster.scheduler.http_server.port}/status"
         return self.client.dashboard_link
 
-    def map(self, stage: str, fn: Callable[..., Any], calls: list[StageCall]) -> list[Outcome]:
+    def map(self, stage: str, fn: Callable[..., Any], calls: list[StageCall]) -> list[CallResult]:
         futures = []
         for call in calls:
             futures.append(
                 self.client.submit(
+                    _on_worker,
                     fn,
-                    *self._shared(call.args),
+                    *self._shared(call),
                     key=_key(stage, call),
                     workers=[call.host] if call.host else None,
                     allow_other_workers=False,
@@ -102,14 +122,14 @@ class DaskEngine:
                 )
             )
         index = {f.key: i for i, f in enumerate(futures)}
-        out: list[Outcome] = [Outcome(False)] * len(futures)
+        out: list[CallResult] = [CallResult(False)] * len(futures)
         for done, future in enumerate(as_completed(futures), start=1):
             i = index[future.key]
             if future.status == "finished":
-                out[i] = Outcome(True, future.result())
+                out[i] = CallResult(True, future.result())
             else:
                 exc = future.exception()
-                out[i] = Outcome(False, error=str(exc), error_type=type(exc).__name__)
+                out[i] = CallResult(False, error=str(exc), error_type=type(exc).__name__)
             if self.progress:
                 print(f"\r{stage}: {done}/{len(futures)}", end="", file=sys.stderr, flush=True)
         if self.progress and futures:

@@ -17,7 +17,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from migrate.engines import Outcome, StageCall
+from migrate.engines import CallResult, StageCall
 from migrate.errors import MigrateError
 
 INSTALL_HINT = "pip install 'kafka-log-migrate[spark]' (PySpark, about 0.5 GB; it needs Java 17 or newer)"
@@ -64,7 +64,7 @@ class SparkEngine:
     def ui_url(self) -> str:
         return self.context.uiWebUrl or "(Spark UI disabled)"
 
-    def map(self, stage: str, fn: Callable[..., Any], calls: list[StageCall]) -> list[Outcome]:
+    def map(self, stage: str, fn: Callable[..., Any], calls: list[StageCall]) -> list[CallResult]:
         hosts = {c.host for c in calls if c.host}
         if len(hosts) > 1 and not self.master.startswith("local"):
             raise MigrateError(
@@ -74,21 +74,21 @@ class SparkEngine:
             )
         if not calls:
             return []
-        plan = calls[0].args[0] if isinstance(calls[0].args[0], dict) and "plan_id" in calls[0].args[0] else None
+        plan = calls[0].plan
         plan_var = None
         if plan is not None:
-            if plan["plan_id"] not in self._broadcasts:
-                self._broadcasts[plan["plan_id"]] = self.context.broadcast(plan)
-            plan_var = self._broadcasts[plan["plan_id"]]
+            if plan.plan_id not in self._broadcasts:
+                self._broadcasts[plan.plan_id] = self.context.broadcast(plan)
+            plan_var = self._broadcasts[plan.plan_id]
         items = [(i, ("__plan__", *c.args[1:]) if plan is not None else c.args) for i, c in enumerate(calls)]
         self.context.setJobGroup(stage, f"kafka-log-migrate {stage}: {len(calls)} tasks")
         rdd = self.context.parallelize(items, numSlices=len(items))
-        out: list[Outcome] = [Outcome(False)] * len(calls)
+        out: list[CallResult] = [CallResult(False)] * len(calls)
         for done, (index, r) in enumerate(
             rdd.mapPartitions(lambda part: _run_calls(fn, plan_var, part)).toLocalIterator(), start=1
         ):
             out[index] = (
-                Outcome(True, r["value"]) if r["ok"] else Outcome(False, error=r["error"], error_type=r["type"])
+                CallResult(True, r["value"]) if r["ok"] else CallResult(False, error=r["error"], error_type=r["type"])
             )
             if self.progress:
                 print(f"\r{stage}: {done}/{len(calls)}", end="", file=sys.stderr, flush=True)

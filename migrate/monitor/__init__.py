@@ -17,6 +17,7 @@ from distributed.http.utils import RequestHandler
 
 PLUGIN_NAME = "kafka-log-migrate"
 METADATA_KEY = "kafka-log-migrate"
+EVENT_TOPIC = "kafka-log-migrate-segment"
 STAGES = ("prepare", "convert", "verify", "swap", "rollback", "finalize", "status")
 
 try:

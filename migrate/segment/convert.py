@@ -18,6 +18,7 @@ The source is streamed in chunks: peak memory is about one chunk plus the larges
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from dataclasses import dataclass, field
@@ -31,13 +32,22 @@ from migrate.format import legacy
 from migrate.format.digest import LogDigest, timestamps_only
 from migrate.format.entries import Entry
 from migrate.format.records import NO_TIMESTAMP, Compression, Record, RecordColumns, TimestampType
+from migrate.model import (
+    MAX_SEGMENT_BYTES,
+    SEGMENT_SUFFIXES,
+    ConversionStatus,
+    ConvertOptions,
+    FileStat,
+    SegmentResult,
+    SegmentTask,
+    TimestampPolicy,
+)
 from migrate.segment.indexes import IndexBuilder
+from migrate.segment.profile import check_offsets
 from migrate.segment.reader import read_chunks
-from migrate.segment.task import MAX_SEGMENT_BYTES, ConvertOptions, SegmentResult, SegmentTask
 
-SUFFIXES = (".log", ".index", ".timeindex")
+SUFFIXES = SEGMENT_SUFFIXES
 PARTIAL = ".partial"
-MAX_RELATIVE_OFFSET = 2**31 - 1
 
 
 def segment_name(base_offset: int, suffix: str) -> str:
@@ -63,6 +73,7 @@ class _Converter:
     source: str
     changed: bool = False
     magics: dict[str, int] = field(default_factory=dict)
+    mtime_timestamped: int = 0  # v0 records given the segment's mtime
 
     def convert(self, item: Entry, file_position: int) -> _Written:
         try:
@@ -86,7 +97,8 @@ class _Converter:
     def _policy_timestamps(self, timestamps: np.ndarray, types: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Output timestamps and types: v0 records (type -1) follow the policy, v1 records keep theirs."""
         v0 = types == TimestampType.NO_TIMESTAMP_TYPE
-        if self.options.timestamps == "mtime":
+        if self.options.timestamps == TimestampPolicy.MTIME:
+            self.mtime_timestamped += int(v0.sum())
             return np.where(v0, self.mtime_ms, timestamps), np.where(v0, TimestampType.LOG_APPEND_TIME, types)
         return timestamps, np.where(v0, TimestampType.CREATE_TIME, types)
 
@@ -181,7 +193,8 @@ class _Converter:
         opts = self.options
         codec = Compression.parse(opts.compression) if opts.compression else wrapper.compression
         if wrapper.magic == 0:
-            if opts.timestamps == "mtime":
+            if opts.timestamps == TimestampPolicy.MTIME:
+                self.mtime_timestamped += len(cols)
                 tstype, append_time = TimestampType.LOG_APPEND_TIME, self.mtime_ms
                 timestamps = np.full(len(cols), self.mtime_ms, np.int64)
             else:
@@ -260,71 +273,100 @@ def convert_segment(task: SegmentTask) -> SegmentResult:
     """Convert ``task.source`` into ``task.staging_dir``; the source is only read.
 
     Raises CorruptRecordError (file and byte position) for bad input, TruncatedTailError for a partial last entry
-    (unless ``truncate_tail``), SegmentRefusedError when the output would break a Kafka limit, SourceChangedError
-    when the file is not the one planned. Nothing is left in the staging dir on error.
+    that the plan did not list to drop, SegmentRefusedError when the output would break a Kafka limit,
+    SourceChangedError when the file is not the one planned, OSError when staging cannot be written. Nothing is left
+    in the staging dir on error.
+
+    The outputs are not fsynced here: the task that converts a group of segments makes them durable at once (one
+    syncfs per task instead of four fsyncs per segment) before it records them as converted. Each output takes the
+    owner, group and mode of the live file it will replace (a broker running as its own user must open it
+    read-write), and the source's mtime (retention of untimestamped data depends on it).
     """
     started = time.perf_counter()
     source = Path(task.source)
     opts = task.options
-    st = source.stat()
-    if (task.expected_size is not None and st.st_size != task.expected_size) or (
-        task.expected_mtime_ns is not None and st.st_mtime_ns != task.expected_mtime_ns
-    ):
-        raise SourceChangedError(
-            f"{source} changed since it was planned (size {st.st_size}, planned {task.expected_size}; mtime_ns "
-            f"{st.st_mtime_ns}, planned {task.expected_mtime_ns}). A broker may have run on this log dir: "
-            "make a new plan with `kafka-log-migrate plan`."
-        )
-    staging = Path(task.staging_dir)
-    staging.mkdir(parents=True, exist_ok=True)
-    finals = {sfx: staging / segment_name(task.base_offset, sfx) for sfx in SUFFIXES}
-    partials = {sfx: p.with_name(p.name + PARTIAL) for sfx, p in finals.items()}
-    result = SegmentResult(source=str(source), base_offset=task.base_offset, status="converted")
-    result.source_bytes = st.st_size
-    result.mtime_ns = st.st_mtime_ns
-    converter = _Converter(opts, st.st_mtime_ns // 1_000_000, str(source))
-    index = IndexBuilder(task.base_offset, opts.index_interval_bytes)
-    # the source's content digest (comparable with Kafka's own summary), and the digest of exactly what the output
-    # must read back as (offsets, keys, values and the policy's timestamps): two SHA-256 passes, not four
-    source_digest = LogDigest(timed=False)
-    output_digest = LogDigest(plain=False)
+    fd = os.open(source, os.O_RDONLY)
+    src = os.fdopen(fd, "rb")
+    st = os.fstat(fd)
     try:
-        with source.open("rb") as src, partials[".log"].open("wb") as out:
-            _stream(task, src, out, converter, index, source_digest, output_digest, result)
-            out.flush()
-            os.fsync(out.fileno())
-        offset_bytes, time_bytes = index.finish()
-        for sfx, data in ((".index", offset_bytes), (".timeindex", time_bytes)):
-            with partials[sfx].open("wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-        if result.entries_in == 0:
-            result.status = "empty"
-        elif not converter.changed:
-            result.status = "unchanged"
-        if result.status == "unchanged":
-            for p in partials.values():
-                p.unlink()
-        else:
-            for sfx in SUFFIXES:
-                # every output keeps the source's mtime: time retention of untimestamped data depends on it
-                os.utime(partials[sfx], ns=(st.st_atime_ns, st.st_mtime_ns))
-                os.replace(partials[sfx], finals[sfx])
-                result.outputs[sfx] = str(finals[sfx])
-                result.output_sizes[sfx] = finals[sfx].stat().st_size
-            _fsync_dir(staging)
-    except BaseException:
-        for p in (*partials.values(), *finals.values()):
-            p.unlink(missing_ok=True)
-        raise
+        _check_planned(task, source, st)
+        live_dir = source.parent
+        live_before = {}
+        for sfx in SUFFIXES:
+            with contextlib.suppress(FileNotFoundError):
+                live_before[sfx] = FileStat.of(os.stat(live_dir / segment_name(task.base_offset, sfx)))
+        staging = Path(task.staging_dir)
+        staging.mkdir(parents=True, exist_ok=True)
+        finals = {sfx: staging / segment_name(task.base_offset, sfx) for sfx in SUFFIXES}
+        partials = {sfx: p.with_name(p.name + PARTIAL) for sfx, p in finals.items()}
+        result = SegmentResult(source=str(source), base_offset=task.base_offset, status=ConversionStatus.CONVERTED)
+        result.source_bytes = st.st_size
+        result.mtime_ns = st.st_mtime_ns
+        result.live_before = live_before
+        converter = _Converter(opts, st.st_mtime_ns // 1_000_000, str(source))
+        index = IndexBuilder(task.base_offset, opts.index_interval_bytes)
+        # the source's content digest (comparable with Kafka's own summary), and the digest of exactly what the
+        # output must read back as (offsets, keys, values and the policy's timestamps): two passes, not four
+        source_digest = LogDigest(timed=False)
+        output_digest = LogDigest(plain=False)
+        try:
+            with partials[".log"].open("wb") as out:
+                _stream(task, src, out, converter, index, source_digest, output_digest, result)
+            offset_bytes, time_bytes = index.finish()
+            for sfx, data in ((".index", offset_bytes), (".timeindex", time_bytes)):
+                partials[sfx].write_bytes(data)
+            if result.entries_in == 0:
+                result.status = ConversionStatus.EMPTY
+            elif not converter.changed:
+                result.status = ConversionStatus.UNCHANGED
+            if result.status == ConversionStatus.UNCHANGED:
+                for p in partials.values():
+                    p.unlink()
+            else:
+                for sfx in SUFFIXES:
+                    owner = live_before.get(sfx) and live_dir / segment_name(task.base_offset, sfx)
+                    _take_ownership(partials[sfx], owner or source, st)
+                    os.utime(partials[sfx], ns=(st.st_atime_ns, st.st_mtime_ns))
+                    os.replace(partials[sfx], finals[sfx])
+                    result.outputs[sfx] = str(finals[sfx])
+                    result.output_stats[sfx] = FileStat.of(os.stat(finals[sfx]))
+        except BaseException:
+            for p in (*partials.values(), *finals.values()):
+                p.unlink(missing_ok=True)
+            raise
+    finally:
+        src.close()
     result.output_bytes = result.output_sizes.get(".log", 0)
     result.magics_in = converter.magics
+    result.mtime_timestamped_records = converter.mtime_timestamped
     result.records = source_digest.records
-    result.source_sha256 = source_digest.hexdigests()[0]
-    result.output_sha256_ts = output_digest.hexdigests()[1]
+    result.source_digest = source_digest.hexdigests()[0]
+    result.output_digest_ts = output_digest.hexdigests()[1]
     result.seconds = time.perf_counter() - started
     return result
+
+
+def _check_planned(task: SegmentTask, source: Path, st: os.stat_result) -> None:
+    planned = (task.expected_size, task.expected_mtime_ns, task.expected_inode)
+    actual = (st.st_size, st.st_mtime_ns, st.st_ino)
+    if any(want is not None and want != got for want, got in zip(planned, actual)):
+        raise SourceChangedError(
+            f"{source} is not the file that was planned: size {st.st_size} (planned {task.expected_size}), mtime_ns "
+            f"{st.st_mtime_ns} (planned {task.expected_mtime_ns}), inode {st.st_ino} (planned {task.expected_inode})",
+            path=str(source),
+        )
+
+
+def _take_ownership(path: Path, like: Path, source_stat: os.stat_result) -> None:
+    """Give ``path`` the owner, group and mode of ``like`` (the live file it replaces, else the source .log)."""
+    try:
+        ref = os.stat(like)
+    except FileNotFoundError:
+        ref = source_stat
+    mine = os.stat(path)
+    if (mine.st_uid, mine.st_gid) != (ref.st_uid, ref.st_gid):
+        os.chown(path, ref.st_uid, ref.st_gid)
+    os.chmod(path, ref.st_mode & 0o7777)
 
 
 def _stream(
@@ -347,35 +389,14 @@ def _stream(
         for item in entries.items:
             written_item = converter.convert(item, buf_position)
             cols = written_item.output_records
-            if len(cols):
-                first, last = int(item.records.offsets[0]), int(written_item.last_offsets[-1])
+            offsets = item.records.offsets
+            if len(offsets):
+                check_offsets(offsets, result.last_offset, base, buf_position + _first_position(item), path)
                 if result.first_offset is None:
-                    result.first_offset = first
-                    if first < base:
-                        raise SegmentRefusedError(
-                            f"offset {first} is below the segment's base offset {base}",
-                            position=buf_position + _first_position(item),
-                            path=path,
-                            hint="The file name does not match its contents; restore the segment from a replica.",
-                        )
-                if last - base > MAX_RELATIVE_OFFSET:
-                    raise SegmentRefusedError(
-                        f"offset {last} is more than 2^31-1 above the segment base {base}: Kafka's offset index "
-                        "cannot address it",
-                        position=buf_position + _first_position(item),
-                        path=path,
-                    )
-                result.last_offset = last
-            too_big = written_item.sizes > opts.max_message_bytes
-            if too_big.any() and written_item.data is not None:
-                raise SegmentRefusedError(
-                    f"a converted batch of {int(written_item.sizes[too_big][0])} bytes exceeds max.message.bytes "
-                    f"{opts.max_message_bytes}",
-                    position=buf_position + _first_position(item),
-                    path=path,
-                    hint="Raise --max-message-bytes to the topic's max.message.bytes if it is larger, or use a "
-                    "compression (--compression) that keeps the batch under the limit.",
-                )
+                    result.first_offset = int(offsets[0])
+                result.last_offset = int(written_item.last_offsets[-1])
+            if written_item.data is not None:
+                _check_batch_sizes(item, written_item, opts, buf_position, path)
             if written_item.data is None:
                 p = item.position
                 data = view[p : p + item.size]
@@ -399,26 +420,40 @@ def _stream(
             result.max_timestamp = max(result.max_timestamp, int(written_item.max_timestamps.max()))
         if entries.tail is not None:
             tail_position = buf_position + entries.tail.position
-            if not opts.truncate_tail:
+            drop = task.tail_drop
+            if drop is None or (drop.position, drop.bytes) != (tail_position, entries.tail.size):
                 raise TruncatedTailError(
-                    f"{entries.tail.reason}: {entries.tail.size} bytes after the last complete entry",
+                    f"{entries.tail.reason}: {entries.tail.size} bytes after the last complete entry, which the "
+                    "plan does not list to drop",
                     position=tail_position,
                     path=path,
-                    hint="A crash left a partial entry; Kafka's recovery would truncate it. Re-plan with "
-                    "--truncate-tail to drop those bytes (the original file is kept in the backup), or restore "
-                    "the segment from a replica.",
                 )
             result.truncated_tail_bytes = entries.tail.size
     result.output_bytes = written
 
 
+def _check_batch_sizes(item: Entry, written: _Written, opts: ConvertOptions, buf_position: int, path: str) -> None:
+    """Refuse a batch that conversion made larger than both max.message.bytes and the entry it came from: a broker
+    accepted the source entry, so the topic's limit was at least that large, and a batch no larger is no risk."""
+    over = written.sizes > opts.max_message_bytes
+    if not over.any():
+        return
+    if isinstance(item, legacy.LegacyRun):
+        source_sizes = item.sizes if len(item.sizes) == len(written.sizes) else np.full(len(written.sizes), 0)
+    else:
+        source_sizes = np.full(len(written.sizes), item.size)
+    grew = over & (written.sizes > source_sizes)
+    if grew.any():
+        i = int(np.argmax(grew))
+        raise SegmentRefusedError(
+            f"a converted batch of {int(written.sizes[i])} bytes exceeds max.message.bytes {opts.max_message_bytes} "
+            f"and its source entry ({int(source_sizes[i])} bytes)",
+            position=buf_position + _first_position(item),
+            path=path,
+            hint="Nothing was changed. Re-plan with --max-message-bytes set to the topic's max.message.bytes if it is "
+            "larger, or with a compression (--compression) or a smaller --pack-bytes that keeps batches under it.",
+        )
+
+
 def _first_position(item: Entry) -> int:
     return int(item.positions[0]) if isinstance(item, legacy.LegacyRun) else item.position
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -7,9 +7,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from migrate.format.records import NO_TIMESTAMP
+from migrate.model import DEFAULT_INDEX_INTERVAL_BYTES
 from migrate.segment import offset_index, time_index
-
-DEFAULT_INDEX_INTERVAL_BYTES = 4096
 
 
 @dataclass

@@ -1,15 +1,33 @@
-"""What a segment holds, by format, without decoding a record: for ``scan`` and ``plan``. Streams the file."""
+"""What a segment holds, by format, without decoding a record: for ``scan`` and ``plan``. Streams the file.
+
+``profile_segment`` walks every entry header (positions, sizes, magics), optionally checks every entry's stored
+checksum (CRC-32 of a legacy message, CRC-32C of a v2 batch: one call over all ranges of a chunk), and remembers
+what ``plan`` needs to tell a torn tail from corruption: the last complete entry's offset, the partial entry's
+header, and the largest entry. ``check_segment`` is ``plan --check``: a deep read of every entry (decompression,
+inner CRCs, offsets strictly increasing within base..base+2^31-1), exactly what conversion would refuse.
+"""
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
+from migrate.errors import CorruptRecordError, LocatedError, UnsupportedFormatError
 from migrate.format import batch as v2
 from migrate.format import legacy
-from migrate.format.entries import walk_entries
+from migrate.format.checksums import crc32_ranges, crc32c_ranges
+from migrate.format.entries import HEADER_SIZE_UP_TO_MAGIC, walk_entries
 from migrate.format.records import Compression
 from migrate.segment.reader import read_chunks
+
+MAX_RELATIVE_OFFSET = 2**31 - 1
+_OFFSET_SIZE = struct.Struct(">qi")
+_V2_LAST_DELTA_AT = 23  # baseOffset 8, length 4, leaderEpoch 4, magic 1, crc 4, attributes 2
+_LEGACY_CRC_AT = 12
+_V2_CRC_AT = 17
 
 
 @dataclass
@@ -20,23 +38,75 @@ class SegmentProfile:
     plain_legacy_by_magic: dict[str, int] = field(default_factory=dict)  # uncompressed v0/v1 messages
     wrappers: int = 0  # compressed v0/v1 messages
     valid_bytes: int = 0
+    largest_entry: int = 0
+    largest_entry_position: int = 0
+    last_offset: int | None = None  # of the last complete entry
     tail_position: int | None = None
     tail_bytes: int = 0
+    tail_claimed_offset: int | None = None  # offset field of the partial entry's header, when it has one
+    corruption: LocatedError | None = None  # the first bad checksum or unknown magic, with its position
 
     def has_magic_below(self, magic: int) -> bool:
         return any(int(m) < magic for m in self.entries_by_magic)
 
 
-def profile_segment(path: str | Path, chunk_bytes: int = 8 << 20) -> SegmentProfile:
+def _be32(buf: np.ndarray, at: np.ndarray) -> np.ndarray:
+    b = buf[at[:, None] + np.arange(4)].astype(np.int64)
+    return (b[:, 0] << 24) | (b[:, 1] << 16) | (b[:, 2] << 8) | b[:, 3]
+
+
+def first_bad_checksum(buf: bytes | memoryview, positions: np.ndarray, sizes: np.ndarray, magics: np.ndarray) -> int:
+    """Index of the first entry whose stored checksum does not match its bytes, or -1."""
+    if not len(positions):
+        return -1
+    u8 = np.frombuffer(buf, np.uint8)
+    ends = positions + sizes
+    bad = np.zeros(len(positions), bool)
+    for is_v2 in (False, True):
+        sel = (magics == v2.MAGIC) if is_v2 else (magics < v2.MAGIC)
+        if not sel.any():
+            continue
+        pos = positions[sel]
+        if is_v2:
+            stored, computed = _be32(u8, pos + _V2_CRC_AT), crc32c_ranges(buf, pos + _V2_CRC_AT + 4, ends[sel])
+        else:
+            stored, computed = _be32(u8, pos + _LEGACY_CRC_AT), crc32_ranges(buf, pos + _LEGACY_CRC_AT + 4, ends[sel])
+        bad[sel] = stored != computed
+    return int(np.argmax(bad)) if bad.any() else -1
+
+
+def profile_segment(path: str | Path, chunk_bytes: int = 8 << 20, check_crc: bool = False) -> SegmentProfile:
     profile = SegmentProfile()
     with open(path, "rb") as src:
         for chunk in read_chunks(src, str(path), chunk_bytes, decode=lambda buf, final: walk_entries(buf)):
             walk = chunk.entries
             buf = chunk.buffer
-            for p, size, magic in zip(walk.positions.tolist(), walk.sizes.tolist(), walk.magics.tolist()):
+            positions, sizes, magics = walk.positions, walk.sizes, walk.magics
+            if profile.corruption is None:
+                unknown = magics > v2.MAGIC
+                if unknown.any():
+                    i = int(np.argmax(unknown))
+                    profile.corruption = UnsupportedFormatError(
+                        f"unknown magic byte {int(magics[i])}",
+                        position=chunk.position + int(positions[i]),
+                        path=str(path),
+                    )
+                elif check_crc:
+                    i = first_bad_checksum(buf, positions, sizes, magics)
+                    if i >= 0:
+                        kind = "CRC-32C of the record batch" if magics[i] == v2.MAGIC else "CRC-32 of the message"
+                        profile.corruption = CorruptRecordError(
+                            f"the stored {kind} does not match its bytes",
+                            position=chunk.position + int(positions[i]),
+                            offset=_OFFSET_SIZE.unpack_from(buf, int(positions[i]))[0],
+                            path=str(path),
+                        )
+            for p, size, magic in zip(positions.tolist(), sizes.tolist(), magics.tolist()):
                 key = str(magic)
                 profile.entries_by_magic[key] = profile.entries_by_magic.get(key, 0) + 1
                 profile.bytes_by_magic[key] = profile.bytes_by_magic.get(key, 0) + size
+                if magic > v2.MAGIC:
+                    continue
                 at = v2.ATTRIBUTES_OFFSET + 1 if magic == v2.MAGIC else legacy.ATTRIBUTES_OFFSET  # codec bits' byte
                 codec = Compression(buf[p + at] & legacy.CODEC_MASK) if buf[p + at] & 7 <= 4 else None
                 name = codec.label if codec is not None else "unknown"
@@ -46,9 +116,114 @@ def profile_segment(path: str | Path, chunk_bytes: int = 8 << 20) -> SegmentProf
                         profile.plain_legacy_by_magic[key] = profile.plain_legacy_by_magic.get(key, 0) + 1
                     else:
                         profile.wrappers += 1
+            if len(positions):
+                i = int(np.argmax(sizes))
+                if int(sizes[i]) > profile.largest_entry:
+                    profile.largest_entry = int(sizes[i])
+                    profile.largest_entry_position = chunk.position + int(positions[i])
+                p, magic = int(positions[-1]), int(magics[-1])
+                offset = _OFFSET_SIZE.unpack_from(buf, p)[0]
+                if magic == v2.MAGIC:
+                    offset += struct.unpack_from(">i", buf, p + _V2_LAST_DELTA_AT)[0]
+                profile.last_offset = offset
             profile.valid_bytes = chunk.position + walk.consumed
+            if walk.tail is not None and walk.tail.size >= 12:
+                profile.tail_claimed_offset = _OFFSET_SIZE.unpack_from(buf, walk.tail.position)[0]
     size = Path(path).stat().st_size
     if size > profile.valid_bytes:
         profile.tail_position = profile.valid_bytes
         profile.tail_bytes = size - profile.valid_bytes
     return profile
+
+
+def valid_entry_after(path: str | Path, start: int, limit: int) -> int | None:
+    """The position of the first complete entry with a good checksum at or after ``start`` (scanning at most
+    ``limit`` bytes), or None. A torn write leaves only a prefix of one entry behind; a valid entry further on means
+    the bytes at ``start`` are damage in the middle of the data, not a torn tail."""
+    with open(path, "rb") as f:
+        f.seek(start)
+        buf = f.read(limit)
+    u8 = np.frombuffer(buf, np.uint8)
+    n = len(buf)
+    if n < HEADER_SIZE_UP_TO_MAGIC:
+        return None
+    starts = np.arange(0, n - HEADER_SIZE_UP_TO_MAGIC + 1, dtype=np.int64)
+    sizes = _be32(u8, starts + 8)
+    sizes = np.where(sizes >= 1 << 31, sizes - (1 << 32), sizes)
+    magics = u8[starts + 16].astype(np.int64)
+    ok = (magics <= v2.MAGIC) & (sizes >= legacy.MIN_MESSAGE_SIZE) & (starts + 12 + sizes <= n)
+    cand = starts[ok]
+    cand = cand[cand > 0]
+    for lo in range(0, len(cand), 4096):
+        block = cand[lo : lo + 4096]
+        i = first_good_checksum(buf, block, sizes[block] + 12, magics[block])
+        if i >= 0:
+            return start + int(block[i])
+    return None
+
+
+def first_good_checksum(buf: bytes, positions: np.ndarray, sizes: np.ndarray, magics: np.ndarray) -> int:
+    """Index of the first entry whose stored checksum matches, or -1 (candidates of a resynchronising scan)."""
+    for i in range(len(positions)):
+        if first_bad_checksum(buf, positions[i : i + 1], sizes[i : i + 1], magics[i : i + 1]) < 0:
+            return i
+    return -1
+
+
+def check_segment(path: str | Path, base_offset: int, chunk_bytes: int = 8 << 20) -> int:
+    """Read every entry deeply, as conversion will (decompression, inner checksums, offsets strictly increasing and
+    within the segment's range); raise the LocatedError conversion would raise. Returns the number of records."""
+    records = 0
+    last = None
+    with open(path, "rb") as src:
+        for chunk in read_chunks(src, str(path), chunk_bytes, deep=True):
+            for item in chunk.entries.items:
+                offsets = item.records.offsets
+                if not len(offsets):
+                    continue
+                position = chunk.position + (
+                    int(item.positions[0]) if isinstance(item, legacy.LegacyRun) else item.position
+                )
+                check_offsets(offsets, last, base_offset, position, str(path))
+                last = int(offsets[-1])
+                records += len(offsets)
+    return records
+
+
+def check_offsets(offsets: np.ndarray, previous: int | None, base_offset: int, position: int, path: str) -> None:
+    """Offsets must strictly increase across the segment and stay within base..base+2^31-1 (Kafka's offset index
+    stores them relative to the base as 32-bit ints)."""
+    first, last = int(offsets[0]), int(offsets[-1])
+    if previous is not None and first <= previous:
+        raise CorruptRecordError(
+            f"offset {first} does not follow offset {previous}: offsets must strictly increase",
+            position=position,
+            offset=first,
+            path=path,
+        )
+    if len(offsets) > 1 and (np.diff(offsets) <= 0).any():
+        i = int(np.argmax(np.diff(offsets) <= 0)) + 1
+        raise CorruptRecordError(
+            f"offset {int(offsets[i])} does not follow offset {int(offsets[i - 1])}",
+            position=position,
+            offset=int(offsets[i]),
+            path=path,
+        )
+    if first < base_offset:
+        raise CorruptRecordError(
+            f"offset {first} is below the segment's base offset {base_offset} (its file name)",
+            position=position,
+            offset=first,
+            path=path,
+            hint="The file name does not match its contents. Restore the segment from a replica before migrating.",
+        )
+    if last - base_offset > MAX_RELATIVE_OFFSET:
+        from migrate.errors import SegmentRefusedError
+
+        raise SegmentRefusedError(
+            f"offset {last} is more than 2^31-1 above the segment base {base_offset}: Kafka's offset index cannot "
+            "address it",
+            position=position,
+            offset=last,
+            path=path,
+        )

@@ -20,10 +20,10 @@ from migrate.format import batch as v2
 from migrate.format import legacy
 from migrate.format.digest import LogDigest
 from migrate.format.entries import Entries, read_entries, walk_entries
+from migrate.model import ConvertOptions, SegmentResult
 from migrate.segment import offset_index, time_index
 from migrate.segment.indexes import IndexBuilder
 from migrate.segment.reader import read_chunks
-from migrate.segment.task import ConvertOptions, SegmentResult
 
 
 @dataclass
@@ -139,13 +139,13 @@ def verify_segment(result: SegmentResult, options: ConvertOptions, base_offset: 
     check.sha256, check.sha256_ts = digest.hexdigests()
     if tail:
         check.fail(f"{tail} bytes after the last complete batch")
-    if check.sha256 != result.source_sha256:
+    if check.sha256 != result.source_digest:
         check.fail(
             f"records differ from the source {result.source}: content digest {check.sha256} != source "
-            f"{result.source_sha256}"
+            f"{result.source_digest}"
         )
-    if check.sha256_ts != result.output_sha256_ts:
-        check.fail(f"timestamps differ from what the conversion wrote: {check.sha256_ts} != {result.output_sha256_ts}")
+    if check.sha256_ts != result.output_digest_ts:
+        check.fail(f"timestamps differ from what the conversion wrote: {check.sha256_ts} != {result.output_digest_ts}")
     if digest.records != result.records:
         check.fail(f"{digest.records} records read back, {result.records} in the source")
     low = int((magics < options.target_magic).sum())
@@ -154,10 +154,11 @@ def verify_segment(result: SegmentResult, options: ConvertOptions, base_offset: 
     _check_indexes(result, options, base, positions, sizes, last_offsets, max_timestamps, check)
     for sfx, path in result.outputs.items():
         st = os.stat(path)
+        want = result.output_stats.get(sfx)
         if st.st_mtime_ns != result.mtime_ns:
             check.fail(f"{path} has mtime_ns {st.st_mtime_ns}, the source had {result.mtime_ns}")
-        if st.st_size != result.output_sizes.get(sfx):
-            check.fail(f"{path} is {st.st_size} bytes, {result.output_sizes.get(sfx)} were written")
+        if want is None or st.st_size != want.size:
+            check.fail(f"{path} is {st.st_size} bytes, {want.size if want else 'nothing'} were written")
     return check
 
 

@@ -1,0 +1,63 @@
+"""Engine options shared by the verbs that run stages, and the engine they choose."""
+
+from __future__ import annotations
+
+import argparse
+
+from migrate.commands.output import note
+from migrate.engines import Engine, SerialEngine
+
+
+def add_engine_options(p: argparse.ArgumentParser, full: bool) -> None:
+    """``full``: the verbs that convert or re-read data (execute, verify) choose among all engines; the others run
+    in this process, or on a Dask scheduler when the plan's log dirs live on other hosts."""
+    g = p.add_argument_group("engine")
+    if full:
+        g.add_argument(
+            "--engine",
+            choices=["dask", "spark", "serial"],
+            default="dask",
+            help="where stages run: a Dask cluster (default), Spark through PySpark, or this process",
+        )
+        g.add_argument("--workers", type=int, help="LocalCluster worker processes (default: one per core)")
+        g.add_argument(
+            "--dashboard-address",
+            default="127.0.0.1:8787",
+            help="LocalCluster dashboard address (default 127.0.0.1:8787: loopback only; give :8787 to expose it)",
+        )
+        g.add_argument("--master", default="local[*]", help="Spark master URL for --engine spark (default local[*])")
+    g.add_argument("--scheduler", help="address of a running Dask scheduler (default: a LocalCluster, or this process)")
+    if not full:
+        p.set_defaults(engine="serial")
+
+
+def accelerator_state() -> str:
+    try:
+        from migrate.format import accel
+    except ImportError:  # the switch module is being introduced; an older tree has none
+        return "active"
+    status = accel.status()
+    return "active" if status.active else status.reason
+
+
+def make_engine(args: argparse.Namespace) -> tuple[Engine, str]:
+    """The engine, and the C accelerator's state ("active", or why the slower fallback runs)."""
+    accelerator = accelerator_state()
+    engine_name = "dask" if getattr(args, "scheduler", None) and args.engine == "serial" else args.engine
+    if engine_name == "serial":
+        return SerialEngine(), accelerator
+    if engine_name == "spark":
+        from migrate.engines.spark import SparkEngine
+
+        engine = SparkEngine(master=args.master)
+        note(f"Spark UI: {engine.ui_url}")
+        return engine, accelerator
+    from migrate.engines.dask import DaskEngine
+
+    engine = DaskEngine(
+        scheduler=args.scheduler,
+        n_workers=getattr(args, "workers", None),
+        dashboard_address=getattr(args, "dashboard_address", "127.0.0.1:0"),
+    )
+    note(f"Dask dashboard: {engine.dashboard_link}")
+    return engine, accelerator

@@ -1,0 +1,45 @@
+"""The fence: a directory in the log dir that stops any Kafka broker from starting while live files may be mixed.
+
+Kafka's loader refuses to start on a log dir holding a directory that is not a topic-partition ("Found directory
+.../kafka-log-migrate.IN-PROGRESS, 'kafka-log-migrate.IN-PROGRESS' is not in the form of topic-partition"), and its
+error names the fence, whose README says which commands finish the job. The fence goes up before the first live
+file can change and comes down only when every partition is wholly old or wholly new.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from migrate import faults
+from migrate.workspace import FENCE_README, fence_path, fsync_dir
+
+
+def is_up(log_dir: str | Path) -> bool:
+    return fence_path(log_dir).is_dir()
+
+
+def raise_fence(log_dir: str | Path, plan_id: str) -> bool:
+    """Put the fence up; True if it was down."""
+    fence = fence_path(log_dir)
+    if fence.is_dir():
+        return False
+    faults.point("before:fence-up")
+    fence.mkdir()
+    (fence / "README.txt").write_text(FENCE_README.format(plan_id=plan_id))
+    fsync_dir(fence)
+    fsync_dir(log_dir)
+    faults.point("after:fence-up")
+    return True
+
+
+def lower_fence(log_dir: str | Path) -> bool:
+    """Take the fence down; True if it was up. The caller has checked that no partition is mixed."""
+    fence = fence_path(log_dir)
+    if not fence.exists():
+        return False
+    faults.point("before:fence-down")
+    shutil.rmtree(fence)
+    fsync_dir(log_dir)
+    faults.point("after:fence-down")
+    return True

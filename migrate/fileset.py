@@ -1,0 +1,160 @@
+"""The files of one segment in a live partition, and how they are swapped in and put back.
+
+Each live file (``.log``, ``.index``, ``.timeindex``) that conversion replaces is first hard-linked into the
+partition's backup dir (same inode: same bytes and mtime, no copy), then the staged file is renamed over it (atomic
+on POSIX). Before the first rename the state store has committed, per file, the identity (inode, size, mtime) of the
+original and of the output: with those, every step can be redone or undone after a crash at any instant, and a live
+file can always be classified as
+
+- the original (never swapped, or already put back),
+- ours, unchanged since the swap,
+- or changed by someone else (a broker ran), which no recovery overwrites without ``--force``.
+
+Every function here is idempotent: doing it again after a crash finishes the job.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from migrate import faults
+from migrate.errors import MigrateError, SourceChangedError
+from migrate.model import FileStat, SegmentResult
+from migrate.state import SwapFile
+from migrate.workspace import backup_dir, segment_file, staging_dir
+
+
+class BackupMissingError(MigrateError):
+    """The backup of a swapped file is gone: the original cannot be put back."""
+
+
+def _stat(path: Path) -> FileStat | None:
+    try:
+        return FileStat.of(os.stat(path))
+    except FileNotFoundError:
+        return None
+
+
+def _describe(st: FileStat | None) -> str:
+    return "missing" if st is None else f"inode {st.inode}, {st.size} bytes, mtime_ns {st.mtime_ns}"
+
+
+@dataclass(frozen=True)
+class SegmentFiles:
+    partition_dir: Path
+    plan_id: str
+    base_offset: int
+
+    def live(self, suffix: str) -> Path:
+        return segment_file(self.partition_dir, self.base_offset, suffix)
+
+    def staged(self, suffix: str) -> Path:
+        return segment_file(staging_dir(self.partition_dir, self.plan_id), self.base_offset, suffix)
+
+    def backup(self, suffix: str) -> Path:
+        return segment_file(backup_dir(self.partition_dir, self.plan_id), self.base_offset, suffix)
+
+    # --- before the swap -------------------------------------------------------------------------------------
+
+    def staged_intact(self, result: SegmentResult) -> bool:
+        """The staged outputs are still what the conversion wrote and verified."""
+        return all(_stat(self.staged(sfx)) == want for sfx, want in result.output_stats.items())
+
+    def plan_swap(self, result: SegmentResult) -> tuple[SwapFile, ...]:
+        """What the swap of this segment will do, checked against the live files the conversion saw: a live file
+        that changed since (a broker ran) fails the partition before anything is renamed."""
+        files = []
+        for sfx, output in result.output_stats.items():
+            live = _stat(self.live(sfx))
+            before = result.live_before.get(sfx)
+            if live != before:
+                raise SourceChangedError(
+                    f"{self.live(sfx)} changed after it was converted: now {_describe(live)}, converted from "
+                    f"{_describe(before)}",
+                    path=str(self.live(sfx)),
+                )
+            staged = _stat(self.staged(sfx))
+            if staged != output:
+                raise SourceChangedError(
+                    f"the staged {self.staged(sfx)} is not what was verified: {_describe(staged)}, verified "
+                    f"{_describe(output)}",
+                    path=str(self.staged(sfx)),
+                    hint="Run `execute` again: the segment is converted anew.",
+                )
+            files.append(SwapFile(sfx, live, output))
+        return tuple(files)
+
+    # --- swap in ---------------------------------------------------------------------------------------------
+
+    def swap_in(self, files: tuple[SwapFile, ...]) -> None:
+        """Back up each original and rename the staged file over it; finishes a swap a crash interrupted."""
+        for f in files:
+            live, staged, kept = self.live(f.suffix), self.staged(f.suffix), self.backup(f.suffix)
+            current = _stat(live)
+            if current == f.output:
+                continue  # renamed before a crash
+            if current != f.original:
+                raise SourceChangedError(
+                    f"{live} changed during the swap: {_describe(current)}, expected the original "
+                    f"({_describe(f.original)}) or the output ({_describe(f.output)})",
+                    path=str(live),
+                )
+            if f.original is not None and _stat(kept) != f.original:
+                kept.unlink(missing_ok=True)  # a link that never completed, or a leftover
+                kept.parent.mkdir(parents=True, exist_ok=True)
+                faults.point("before:backup-link")
+                os.link(live, kept)
+                faults.point("after:backup-link")
+            faults.point("before:rename")
+            os.replace(staged, live)
+            faults.point("after:rename")
+
+    # --- put back --------------------------------------------------------------------------------------------
+
+    def change(self, files: tuple[SwapFile, ...]) -> list[str]:
+        """Live files that are neither the original nor our unchanged output: something wrote them after the swap."""
+        changed = []
+        for f in files:
+            current = _stat(self.live(f.suffix))
+            if current in (f.output, f.original):
+                continue
+            changed.append(
+                f"{self.live(f.suffix)}: {_describe(current)}; the migration swapped in {_describe(f.output)} "
+                f"(original: {_describe(f.original)})"
+            )
+        return changed
+
+    def restore(self, files: tuple[SwapFile, ...], force: bool = False) -> None:
+        """Put every original back (bytes and mtime: the same inode) and remove files the migration added."""
+        for f in reversed(files):
+            live, kept = self.live(f.suffix), self.backup(f.suffix)
+            current = _stat(live)
+            if current != f.output and current != f.original and not force:
+                raise SourceChangedError(
+                    f"{live} changed after the swap ({_describe(current)}); not putting the original back over it",
+                    path=str(live),
+                    hint="A broker probably wrote to it. Stop the broker; `rollback --force` restores the original "
+                    "and loses what was written since the swap.",
+                )
+            if f.original is None:
+                if current is not None and (current == f.output or force):
+                    faults.point("before:unlink")
+                    live.unlink()
+                    faults.point("after:unlink")
+                continue
+            if current == f.original:
+                kept.unlink(missing_ok=True)  # a second link to the live inode, or nothing
+                continue
+            if _stat(kept) != f.original:
+                raise BackupMissingError(
+                    f"the backup {kept} of {live} is {_describe(_stat(kept))}, not the original "
+                    f"({_describe(f.original)}): it cannot be put back. The live file is the migrated one; keep it "
+                    "(run `execute` to finish) or restore the original from a replica."
+                )
+            faults.point("before:restore")
+            os.replace(kept, live)
+            faults.point("after:restore")
+        for f in files:
+            self.staged(f.suffix).unlink(missing_ok=True)

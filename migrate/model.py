@@ -1,0 +1,899 @@
+"""The vocabulary of kafka-log-migrate: the plan, the options, the run's states and events, a task and its outcome.
+
+Every layer imports these records; no layer hands another a dict to navigate by string keys. They are frozen
+dataclasses and ``str`` enums, serialised to JSON by one strict codec (``to_json``/``from_json``) that rejects unknown
+keys, missing fields and wrong types with the path of the offending value, and that also generates the plan's JSON
+schema (``python -m migrate.model > plans/plan.schema.json``; a test checks the file is current).
+
+The plan tree::
+
+    Plan
+      options: ConvertOptions                   how every segment is converted (the same on every replica)
+      log_dirs: LogDirPlan...                   one broker log dir: its host, broker id, filesystems
+        partitions: PartitionPlan...            one topic-partition directory, its leader epoch
+          segments: SegmentPlan...              one <base>.log with legacy data: size, mtime, inode, formats
+      tasks: TaskPlan...                        groups of segments of one log dir, the unit an engine schedules
+
+``plan_id`` is a hash of the plan's content (everything but the id itself, when and where it was made, and the free
+space seen): an edited plan no longer matches its id and is refused; planning the same inputs with the same options
+gives the same id, so a re-made plan resumes the state of a crashed run.
+
+The run's state lives per log dir (``migrate.state``): a state per segment and per partition, and an event history.
+A partition is migrated only when every planned segment of it is live in the new format; a log dir is migrated
+only when every planned partition is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import hashlib
+import json
+import sys
+import types
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
+
+PLAN_VERSION = 2
+DEFAULT_INDEX_INTERVAL_BYTES = 4096  # Kafka's index.interval.bytes default
+DEFAULT_MAX_MESSAGE_BYTES = 1048588  # Kafka's max.message.bytes default: 1 MiB + 12 bytes of log overhead
+MAX_SEGMENT_BYTES = 2**31 - 1  # FileRecords cannot open a larger .log
+DEFAULT_CHUNK_BYTES = 8 << 20
+DEFAULT_TASK_BYTES = 64 << 20
+DEFAULT_TASK_SEGMENTS = 256
+SEGMENT_SUFFIXES = (".log", ".index", ".timeindex")
+
+
+class ModelError(ValueError):
+    """A record that does not fit the model: the message names the path of the offending value."""
+
+
+# --- options ---------------------------------------------------------------------------------------------------
+
+
+class TimestampPolicy(str, enum.Enum):
+    """Timestamps for v0 records, which have none of their own (v1 records always keep theirs)."""
+
+    MTIME = "mtime"  # LogAppendTime at the segment file's mtime: the KIP-32/33 fallback retention already uses
+    NONE = "none"  # CreateTime -1: exactly what Kafka 4's cleaner writes
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Codec(str, enum.Enum):
+    """A compression codec by its Kafka name."""
+
+    NONE = "none"
+    GZIP = "gzip"
+    SNAPPY = "snappy"
+    LZ4 = "lz4"
+    ZSTD = "zstd"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class DigestAlgorithm(str, enum.Enum):
+    """The record digest a run checks its outputs with. Both hash the same canonical serialisation of every record
+    (the oracle's); SHA-256 equals what `oracle dump --summary` prints, so a run can be checked against Kafka."""
+
+    SHA256 = "sha256"
+    XXH3_128 = "xxh3-128"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class ConvertOptions:
+    """How a segment is converted; the same options give the same bytes on every replica."""
+
+    target_magic: int = 2
+    timestamps: TimestampPolicy = TimestampPolicy.MTIME
+    partition_leader_epoch: int = 0  # the plan sets it per partition (PartitionPlan.leader_epoch)
+    compression: Codec | None = None  # None keeps each wrapper's codec, as Kafka's cleaner does
+    pack_bytes: int | None = None  # opt-in: group uncompressed legacy messages into v2 batches of up to N bytes
+    tombstone_flag: bool = False  # KIP-87: bit 5 of the v2 record attributes on null-value records
+    index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    truncate_tail: bool = False  # drop a torn last entry of a partition's last segment (listed in the plan)
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES  # read size: peak memory is about this plus the largest batch
+    digest: DigestAlgorithm = DigestAlgorithm.SHA256
+
+    def __post_init__(self) -> None:
+        # plain strings from callers and old plans become the enums, so equality and JSON stay exact
+        for name, kind in (("timestamps", TimestampPolicy), ("digest", DigestAlgorithm)):
+            value = getattr(self, name)
+            if not isinstance(value, kind):
+                object.__setattr__(self, name, _enum(kind, value, f"options.{name}"))
+        if self.compression is not None and not isinstance(self.compression, Codec):
+            object.__setattr__(self, "compression", _enum(Codec, self.compression, "options.compression"))
+        if self.target_magic not in (1, 2):
+            raise ModelError(f"options.target_magic: must be 1 or 2, not {self.target_magic!r}")
+        if self.compression == Codec.ZSTD and self.target_magic < 2:
+            raise ModelError("options.compression: zstd needs target magic 2 (Kafka reads zstd only in v2 batches)")
+        if self.pack_bytes is not None and (self.target_magic != 2 or self.pack_bytes < 1):
+            raise ModelError("options.pack_bytes: needs target magic 2 and a positive size")
+        if self.partition_leader_epoch < -1:
+            raise ModelError(f"options.partition_leader_epoch: {self.partition_leader_epoch} is below -1")
+        for name in ("index_interval_bytes", "max_message_bytes", "chunk_bytes"):
+            if getattr(self, name) < 1:
+                raise ModelError(f"options.{name}: must be positive, not {getattr(self, name)}")
+
+    def for_partition(self, leader_epoch: int) -> ConvertOptions:
+        return dataclasses.replace(self, partition_leader_epoch=leader_epoch)
+
+
+def _enum(kind: type[enum.Enum], value: Any, where: str) -> Any:
+    try:
+        return kind(value)
+    except ValueError:
+        allowed = ", ".join(str(m.value) for m in kind)
+        raise ModelError(f"{where}: {value!r} is not one of {allowed}") from None
+
+
+# --- the plan --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TailDrop:
+    """A torn last entry that ``--truncate-tail`` drops from a partition's last segment (the original is kept until
+    finalize). ``claimed_offset`` is the offset field of the partial entry's header when it was written."""
+
+    position: int
+    bytes: int
+    last_kept_offset: int | None
+    claimed_offset: int | None
+
+
+@dataclass(frozen=True)
+class SegmentPlan:
+    base_offset: int
+    size: int
+    mtime_ns: int
+    inode: int
+    entries_by_magic: dict[str, int]
+    estimated_output_bytes: int
+    tail_drop: TailDrop | None = None
+
+    @property
+    def file(self) -> str:
+        return f"{self.base_offset:020d}.log"
+
+
+@dataclass(frozen=True)
+class PartitionPlan:
+    name: str  # the topic-partition directory name
+    topic: str
+    partition: int
+    dir: str
+    dir_mtime_ns: int  # restored after a rollback (our work dir changes it)
+    leader_epoch: int
+    bytes: int
+    estimated_output_bytes: int
+    segments: tuple[SegmentPlan, ...]
+
+    @cached_property
+    def segment_by_base(self) -> dict[int, SegmentPlan]:
+        return {s.base_offset: s for s in self.segments}
+
+
+@dataclass(frozen=True)
+class FilesystemSpace:
+    """Staging space on one filesystem: converted segments live beside the originals until finalize."""
+
+    device: int
+    example_dir: str
+    partitions: int
+    needed_bytes: int
+    free_bytes: int
+
+
+@dataclass(frozen=True)
+class LogDirPlan:
+    log_dir: str
+    mtime_ns: int  # restored after a rollback (the fence and the state change it)
+    host: str | None  # the Dask worker host that owns it; None: the machine that runs the command
+    broker_id: int | None
+    cluster_id: str | None
+    partitions: tuple[PartitionPlan, ...]
+    filesystems: tuple[FilesystemSpace, ...] = ()
+
+    @cached_property
+    def partition_by_name(self) -> dict[str, PartitionPlan]:
+        return {p.name: p for p in self.partitions}
+
+
+@dataclass(frozen=True)
+class SegmentRef:
+    partition: str
+    base_offset: int
+
+
+@dataclass(frozen=True)
+class TaskPlan:
+    """Segments of one log dir converted and verified by one engine task: a task per tiny segment would drown the
+    scheduler, so tasks hold up to --task-bytes and --task-segments."""
+
+    id: str
+    log_dir: str
+    segments: tuple[SegmentRef, ...]
+    bytes: int
+
+
+@dataclass(frozen=True)
+class Estimates:
+    partitions: int
+    segments: int
+    bytes: int
+    estimated_output_bytes: int
+
+
+@dataclass(frozen=True)
+class Plan:
+    version: int
+    plan_id: str
+    tool: str
+    created: str
+    planned_on: str
+    options: ConvertOptions
+    log_dirs: tuple[LogDirPlan, ...]
+    tasks: tuple[TaskPlan, ...]
+    estimates: Estimates
+    warnings: tuple[str, ...] = ()
+
+    @cached_property
+    def log_dir_by_path(self) -> dict[str, LogDirPlan]:
+        return {d.log_dir: d for d in self.log_dirs}
+
+    def log_dir(self, path: str) -> LogDirPlan:
+        try:
+            return self.log_dir_by_path[path]
+        except KeyError:
+            raise ModelError(f"log dir {path} is not in plan {self.plan_id}") from None
+
+    def partition(self, log_dir: str, name: str) -> PartitionPlan:
+        try:
+            return self.log_dir(log_dir).partition_by_name[name]
+        except KeyError:
+            raise ModelError(f"partition {name} of {log_dir} is not in plan {self.plan_id}") from None
+
+    def tasks_of(self, log_dir: str) -> list[TaskPlan]:
+        return [t for t in self.tasks if t.log_dir == log_dir]
+
+    @cached_property
+    def tasks_by_id(self) -> dict[str, TaskPlan]:
+        return {t.id: t for t in self.tasks}
+
+    def content_id(self) -> str:
+        """The id the plan's content deserves: what ``plan_id`` must equal."""
+        return content_id(self)
+
+    def check_integrity(self) -> None:
+        """Refuse a plan whose content no longer matches its id, or whose parts contradict each other."""
+        if self.version != PLAN_VERSION:
+            raise ModelError(f"plan version {self.version}; this kafka-log-migrate reads version {PLAN_VERSION}")
+        if self.content_id() != self.plan_id:
+            raise ModelError(
+                f"plan {self.plan_id} was edited after it was made (its content hashes to {self.content_id()}). "
+                "A plan is reviewed, not edited: re-plan with `kafka-log-migrate plan` and the options you want"
+            )
+        for d in self.log_dirs:
+            for p in d.partitions:
+                if not p.dir.startswith(d.log_dir.rstrip("/") + "/") or "/" in p.dir[len(d.log_dir.rstrip("/")) + 1 :]:
+                    raise ModelError(f"partition {p.name}: its dir {p.dir} is not a child of its log dir {d.log_dir}")
+        for t in self.tasks:
+            d = self.log_dir(t.log_dir)
+            for ref in t.segments:
+                part = d.partition_by_name.get(ref.partition)
+                if part is None or ref.base_offset not in part.segment_by_base:
+                    raise ModelError(f"task {t.id}: segment {ref.partition}/{ref.base_offset} is not in the plan")
+
+
+_VOLATILE_PLAN_FIELDS = ("plan_id", "created", "planned_on")
+
+
+def content_id(plan: Plan) -> str:
+    body = to_json(plan)
+    for name in _VOLATILE_PLAN_FIELDS:
+        body.pop(name, None)
+    for d in body["log_dirs"]:
+        d["filesystems"] = [{k: v for k, v in fs.items() if k != "free_bytes"} for fs in d["filesystems"]]
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
+
+
+def load_plan_json(text: str, source: str = "plan") -> Plan:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ModelError(f"{source}: not JSON ({exc})") from exc
+    if isinstance(data, dict) and data.get("version") != PLAN_VERSION:
+        raise ModelError(
+            f"{source}: plan version {data.get('version')!r}; this kafka-log-migrate reads version {PLAN_VERSION}. "
+            "Re-plan with this version's `kafka-log-migrate plan`."
+        )
+    plan = from_json(Plan, data, "plan")
+    plan.check_integrity()
+    return plan
+
+
+def dump_plan_json(plan: Plan) -> str:
+    return json.dumps(to_json(plan), indent=1) + "\n"
+
+
+# --- the run's state -------------------------------------------------------------------------------------------
+
+
+class SegmentState(str, enum.Enum):
+    PLANNED = "planned"
+    VERIFIED = "verified"  # converted into staging and re-read from disk: ready to swap
+    UNCHANGED = "unchanged"  # nothing to rewrite (already in the target format, or no entries): nothing to swap
+    REFUSED = "refused"  # bad input or a Kafka limit: fails its partition only
+    FAILED = "failed"  # the environment failed (disk full, I/O error, permission): the run stops
+    SWAPPED = "swapped"
+    ROLLED_BACK = "rolled-back"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class PartitionState(str, enum.Enum):
+    PLANNED = "planned"
+    CONVERTING = "converting"  # some segments verified, others not yet
+    READY = "ready"  # every segment verified: waiting for the swap
+    FAILED = "failed"  # a segment was refused or failed, or a live file changed; the partition is untouched
+    SWAPPING = "swapping"  # live files may be mixed: the fence must stay up
+    MIGRATED = "migrated"
+    ROLLING_BACK = "rolling-back"  # live files may be mixed: the fence must stay up
+    ROLLED_BACK = "rolled-back"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def mixed(self) -> bool:
+        """Live files may be partly old and partly new."""
+        return self in (PartitionState.SWAPPING, PartitionState.ROLLING_BACK)
+
+
+class LogDirPhase(str, enum.Enum):
+    """Where a log dir's migration stands, as a whole."""
+
+    NEW = "new"  # no run has touched it
+    EXECUTING = "executing"  # started; not every partition migrated yet
+    MIGRATED = "migrated"  # every planned partition migrated; originals kept for rollback
+    ROLLING_BACK = "rolling-back"
+    ROLLED_BACK = "rolled-back"
+    FINALIZED = "finalized"  # originals deleted
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class EventKind(str, enum.Enum):
+    """One line of a log dir's history (the ``events`` table)."""
+
+    RUN_STARTED = "run-started"
+    RUN_ENDED = "run-ended"
+    PREPARED = "prepared"
+    FENCE_UP = "fence-up"
+    FENCE_DOWN = "fence-down"
+    SEGMENT_VERIFIED = "segment-verified"
+    SEGMENT_UNCHANGED = "segment-unchanged"
+    SEGMENT_REFUSED = "segment-refused"
+    SEGMENT_FAILED = "segment-failed"
+    SWAP_BEGUN = "swap-begun"
+    PARTITION_MIGRATED = "partition-migrated"
+    PARTITION_FAILED = "partition-failed"
+    ROLLBACK_BEGUN = "rollback-begun"
+    PARTITION_ROLLED_BACK = "partition-rolled-back"
+    ROLLED_BACK = "rolled-back"
+    FINALIZED = "finalized"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Verb(str, enum.Enum):
+    EXECUTE = "execute"
+    ROLLBACK = "rollback"
+    FINALIZE = "finalize"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+# --- a segment's conversion and its outcome --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FileStat:
+    """What identifies a live file: a broker writing to it changes size or mtime; a rename changes the inode."""
+
+    inode: int
+    size: int
+    mtime_ns: int
+
+    @classmethod
+    def of(cls, st: Any) -> FileStat:
+        return cls(int(st.st_ino), int(st.st_size), int(st.st_mtime_ns))
+
+
+@dataclass(frozen=True)
+class SegmentTask:
+    """Convert one segment: the source, where its outputs go, and what the source must still be."""
+
+    source: str  # path of <base>.log
+    staging_dir: str  # where <base>.log/.index/.timeindex are written
+    base_offset: int
+    options: ConvertOptions = field(default_factory=ConvertOptions)
+    expected_size: int | None = None  # refuse if the source changed since planning
+    expected_mtime_ns: int | None = None
+    expected_inode: int | None = None
+    tail_drop: TailDrop | None = None  # the only tail the plan allows to be dropped
+
+
+class ConversionStatus(str, enum.Enum):
+    CONVERTED = "converted"
+    UNCHANGED = "unchanged"  # already in the target format: nothing written
+    EMPTY = "empty"  # no complete entry
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass
+class SegmentResult:
+    """What converting one segment produced: staged files and the digests the verifier must find again."""
+
+    source: str
+    base_offset: int
+    status: ConversionStatus
+    outputs: dict[str, str] = field(default_factory=dict)  # suffix -> staged path
+    output_stats: dict[str, FileStat] = field(default_factory=dict)
+    live_before: dict[str, FileStat] = field(default_factory=dict)  # the live files this output will replace
+    source_bytes: int = 0
+    output_bytes: int = 0
+    entries_in: int = 0
+    batches_out: int = 0
+    records: int = 0
+    first_offset: int | None = None
+    last_offset: int | None = None
+    max_timestamp: int = -1
+    magics_in: dict[str, int] = field(default_factory=dict)
+    mtime_timestamped_records: int = 0  # v0 records that received the segment's mtime (--timestamps mtime)
+    digest: DigestAlgorithm = DigestAlgorithm.SHA256
+    source_digest: str = ""  # offsets, keys, values, headers: must survive any conversion
+    output_digest_ts: str = ""  # the same plus the timestamps the output must read back as
+    mtime_ns: int = 0
+    truncated_tail_bytes: int = 0
+    seconds: float = 0.0
+
+    @property
+    def output_sizes(self) -> dict[str, int]:
+        return {sfx: st.size for sfx, st in self.output_stats.items()}
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Why a segment or a partition did not migrate: what, where and what to do."""
+
+    kind: str  # LocatedError.kind ("corrupt", "refused", ...), "io-error", "verify", "live-changed", "bug"
+    message: str
+    path: str | None = None
+    position: int | None = None
+    offset: int | None = None
+
+    @classmethod
+    def of(cls, exc: BaseException) -> Problem:
+        from migrate.errors import LocatedError
+
+        if isinstance(exc, LocatedError):
+            return cls(exc.kind, str(exc), exc.path, exc.position, exc.offset)
+        if isinstance(exc, OSError):
+            return cls("io-error", _os_error_text(exc), exc.filename)
+        return cls("bug", f"{type(exc).__name__}: {exc}")
+
+
+def _os_error_text(exc: OSError) -> str:
+    import errno
+
+    what = exc.strerror or str(exc)
+    where = f" on {exc.filename}" if exc.filename else ""
+    advice = {
+        errno.ENOSPC: "Free space on that filesystem, then run `execute` again to resume (or `rollback`).",
+        errno.EDQUOT: "Raise the quota or free space, then run `execute` again to resume (or `rollback`).",
+        errno.EIO: "The disk reported an I/O error: check it (dmesg, SMART) before anything else.",
+        errno.EPERM: "The file or directory refuses changes (immutable attribute? run `lsattr`); fix that, then run "
+        "`execute` again to resume (or `rollback`).",
+        errno.EACCES: "Run kafka-log-migrate as the user that owns the log dir (the broker's user) or as root.",
+        errno.EROFS: "The filesystem is read-only: remount it read-write, then run `execute` again.",
+    }.get(exc.errno or 0, "Fix the cause, then run `execute` again to resume (or `rollback`).")
+    return f"{what}{where}. {advice}"
+
+
+class Outcome(str, enum.Enum):
+    VERIFIED = "verified"
+    UNCHANGED = "unchanged"
+    REFUSED = "refused"
+    FAILED = "failed"
+    SKIPPED = "skipped"  # done already (resumed), or not attempted after its partition failed or the run stopped
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class SegmentOutcome:
+    """What a convert task did with one segment: the record a task returns, the state store keeps and progress
+    reports carry."""
+
+    log_dir: str
+    partition: str
+    base_offset: int
+    outcome: Outcome
+    source_bytes: int = 0
+    output_bytes: int = 0
+    records: int = 0
+    convert_seconds: float = 0.0
+    verify_seconds: float = 0.0
+    problem: Problem | None = None
+    result: SegmentResult | None = None
+    finished_at: float = 0.0
+
+
+@dataclass(frozen=True)
+class PartitionStatus:
+    log_dir: str
+    partition: str
+    state: PartitionState
+    segments: dict[str, int]  # segment state -> count
+    problem: Problem | None = None
+    updated_at: float = 0.0
+
+
+@dataclass(frozen=True)
+class LogDirStatus:
+    log_dir: str
+    phase: LogDirPhase
+    fence_up: bool
+    partitions: tuple[PartitionStatus, ...]
+    history: tuple[str, ...] = ()  # "finalized at ..., N partitions migrated"
+
+    @property
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for p in self.partitions:
+            out[p.state.value] = out.get(p.state.value, 0) + 1
+        return out
+
+    @property
+    def unmigrated(self) -> list[PartitionStatus]:
+        return [p for p in self.partitions if p.state != PartitionState.MIGRATED]
+
+
+# --- the strict JSON codec -------------------------------------------------------------------------------------
+
+T = TypeVar("T")
+
+
+def to_json(value: Any) -> Any:
+    """A model record as plain JSON data (enums by value, tuples as lists, dataclasses as objects)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: to_json(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, (list, tuple)):
+        return [to_json(v) for v in value]
+    if isinstance(value, Mapping):
+        return {str(k): to_json(v) for k, v in value.items()}
+    return value
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    return get_type_hints(cls, vars(sys.modules[cls.__module__]))
+
+
+def from_json(cls: type[T], data: Any, where: str = "") -> T:
+    """Build ``cls`` from JSON data, checking every key and type; a ModelError names the offending path."""
+    return _decode(cls, data, where or cls.__name__)
+
+
+def _is_union(tp: Any) -> bool:
+    return get_origin(tp) in (Union, types.UnionType)
+
+
+def _decode(tp: Any, data: Any, where: str) -> Any:
+    if _is_union(tp):
+        args = get_args(tp)
+        if data is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _decode(arg, data, where)
+            except ModelError as exc:
+                errors.append(str(exc))
+        raise ModelError(errors[0] if len(errors) == 1 else f"{where}: {data!r} fits none of {tp}")
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(data, dict):
+            raise ModelError(f"{where}: expected an object, found {type(data).__name__}")
+        hints = _hints(tp)
+        names = {f.name for f in dataclasses.fields(tp)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise ModelError(f"{where}: unknown key {unknown[0]!r} (known: {', '.join(sorted(names))})")
+        kwargs = {}
+        for f in dataclasses.fields(tp):
+            if f.name not in data:
+                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                    raise ModelError(f"{where}: missing key {f.name!r}")
+                continue
+            kwargs[f.name] = _decode(hints[f.name], data[f.name], f"{where}.{f.name}")
+        try:
+            return tp(**kwargs)
+        except ModelError:
+            raise
+        except (TypeError, ValueError) as exc:
+            raise ModelError(f"{where}: {exc}") from exc
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        return _enum(tp, data, where)
+    origin = get_origin(tp)
+    if origin is tuple:
+        if not isinstance(data, list):
+            raise ModelError(f"{where}: expected a list, found {type(data).__name__}")
+        (item,) = [a for a in get_args(tp) if a is not Ellipsis]
+        return tuple(_decode(item, v, f"{where}[{i}]") for i, v in enumerate(data))
+    if origin is dict:
+        if not isinstance(data, dict):
+            raise ModelError(f"{where}: expected an object, found {type(data).__name__}")
+        _, item = get_args(tp)
+        return {str(k): _decode(item, v, f"{where}.{k}") for k, v in data.items()}
+    if tp is Any:
+        return data
+    if tp is bool:
+        if not isinstance(data, bool):
+            raise ModelError(f"{where}: expected true or false, found {data!r}")
+        return data
+    if tp is int:
+        if not isinstance(data, int) or isinstance(data, bool):
+            raise ModelError(f"{where}: expected an integer, found {data!r}")
+        return data
+    if tp is float:
+        if not isinstance(data, (int, float)) or isinstance(data, bool):
+            raise ModelError(f"{where}: expected a number, found {data!r}")
+        return float(data)
+    if tp is str:
+        if not isinstance(data, str):
+            raise ModelError(f"{where}: expected a string, found {data!r}")
+        return data
+    raise ModelError(f"{where}: the model has no decoder for {tp}")
+
+
+def json_schema(cls: type, title: str = "", description: str = "") -> dict[str, Any]:
+    """The JSON schema (draft 2020-12) of a model record, generated from the same type hints the codec checks."""
+    defs: dict[str, Any] = {}
+    root = _schema(cls, defs)
+    out: dict[str, Any] = {"$schema": "https://json-schema.org/draft/2020-12/schema"}
+    if title:
+        out["title"] = title
+    if description:
+        out["description"] = description
+    out.update(defs.pop(cls.__name__))
+    out["$defs"] = dict(sorted(defs.items()))
+    del root
+    return out
+
+
+def _schema(tp: Any, defs: dict[str, Any]) -> dict[str, Any]:
+    if _is_union(tp):
+        return {"anyOf": [_schema(a, defs) for a in get_args(tp)]}
+    if tp is type(None):
+        return {"type": "null"}
+    if dataclasses.is_dataclass(tp):
+        name = tp.__name__
+        if name not in defs:
+            defs[name] = {}  # recursion guard
+            hints = _hints(tp)
+            fields_ = dataclasses.fields(tp)
+            defs[name] = {
+                "type": "object",
+                "additionalProperties": False,
+                "required": [
+                    f.name
+                    for f in fields_
+                    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+                ],
+                "properties": {f.name: _schema(hints[f.name], defs) for f in fields_},
+            }
+            doc = (tp.__doc__ or "").strip()
+            if doc and not doc.startswith(f"{name}("):
+                defs[name]["description"] = " ".join(doc.split())
+        return {"$ref": f"#/$defs/{name}"}
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        return {"enum": [m.value for m in tp]}
+    origin = get_origin(tp)
+    if origin is tuple:
+        (item,) = [a for a in get_args(tp) if a is not Ellipsis]
+        return {"type": "array", "items": _schema(item, defs)}
+    if origin is dict:
+        return {"type": "object", "additionalProperties": _schema(get_args(tp)[1], defs)}
+    simple = {bool: "boolean", int: "integer", float: "number", str: "string"}
+    if tp in simple:
+        return {"type": simple[tp]}
+    if tp is Any:
+        return {}
+    raise ModelError(f"no schema for {tp}")
+
+
+PLAN_SCHEMA_TITLE = "kafka-log-migrate plan"
+PLAN_SCHEMA_DESCRIPTION = (
+    "Written by `kafka-log-migrate plan`; read by execute, verify, status, rollback and finalize. Generated from "
+    "migrate/model.py (python -m migrate.model). plan_id hashes the content without plan_id, created, planned_on "
+    "and free_bytes; an edited plan is refused."
+)
+
+
+def plan_schema() -> dict[str, Any]:
+    return json_schema(Plan, PLAN_SCHEMA_TITLE, PLAN_SCHEMA_DESCRIPTION)
+
+
+# --- what each stage reports -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PrepareReport:
+    log_dir: str
+    phase: LogDirPhase
+    resumed: bool
+    reset_segments: int = 0  # failed, refused or lost-staging segments planned again
+    restored_partitions: int = 0  # partitions a crashed rollback had begun, finished before migrating again
+
+
+@dataclass(frozen=True)
+class PartitionProblem:
+    partition: str
+    problem: Problem
+
+
+@dataclass(frozen=True)
+class SwapReport:
+    log_dir: str
+    migrated: tuple[str, ...]  # partitions migrated by this call
+    failed: tuple[PartitionProblem, ...]  # partitions left untouched (a live file changed, a file refused a link)
+    mixed: tuple[str, ...]  # partitions whose live files may be mixed: the fence stays up
+    fence_up: bool
+    stopped: Problem | None = None  # an error that stopped the stage
+
+
+@dataclass(frozen=True)
+class RollbackReport:
+    log_dir: str
+    phase: LogDirPhase
+    restored: tuple[str, ...]  # partitions whose originals were put back by this call
+    changed: tuple[str, ...] = ()  # live files changed after the swap (refused without --force)
+    forced: bool = False
+
+
+@dataclass(frozen=True)
+class FinalizeReport:
+    log_dir: str
+    phase: LogDirPhase
+    finalized: tuple[str, ...]  # partitions whose originals were deleted
+    left_legacy: tuple[str, ...] = ()  # --partial: partitions left as they were (not migrated)
+
+
+@dataclass(frozen=True)
+class LiveCheck:
+    """``verify``: the live files of migrated partitions re-read and checked against what was swapped in."""
+
+    log_dir: str
+    phase: LogDirPhase
+    checked_segments: int
+    problems: tuple[str, ...]
+    unmigrated: tuple[str, ...]
+
+
+# --- what a command reports ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StageError:
+    """A stage call that could not run at all (a log dir on another host, a refused prepare, a full disk)."""
+
+    stage: str
+    log_dir: str
+    message: str
+    error_type: str = ""
+
+
+@dataclass(frozen=True)
+class SegmentTotals:
+    verified: int = 0  # converted and verified by this run
+    unchanged: int = 0
+    refused: int = 0
+    failed: int = 0
+    skipped: int = 0  # done by an earlier run, or not attempted
+    bytes_in: int = 0
+    bytes_out: int = 0
+    records: int = 0
+    convert_seconds: float = 0.0
+    verify_seconds: float = 0.0
+
+    @classmethod
+    def of(cls, outcomes: list[SegmentOutcome]) -> SegmentTotals:
+        done = [o for o in outcomes if o.outcome in (Outcome.VERIFIED, Outcome.UNCHANGED)]
+        count = {k: sum(1 for o in outcomes if o.outcome == k) for k in Outcome}
+        return cls(
+            verified=count[Outcome.VERIFIED],
+            unchanged=count[Outcome.UNCHANGED],
+            refused=count[Outcome.REFUSED],
+            failed=count[Outcome.FAILED],
+            skipped=count[Outcome.SKIPPED],
+            bytes_in=sum(o.source_bytes for o in done),
+            bytes_out=sum(o.output_bytes for o in done),
+            records=sum(o.records for o in done),
+            convert_seconds=round(sum(o.convert_seconds for o in outcomes), 3),
+            verify_seconds=round(sum(o.verify_seconds for o in outcomes), 3),
+        )
+
+
+@dataclass(frozen=True)
+class ExecuteReport:
+    plan_id: str
+    engine: str
+    ok: bool  # every planned partition of every log dir is migrated
+    totals: SegmentTotals
+    log_dirs: tuple[LogDirStatus, ...]
+    errors: tuple[StageError, ...] = ()
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+    problems: tuple[SegmentOutcome, ...] = ()  # refused and failed segments of this run
+    accelerator: str = ""  # the C accelerator's state: "active", or why the slow path runs
+
+    @property
+    def unmigrated(self) -> list[PartitionStatus]:
+        return [p for d in self.log_dirs for p in d.unmigrated]
+
+
+@dataclass(frozen=True)
+class LeaveReport:
+    """rollback or finalize: what each log dir ended as, and where its state was archived."""
+
+    verb: str
+    ok: bool
+    rollbacks: tuple[RollbackReport, ...] = ()
+    finalizes: tuple[FinalizeReport, ...] = ()
+    errors: tuple[StageError, ...] = ()
+    archived: tuple[str, ...] = ()
+    refused: tuple[str, ...] = ()  # live files changed after the swap: nothing was rolled back
+
+
+@dataclass(frozen=True)
+class StatusReport:
+    plan_id: str
+    log_dirs: tuple[LogDirStatus, ...]
+    not_started: tuple[str, ...] = ()  # log dirs with no state of this plan (never executed)
+    errors: tuple[StageError, ...] = ()
+
+    def every_planned_partition_migrated(self, plan: Plan) -> bool:
+        """Judged against the plan, not against whatever the states happen to list."""
+        migrated = {
+            (d.log_dir, p.partition) for d in self.log_dirs for p in d.partitions if p.state == PartitionState.MIGRATED
+        }
+        return all((d.log_dir, p.name) in migrated for d in plan.log_dirs for p in d.partitions)
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    ok: bool
+    log_dirs: tuple[LiveCheck, ...]
+    errors: tuple[StageError, ...] = ()
+
+
+if __name__ == "__main__":
+    print(json.dumps(plan_schema(), indent=2))

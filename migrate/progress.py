@@ -1,0 +1,29 @@
+"""Progress of a run, one finished segment at a time, wherever the stage runs.
+
+Stages call ``report(outcome)`` as each segment finishes; an engine installs the sink that carries it to the
+operator (the Dask engine: an event in the scheduler's event log, which the monitor turns into the migration page,
+status.json and Prometheus metrics; the serial engine: the driver's progress line). Without a sink nothing happens.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+
+from migrate.model import SegmentOutcome
+
+Sink = Callable[[SegmentOutcome], None]
+_sink: Sink | None = None
+
+
+def set_sink(sink: Sink | None) -> Sink | None:
+    """Install ``sink`` for this process; returns the previous one."""
+    global _sink
+    previous, _sink = _sink, sink
+    return previous
+
+
+def report(outcome: SegmentOutcome) -> None:
+    if _sink is not None:
+        with contextlib.suppress(Exception):  # progress must never fail a conversion
+            _sink(outcome)

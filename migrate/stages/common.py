@@ -1,0 +1,37 @@
+"""What every stage needs: the log dir must be on this host, the state store, Kafka's lock, directory mtimes."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+from migrate.errors import MigrateError
+from migrate.logdir import LogDirLock
+from migrate.state import StateStore
+
+
+def require_local(log_dir: str) -> None:
+    if not Path(log_dir).is_dir():
+        raise MigrateError(
+            f"log dir {log_dir} does not exist on this host ({socket.gethostname()}): the task ran on the wrong "
+            "host. Map each log dir to its broker host (plan --host-map), or run the command on the broker."
+        )
+
+
+def kafka_lock(log_dir: str, store: StateStore) -> LogDirLock:
+    """Kafka's .lock, so no broker starts while files change; removed afterwards only if it did not exist before the
+    migration first touched the log dir (a crash leaves ours behind, so the first run's observation counts)."""
+    existed = store.lock_existed
+    return LogDirLock(log_dir, remove_after=None if existed is None else not existed)
+
+
+def restore_dir_mtimes(mtimes: dict[str, int]) -> None:
+    """Directories back at the mtimes they had when planned: our work dirs, the fence and the state change them, and
+    a rehearsal compares fingerprints that include them (Kafka itself never reads a directory's mtime)."""
+    for path, mtime in mtimes.items():
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            continue
+        os.utime(path, ns=(st.st_atime_ns, mtime))

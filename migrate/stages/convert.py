@@ -1,0 +1,170 @@
+"""convert: each segment of a task is converted into staging and verified from disk; the task returns an outcome
+per segment and records them all in one transaction.
+
+A refused segment (bad input, a Kafka limit, a file changed since planning) fails its own partition only: the task
+goes on with the other partitions' segments and skips the rest of that partition. An I/O error (disk full, EIO,
+EPERM) stops the task, since the next write would fail the same way; the run then stops before the swap, at a state
+that ``execute`` (resume) and ``rollback`` both finish. The staged files are made durable with one syncfs before the
+outcomes that name them are committed.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from pathlib import Path
+
+from migrate import faults, progress
+from migrate.errors import LocatedError, StateWriteError
+from migrate.model import (
+    ConversionStatus,
+    Outcome,
+    PartitionState,
+    Plan,
+    Problem,
+    SegmentOutcome,
+    SegmentState,
+    SegmentTask,
+    TaskPlan,
+)
+from migrate.segment.convert import convert_segment
+from migrate.segment.verify import verify_segment
+from migrate.stages.common import require_local
+from migrate.state import StateStore
+from migrate.workspace import segment_file, staging_dir, sync_filesystem
+
+_WORKABLE = (PartitionState.PLANNED, PartitionState.CONVERTING, PartitionState.READY)
+
+
+def segment_task(plan: Plan, log_dir: str, partition: str, base_offset: int) -> SegmentTask:
+    p = plan.partition(log_dir, partition)
+    seg = p.segment_by_base[base_offset]
+    return SegmentTask(
+        source=str(segment_file(p.dir, base_offset, ".log")),
+        staging_dir=str(staging_dir(p.dir, plan.plan_id)),
+        base_offset=base_offset,
+        options=plan.options.for_partition(p.leader_epoch),
+        expected_size=seg.size,
+        expected_mtime_ns=seg.mtime_ns,
+        expected_inode=seg.inode,
+        tail_drop=seg.tail_drop,
+    )
+
+
+def convert_task(plan: Plan, task_id: str) -> list[SegmentOutcome]:
+    task = plan.tasks_by_id[task_id]
+    require_local(task.log_dir)
+    with StateStore.open(task.log_dir, plan.plan_id) as store:
+        partitions = {ref.partition for ref in task.segments}
+        segment_states = store.segment_states(partitions)
+        partition_states = {n: s for n, s in store.partition_states().items() if n in partitions}
+        outcomes = _run(plan, task, segment_states, partition_states)
+        converted = [o for o in outcomes if o.outcome == Outcome.VERIFIED]
+        if converted:
+            try:
+                faults.point("before:syncfs")
+                sync_filesystem(task.log_dir)
+            except OSError as exc:
+                raise StateWriteError(f"cannot make the staged segments of {task.log_dir} durable: {exc}") from exc
+        store.record_outcomes(outcomes)
+    return outcomes
+
+
+def _run(
+    plan: Plan,
+    task: TaskPlan,
+    segment_states: dict[tuple[str, int], SegmentState],
+    partition_states: dict[str, PartitionState],
+) -> list[SegmentOutcome]:
+    outcomes: list[SegmentOutcome] = []
+    failed: set[str] = {n for n, s in partition_states.items() if s not in _WORKABLE}
+    stopped: Problem | None = None
+    for ref in task.segments:
+        skip = (
+            stopped is not None
+            or ref.partition in failed
+            or segment_states.get((ref.partition, ref.base_offset)) != SegmentState.PLANNED
+        )
+        if skip:
+            outcomes.append(SegmentOutcome(task.log_dir, ref.partition, ref.base_offset, Outcome.SKIPPED))
+            continue
+        outcome = convert_and_verify(plan, task.log_dir, ref.partition, ref.base_offset)
+        outcomes.append(outcome)
+        progress.report(outcome)
+        if outcome.outcome in (Outcome.REFUSED, Outcome.FAILED):
+            failed.add(ref.partition)
+        if outcome.outcome == Outcome.FAILED and outcome.problem is not None and outcome.problem.kind == "io-error":
+            stopped = outcome.problem
+    return outcomes
+
+
+def convert_and_verify(plan: Plan, log_dir: str, partition: str, base_offset: int) -> SegmentOutcome:
+    task = segment_task(plan, log_dir, partition, base_offset)
+    started = time.perf_counter()
+    try:
+        faults.point("before:convert")
+        result = convert_segment(task)
+    except LocatedError as exc:
+        return _failed(log_dir, partition, base_offset, Outcome.REFUSED, Problem.of(exc), started)
+    except OSError as exc:
+        return _failed(log_dir, partition, base_offset, Outcome.FAILED, Problem.of(exc), started)
+    except Exception as exc:  # a bug met on this segment: fail its partition, keep the traceback for the run log
+        problem = Problem("bug", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}", task.source)
+        return _failed(log_dir, partition, base_offset, Outcome.FAILED, problem, started)
+    converted = time.perf_counter()
+    base = SegmentOutcome(
+        log_dir,
+        partition,
+        base_offset,
+        Outcome.VERIFIED,
+        source_bytes=result.source_bytes,
+        output_bytes=result.output_bytes,
+        records=result.records,
+        convert_seconds=converted - started,
+        result=result,
+    )
+    if result.status != ConversionStatus.CONVERTED:
+        return _with(base, outcome=Outcome.UNCHANGED, finished_at=time.time())
+    try:
+        check = verify_segment(result, task.options)
+    except OSError as exc:
+        _discard(result.outputs)
+        return _with(base, outcome=Outcome.FAILED, problem=Problem.of(exc), finished_at=time.time())
+    verify_seconds = time.perf_counter() - converted
+    if not check.ok:
+        _discard(result.outputs)
+        problem = Problem(
+            "verify",
+            f"the converted segment did not verify: {'; '.join(check.problems[:5])}. Nothing live was changed; this "
+            "is a bug in kafka-log-migrate: keep the segment and report it",
+            task.source,
+        )
+        return _with(
+            base, outcome=Outcome.REFUSED, problem=problem, verify_seconds=verify_seconds, finished_at=time.time()
+        )
+    return _with(base, verify_seconds=verify_seconds, finished_at=time.time())
+
+
+def _with(outcome: SegmentOutcome, **changes) -> SegmentOutcome:
+    from dataclasses import replace
+
+    return replace(outcome, **changes)
+
+
+def _failed(
+    log_dir: str, partition: str, base_offset: int, kind: Outcome, problem: Problem, started: float
+) -> SegmentOutcome:
+    return SegmentOutcome(
+        log_dir,
+        partition,
+        base_offset,
+        kind,
+        problem=problem,
+        convert_seconds=time.perf_counter() - started,
+        finished_at=time.time(),
+    )
+
+
+def _discard(outputs: dict[str, str]) -> None:
+    for path in outputs.values():
+        Path(path).unlink(missing_ok=True)

@@ -1,0 +1,68 @@
+"""status and verify: read-only views of a log dir's run, from its state store and its live files."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from pathlib import Path
+
+from migrate import fence
+from migrate.errors import LocatedError
+from migrate.fileset import SegmentFiles
+from migrate.model import LiveCheck, LogDirPhase, LogDirStatus, PartitionState, Plan, SegmentState
+from migrate.segment.verify import verify_segment
+from migrate.stages.common import require_local
+from migrate.state import StateStore
+from migrate.workspace import segment_file
+
+
+def status_log_dir(plan: Plan, log_dir: str) -> LogDirStatus | None:
+    """Where every planned partition stands; None when no run of the plan has state in this log dir."""
+    require_local(log_dir)
+    if not StateStore.exists(log_dir, plan.plan_id):
+        return None
+    with StateStore.open(log_dir, plan.plan_id) as store:
+        return status_from(store, log_dir, fence.is_up(log_dir))
+
+
+def status_from(store: StateStore, log_dir: str, fence_up: bool) -> LogDirStatus:
+    return LogDirStatus(
+        log_dir, store.phase, fence_up, tuple(store.partition_statuses(log_dir)), tuple(store.history())
+    )
+
+
+def verify_live_log_dir(plan: Plan, log_dir: str) -> LiveCheck:
+    """Re-read every migrated segment's live files: they must still be what was swapped in (identity, digests, CRCs,
+    indexes). Partitions not migrated are listed, not checked."""
+    require_local(log_dir)
+    if not StateStore.exists(log_dir, plan.plan_id):
+        return LiveCheck(log_dir, LogDirPhase.NEW, 0, (), tuple(p.name for p in plan.log_dir(log_dir).partitions))
+    problems: list[str] = []
+    checked = 0
+    with StateStore.open(log_dir, plan.plan_id) as store:
+        states = store.partition_states()
+        unmigrated = sorted(n for n, s in states.items() if s != PartitionState.MIGRATED)
+        for name in sorted(n for n, s in states.items() if s == PartitionState.MIGRATED):
+            part = plan.partition(log_dir, name)
+            for row in store.segments_of(name):
+                if row.state != SegmentState.SWAPPED or row.result is None or not row.swap:
+                    continue
+                checked += 1
+                files = SegmentFiles(Path(part.dir), plan.plan_id, row.base)
+                changed = files.change(row.swap)
+                if changed:
+                    problems += changed
+                    continue
+                live = {sfx: str(segment_file(part.dir, row.base, sfx)) for sfx in row.result.outputs}
+                if any(not os.path.exists(p) for p in live.values()):
+                    problems.append(f"{name}/{row.base}: a live file is missing")
+                    continue
+                result = replace(row.result, outputs=live)
+                try:
+                    check = verify_segment(result, plan.options.for_partition(part.leader_epoch))
+                except (OSError, LocatedError) as exc:
+                    problems.append(f"{name}/{row.base}: {exc}")
+                    continue
+                problems += [f"{name}/{row.base}: {x}" for x in check.problems]
+        phase = store.phase
+    return LiveCheck(log_dir, phase, checked, tuple(problems), tuple(unmigrated))

@@ -1,0 +1,106 @@
+"""rollback: put every original file back (bytes, mtimes, the same inodes) and remove everything the migration added.
+
+Every live file of every partition of the log dir is checked before anything is renamed: a file changed after the
+swap (a broker ran) refuses the whole rollback unless ``force``, so a refusal never leaves some partitions rolled
+back and others not. A partition mid-swap or mid-rollback after a crash is recognised file by file (original, ours,
+or changed), so a rollback interrupted between a rename and its record resumes without blaming a broker.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from migrate import fence
+from migrate.errors import MigrateError
+from migrate.fileset import SegmentFiles
+from migrate.model import EventKind, LogDirPhase, PartitionState, Plan, RollbackReport, SegmentState
+from migrate.stages.common import kafka_lock, require_local, restore_dir_mtimes
+from migrate.state import StateStore, remove_state_files
+from migrate.workspace import WORK_DIR_NAME, fsync_dir, sync_filesystem, work_dir
+
+LIVE = (PartitionState.SWAPPING, PartitionState.MIGRATED, PartitionState.ROLLING_BACK)
+
+
+class LiveFileChangedError(MigrateError):
+    """A live file differs from what the migration swapped in: something (a broker) wrote to it since."""
+
+
+def live_changes(plan: Plan, log_dir: str, store: StateStore) -> list[str]:
+    changed = []
+    for name in store.partitions_in(*LIVE):
+        part = plan.partition(log_dir, name)
+        for row in store.segments_of(name):
+            if row.swap:
+                changed += SegmentFiles(Path(part.dir), plan.plan_id, row.base).change(row.swap)
+    return changed
+
+
+def rollback_check_log_dir(plan: Plan, log_dir: str) -> list[str]:
+    """Live files of this log dir changed after their swap (read-only: run on every log dir before any rollback)."""
+    require_local(log_dir)
+    if not StateStore.exists(log_dir, plan.plan_id):
+        return []
+    with StateStore.open(log_dir, plan.plan_id) as store:
+        return live_changes(plan, log_dir, store)
+
+
+def restore_partition(plan: Plan, log_dir: str, store: StateStore, name: str, force: bool) -> None:
+    part = plan.partition(log_dir, name)
+    for row in reversed(store.segments_of(name)):
+        if row.swap:
+            SegmentFiles(Path(part.dir), plan.plan_id, row.base).restore(row.swap, force)
+    remove_work_dir(part.dir, plan.plan_id)
+    store.set_partitions([name], PartitionState.ROLLED_BACK, EventKind.PARTITION_ROLLED_BACK, SegmentState.ROLLED_BACK)
+
+
+def rollback_log_dir(plan: Plan, log_dir: str, force: bool = False) -> RollbackReport:
+    require_local(log_dir)
+    if not StateStore.exists(log_dir, plan.plan_id):
+        if fence.is_up(log_dir):
+            raise MigrateError(
+                f"{log_dir}: the fence is up but there is no state of plan {plan.plan_id} here: it belongs to another "
+                "plan. Run rollback with the plan file named in the fence's README.txt."
+            )
+        return RollbackReport(log_dir, LogDirPhase.NEW, ())
+    with StateStore.open(log_dir, plan.plan_id) as store:
+        initialized = store.initialized
+    if not initialized:  # a crash before the first commit: nothing was recorded, so nothing was changed
+        remove_state_files(log_dir, plan.plan_id)
+        return RollbackReport(log_dir, LogDirPhase.ROLLED_BACK, ())
+    with StateStore.open(log_dir, plan.plan_id) as store:
+        if store.phase == LogDirPhase.FINALIZED:
+            raise MigrateError(
+                f"{log_dir}: the migration was finalized and its originals deleted; there is nothing to roll back to"
+            )
+        with kafka_lock(log_dir, store):
+            changed = live_changes(plan, log_dir, store)
+            if changed and not force:
+                return RollbackReport(log_dir, store.phase, (), tuple(changed))
+            if fence.raise_fence(log_dir, plan.plan_id):
+                store.record_event(EventKind.FENCE_UP)
+            if store.phase != LogDirPhase.ROLLING_BACK:
+                store.set_phase(LogDirPhase.ROLLING_BACK, EventKind.ROLLBACK_BEGUN, force=force)
+            live = store.partitions_in(*LIVE)
+            store.set_partitions(live, PartitionState.ROLLING_BACK, EventKind.ROLLBACK_BEGUN)
+            for name in live:
+                restore_partition(plan, log_dir, store, name, force)
+            rest = store.partitions_in(*(s for s in PartitionState if s != PartitionState.ROLLED_BACK))
+            for name in rest:
+                remove_work_dir(plan.partition(log_dir, name).dir, plan.plan_id)
+            store.set_partitions(rest, PartitionState.ROLLED_BACK, EventKind.PARTITION_ROLLED_BACK)
+            sync_filesystem(log_dir)
+            store.set_phase(LogDirPhase.ROLLED_BACK, EventKind.ROLLED_BACK, partitions=len(live))
+            if fence.lower_fence(log_dir):
+                store.record_event(EventKind.FENCE_DOWN)
+        restore_dir_mtimes({p.dir: p.dir_mtime_ns for p in plan.log_dir(log_dir).partitions})
+        return RollbackReport(log_dir, LogDirPhase.ROLLED_BACK, tuple(live), tuple(changed), force)
+
+
+def remove_work_dir(partition_dir: str | Path, plan_id: str) -> None:
+    """Delete the partition's staging and backups for this plan, and our directory if nothing else is left."""
+    shutil.rmtree(work_dir(partition_dir, plan_id), ignore_errors=True)
+    ours = Path(partition_dir) / WORK_DIR_NAME
+    if ours.exists() and not any(ours.iterdir()):
+        ours.rmdir()
+    fsync_dir(partition_dir)

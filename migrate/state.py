@@ -1,0 +1,528 @@
+"""The run's state of one log dir: a SQLite database beside the data, so each broker stays self-describing.
+
+Why SQLite and not a journal of lines: a transaction groups a task's segment outcomes (one commit per task, not one
+fsync per event); a full disk fails a commit cleanly (SQLITE_FULL rolls the transaction back) instead of tearing a
+line that poisons every later read; status is an indexed query instead of a re-fold of the whole history, so the cost
+per event stays constant at 10^5 segments. WAL with ``synchronous=FULL`` makes every commit durable before it
+returns: what a rollback must know is committed before the rename it describes.
+
+The file is ``<log dir>/.kafka-log-migrate-<plan id>.db`` (with SQLite's ``-wal`` and ``-shm`` while open): a hidden
+regular file in the log dir root, which Kafka's loader ignores. Tables:
+
+    meta(key, value)                          plan id, phase, whether Kafka's .lock existed
+    partitions(name, state, problem, ...)     one row per planned partition: PartitionState
+    segments(partition, base, state, ...)     one row per planned segment: SegmentState, its conversion result, and
+                                              at swap time the live and staged files' identities
+    events(id, time, kind, partition, ...)    the history, append-only: EventKind
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from migrate import faults
+from migrate.errors import MigrateError, StateWriteError
+from migrate.model import (
+    EventKind,
+    FileStat,
+    LogDirPhase,
+    LogDirPlan,
+    PartitionState,
+    PartitionStatus,
+    Problem,
+    SegmentOutcome,
+    SegmentResult,
+    SegmentState,
+    from_json,
+    to_json,
+)
+from migrate.workspace import state_path
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS partitions(
+    name TEXT PRIMARY KEY,
+    state TEXT NOT NULL,
+    problem TEXT,
+    updated REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS segments(
+    partition TEXT NOT NULL,
+    base INTEGER NOT NULL,
+    state TEXT NOT NULL,
+    result TEXT,
+    problem TEXT,
+    swap TEXT,
+    source_bytes INTEGER NOT NULL DEFAULT 0,
+    output_bytes INTEGER NOT NULL DEFAULT 0,
+    records INTEGER NOT NULL DEFAULT 0,
+    convert_seconds REAL NOT NULL DEFAULT 0,
+    verify_seconds REAL NOT NULL DEFAULT 0,
+    updated REAL NOT NULL,
+    PRIMARY KEY(partition, base)
+);
+CREATE TABLE IF NOT EXISTS events(
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    time REAL NOT NULL,
+    kind TEXT NOT NULL,
+    partition TEXT,
+    base INTEGER,
+    detail TEXT
+);
+CREATE INDEX IF NOT EXISTS partitions_by_state ON partitions(state);
+CREATE INDEX IF NOT EXISTS segments_by_state ON segments(state);
+"""
+
+BUSY_TIMEOUT_MS = 120_000  # workers of one host commit task results into one database, one at a time
+
+
+@dataclass(frozen=True)
+class SwapFile:
+    """One file of a segment at swap time: what was live before (None: it did not exist) and what replaces it."""
+
+    suffix: str
+    original: FileStat | None
+    output: FileStat
+
+
+@dataclass(frozen=True)
+class SegmentRow:
+    partition: str
+    base: int
+    state: SegmentState
+    result: SegmentResult | None
+    problem: Problem | None
+    swap: tuple[SwapFile, ...] | None
+
+
+def _json(value: Any) -> str | None:
+    return None if value is None else json.dumps(to_json(value), separators=(",", ":"))
+
+
+def _write_error(exc: BaseException, path: Path) -> StateWriteError:
+    text = str(exc)
+    if isinstance(exc, sqlite3.OperationalError) and "full" in text:
+        advice = "The filesystem is full: free space on it, then run `execute` again to resume (or `rollback`)."
+    elif isinstance(exc, OSError):
+        from migrate.model import _os_error_text
+
+        return StateWriteError(f"cannot record the run's state in {path}: {_os_error_text(exc)}")
+    else:
+        advice = "Check the disk (dmesg) and free space, then run the same command again; it resumes."
+    return StateWriteError(f"cannot record the run's state in {path}: {text}. {advice}")
+
+
+class StateStore:
+    """The state of one log dir for one plan. Open with ``StateStore.open``; every write is one transaction."""
+
+    def __init__(self, path: Path, conn: sqlite3.Connection) -> None:
+        self.path = path
+        self.conn = conn
+
+    # --- opening ---------------------------------------------------------------------------------------------
+
+    @classmethod
+    def exists(cls, log_dir: str | Path, plan_id: str) -> bool:
+        return state_path(log_dir, plan_id).exists()
+
+    @classmethod
+    def open(cls, log_dir: str | Path, plan_id: str, create: bool = False) -> StateStore:
+        path = state_path(log_dir, plan_id)
+        if not create and not path.exists():
+            raise MigrateError(f"{log_dir}: no state of plan {plan_id} here (no run of it has started)")
+        return cls.open_file(path)
+
+    @classmethod
+    def open_file(cls, path: Path) -> StateStore:
+        try:
+            conn = sqlite3.connect(str(path), isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=FULL")
+            conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            conn.executescript(SCHEMA)
+        except (sqlite3.Error, OSError) as exc:
+            raise _write_error(exc, path) from exc
+        return cls(path, conn)
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> StateStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- writing ---------------------------------------------------------------------------------------------
+
+    @contextmanager
+    def transaction(self, name: str) -> Iterator[sqlite3.Connection]:
+        """One durable transaction; ``commit:<name>`` is a fault point right after it is durable."""
+        try:
+            self.conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise _write_error(exc, self.path) from exc
+        try:
+            yield self.conn
+            faults.point(f"before:commit:{name}")
+            self.conn.execute("COMMIT")
+        except BaseException as exc:
+            if self.conn.in_transaction:
+                self.conn.execute("ROLLBACK")
+            if isinstance(exc, (sqlite3.Error, OSError)):
+                raise _write_error(exc, self.path) from exc
+            raise
+        faults.point(f"commit:{name}")
+
+    def _event(
+        self, db: sqlite3.Connection, kind: EventKind, partition: str | None = None, base: int | None = None, **detail
+    ) -> None:
+        db.execute(
+            "INSERT INTO events(time, kind, partition, base, detail) VALUES (?, ?, ?, ?, ?)",
+            (time.time(), kind.value, partition, base, json.dumps(detail, default=str) if detail else None),
+        )
+
+    def initialize(self, plan_id: str, entry: LogDirPlan, lock_existed: bool) -> None:
+        """Record every planned partition and segment as planned, once, at the first prepare."""
+        now = time.time()
+        with self.transaction("initialized") as db:
+            if self.get_meta("plan_id") is not None:
+                return
+            db.executemany(
+                "INSERT INTO meta(key, value) VALUES (?, ?)",
+                [
+                    ("plan_id", plan_id),
+                    ("log_dir", entry.log_dir),
+                    ("lock_existed", "1" if lock_existed else "0"),
+                    ("phase", LogDirPhase.EXECUTING.value),
+                    ("created", str(now)),
+                ],
+            )
+            db.executemany(
+                "INSERT INTO partitions(name, state, updated) VALUES (?, ?, ?)",
+                [(p.name, PartitionState.PLANNED.value, now) for p in entry.partitions],
+            )
+            db.executemany(
+                "INSERT INTO segments(partition, base, state, updated) VALUES (?, ?, ?, ?)",
+                [
+                    (p.name, s.base_offset, SegmentState.PLANNED.value, now)
+                    for p in entry.partitions
+                    for s in p.segments
+                ],
+            )
+            self._event(db, EventKind.PREPARED, partitions=len(entry.partitions))
+
+    def set_meta(self, key: str, value: str, event: EventKind | None = None, **detail: Any) -> None:
+        with self.transaction(event.value if event else f"meta-{key}") as db:
+            db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", (key, value))
+            if event is not None:
+                self._event(db, event, **detail)
+
+    def set_phase(self, phase: LogDirPhase, event: EventKind | None = None, **detail: Any) -> None:
+        self.set_meta("phase", phase.value, event, **detail)
+
+    def record_event(self, kind: EventKind, **detail: Any) -> None:
+        with self.transaction(kind.value) as db:
+            self._event(db, kind, **detail)
+
+    def record_outcomes(self, outcomes: list[SegmentOutcome]) -> None:
+        """A task's results: every segment's outcome and the resulting partition states, in one transaction."""
+        if not outcomes:
+            return
+        now = time.time()
+        states = {
+            "verified": SegmentState.VERIFIED,
+            "unchanged": SegmentState.UNCHANGED,
+            "refused": SegmentState.REFUSED,
+            "failed": SegmentState.FAILED,
+        }
+        with self.transaction("outcomes") as db:
+            touched: dict[str, Problem | None] = {}
+            for o in outcomes:
+                state = states.get(o.outcome.value)
+                if state is None:
+                    continue
+                db.execute(
+                    "UPDATE segments SET state=?, result=?, problem=?, source_bytes=?, output_bytes=?, records=?, "
+                    "convert_seconds=?, verify_seconds=?, updated=? WHERE partition=? AND base=?",
+                    (
+                        state.value,
+                        _json(o.result),
+                        _json(o.problem),
+                        o.source_bytes,
+                        o.output_bytes,
+                        o.records,
+                        o.convert_seconds,
+                        o.verify_seconds,
+                        now,
+                        o.partition,
+                        o.base_offset,
+                    ),
+                )
+                kind = {
+                    SegmentState.VERIFIED: EventKind.SEGMENT_VERIFIED,
+                    SegmentState.UNCHANGED: EventKind.SEGMENT_UNCHANGED,
+                    SegmentState.REFUSED: EventKind.SEGMENT_REFUSED,
+                    SegmentState.FAILED: EventKind.SEGMENT_FAILED,
+                }[state]
+                detail = {"problem": o.problem.message} if o.problem else {}
+                self._event(db, kind, o.partition, o.base_offset, **detail)
+                if o.problem is not None and touched.get(o.partition) is None:
+                    touched[o.partition] = o.problem
+                else:
+                    touched.setdefault(o.partition, None)
+            for name, problem in touched.items():
+                self._settle_partition(db, name, problem, now)
+
+    def _settle_partition(self, db: sqlite3.Connection, name: str, problem: Problem | None, now: float) -> None:
+        counts = dict(db.execute("SELECT state, count(*) FROM segments WHERE partition=? GROUP BY state", (name,)))
+        bad = counts.get(SegmentState.REFUSED.value, 0) + counts.get(SegmentState.FAILED.value, 0)
+        if bad:
+            if problem is None:
+                row = db.execute(
+                    "SELECT problem FROM segments WHERE partition=? AND problem IS NOT NULL LIMIT 1", (name,)
+                ).fetchone()
+                problem = from_json(Problem, json.loads(row[0])) if row else None
+            state = PartitionState.FAILED
+        elif set(counts) <= {SegmentState.VERIFIED.value, SegmentState.UNCHANGED.value}:
+            state = PartitionState.READY
+        else:
+            state = PartitionState.CONVERTING
+        db.execute(
+            "UPDATE partitions SET state=?, problem=?, updated=? WHERE name=?",
+            (state.value, _json(problem), now, name),
+        )
+        if state == PartitionState.FAILED:
+            self._event(db, EventKind.PARTITION_FAILED, name, problem=problem.message if problem else None)
+
+    def fail_partition(self, name: str, problem: Problem) -> None:
+        """A partition that must not be swapped (a live file changed): untouched, failed, retried by the next run."""
+        with self.transaction("partition-failed") as db:
+            db.execute(
+                "UPDATE partitions SET state=?, problem=?, updated=? WHERE name=?",
+                (PartitionState.FAILED.value, _json(problem), time.time(), name),
+            )
+            self._event(db, EventKind.PARTITION_FAILED, name, problem=problem.message)
+
+    def reset_for_retry(self, keep_verified: Iterable[tuple[str, int]]) -> int:
+        """At the start of a run: failed and refused segments, and verified ones whose staged files are gone, are
+        planned again; their partitions too. Returns how many segments were reset."""
+        keep = set(keep_verified)
+        now = time.time()
+        with self.transaction("reset") as db:
+            # only partitions whose swap has not begun: a swapping one's staged files are (partly) live already
+            rows = db.execute(
+                "SELECT s.partition, s.base, s.state FROM segments s JOIN partitions p ON p.name = s.partition "
+                "WHERE s.state IN (?, ?, ?) AND p.state IN (?, ?, ?, ?)",
+                (
+                    SegmentState.REFUSED.value,
+                    SegmentState.FAILED.value,
+                    SegmentState.VERIFIED.value,
+                    PartitionState.PLANNED.value,
+                    PartitionState.CONVERTING.value,
+                    PartitionState.READY.value,
+                    PartitionState.FAILED.value,
+                ),
+            ).fetchall()
+            reset = [
+                (now, part, base)
+                for part, base, state in rows
+                if state != SegmentState.VERIFIED.value or (part, base) not in keep
+            ]
+            db.executemany(
+                "UPDATE segments SET state='planned', result=NULL, problem=NULL, updated=? "
+                "WHERE partition=? AND base=?",
+                reset,
+            )
+            parts = {p for _, p, _ in reset}
+            parts.update(
+                name
+                for (name,) in db.execute("SELECT name FROM partitions WHERE state=?", (PartitionState.FAILED.value,))
+            )
+            for name in parts:
+                self._settle_partition(db, name, None, now)
+            return len(reset)
+
+    def begin_swap(self, batch: list[tuple[str, list[tuple[int, tuple[SwapFile, ...]]]]]) -> None:
+        """Before any rename: for each partition of the batch, every segment's original and output files. One
+        commit for the whole batch; after it, a crash leaves these partitions SWAPPING and both recoveries know what
+        to do with each file."""
+        now = time.time()
+        with self.transaction("swap-begun") as db:
+            for name, segments in batch:
+                db.executemany(
+                    "UPDATE segments SET swap=?, updated=? WHERE partition=? AND base=?",
+                    [(_json(files), now, name, base) for base, files in segments],
+                )
+                db.execute(
+                    "UPDATE partitions SET state=?, updated=? WHERE name=?", (PartitionState.SWAPPING.value, now, name)
+                )
+                self._event(db, EventKind.SWAP_BEGUN, name, segments=len(segments))
+
+    def set_partitions(
+        self, names: list[str], state: PartitionState, event: EventKind, segment_state: SegmentState | None = None
+    ) -> None:
+        now = time.time()
+        with self.transaction(event.value) as db:
+            db.executemany(
+                "UPDATE partitions SET state=?, problem=NULL, updated=? WHERE name=?",
+                [(state.value, now, n) for n in names],
+            )
+            if segment_state is not None:
+                db.executemany(
+                    "UPDATE segments SET state=?, updated=? WHERE partition=? AND state IN (?, ?)",
+                    [
+                        (segment_state.value, now, n, SegmentState.VERIFIED.value, SegmentState.SWAPPED.value)
+                        for n in names
+                    ],
+                )
+            for n in names:
+                self._event(db, event, n)
+
+    def reset_rolled_back(self, names: list[str]) -> None:
+        """Partitions a rollback restored are planned again when execute is run after it."""
+        now = time.time()
+        with self.transaction("replanned") as db:
+            db.executemany(
+                "UPDATE partitions SET state='planned', problem=NULL, updated=? WHERE name=?", [(now, n) for n in names]
+            )
+            db.executemany(
+                "UPDATE segments SET state='planned', result=NULL, problem=NULL, swap=NULL, updated=? "
+                "WHERE partition=?",
+                [(now, n) for n in names],
+            )
+
+    # --- reading ---------------------------------------------------------------------------------------------
+
+    def get_meta(self, key: str) -> str | None:
+        row = self.conn.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        return row[0] if row else None
+
+    @property
+    def initialized(self) -> bool:
+        return self.get_meta("plan_id") is not None
+
+    @property
+    def phase(self) -> LogDirPhase:
+        value = self.get_meta("phase")
+        return LogDirPhase(value) if value else LogDirPhase.NEW
+
+    @property
+    def lock_existed(self) -> bool | None:
+        value = self.get_meta("lock_existed")
+        return None if value is None else value == "1"
+
+    def partition_states(self) -> dict[str, PartitionState]:
+        return {n: PartitionState(s) for n, s in self.conn.execute("SELECT name, state FROM partitions")}
+
+    def partitions_in(self, *states: PartitionState) -> list[str]:
+        marks = ",".join("?" * len(states))
+        rows = self.conn.execute(
+            f"SELECT name FROM partitions WHERE state IN ({marks}) ORDER BY name", [s.value for s in states]
+        )
+        return [n for (n,) in rows]
+
+    def segment_states(self, partitions: Iterable[str] | None = None) -> dict[tuple[str, int], SegmentState]:
+        if partitions is None:
+            rows = self.conn.execute("SELECT partition, base, state FROM segments")
+            return {(p, b): SegmentState(s) for p, b, s in rows}
+        out: dict[tuple[str, int], SegmentState] = {}
+        for name in partitions:
+            for b, s in self.conn.execute("SELECT base, state FROM segments WHERE partition=?", (name,)):
+                out[(name, b)] = SegmentState(s)
+        return out
+
+    def segments_of(self, partition: str) -> list[SegmentRow]:
+        rows = self.conn.execute(
+            "SELECT partition, base, state, result, problem, swap FROM segments WHERE partition=? ORDER BY base",
+            (partition,),
+        )
+        return [self._row(r) for r in rows]
+
+    def verified_results(self) -> Iterator[tuple[str, int, SegmentResult]]:
+        rows = self.conn.execute("SELECT partition, base, result FROM segments WHERE state=?", ("verified",))
+        for part, base, result in rows:
+            yield part, base, from_json(SegmentResult, json.loads(result))
+
+    @staticmethod
+    def _row(r: tuple) -> SegmentRow:
+        part, base, state, result, problem, swap = r
+        return SegmentRow(
+            part,
+            base,
+            SegmentState(state),
+            from_json(SegmentResult, json.loads(result)) if result else None,
+            from_json(Problem, json.loads(problem)) if problem else None,
+            tuple(from_json(SwapFile, f) for f in json.loads(swap)) if swap else None,
+        )
+
+    def partition_statuses(self, log_dir: str) -> list[PartitionStatus]:
+        counts: dict[str, dict[str, int]] = {}
+        for part, state, n in self.conn.execute("SELECT partition, state, count(*) FROM segments GROUP BY 1, 2"):
+            counts.setdefault(part, {})[state] = n
+        out = []
+        for name, state, problem, updated in self.conn.execute(
+            "SELECT name, state, problem, updated FROM partitions ORDER BY name"
+        ):
+            out.append(
+                PartitionStatus(
+                    log_dir,
+                    name,
+                    PartitionState(state),
+                    counts.get(name, {}),
+                    from_json(Problem, json.loads(problem)) if problem else None,
+                    updated,
+                )
+            )
+        return out
+
+    def history(self, limit: int = 50) -> list[str]:
+        """The log dir's milestones, newest last: runs, fence, swaps and rollbacks, failures (not every segment)."""
+        skip = (EventKind.SEGMENT_VERIFIED.value, EventKind.SEGMENT_UNCHANGED.value)
+        rows = self.conn.execute(
+            f"SELECT time, kind, partition, detail FROM events WHERE kind NOT IN ({','.join('?' * len(skip))}) "
+            "ORDER BY id DESC LIMIT ?",
+            (*skip, limit),
+        ).fetchall()
+        out = []
+        for at, kind, part, detail in reversed(rows):
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))
+            text = f"{stamp} {kind}" + (f" {part}" if part else "")
+            if detail:
+                text += " " + ", ".join(f"{k}={v}" for k, v in json.loads(detail).items())
+            out.append(text)
+        return out
+
+    def totals(self) -> dict[str, int]:
+        row = self.conn.execute(
+            "SELECT count(*), coalesce(sum(source_bytes),0), coalesce(sum(output_bytes),0), coalesce(sum(records),0) "
+            "FROM segments WHERE state IN ('verified', 'swapped', 'unchanged')"
+        ).fetchone()
+        return {"segments": row[0], "source_bytes": row[1], "output_bytes": row[2], "records": row[3]}
+
+    def snapshot_bytes(self) -> bytes:
+        """The whole database as one file's bytes (checkpointed), to archive beside the plan."""
+        try:
+            self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        except sqlite3.Error as exc:
+            raise _write_error(exc, self.path) from exc
+        return self.path.read_bytes()
+
+
+def remove_state_files(log_dir: str | Path, plan_id: str) -> None:
+    path = state_path(log_dir, plan_id)
+    for suffix in ("-wal", "-shm", ""):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    fd = os.open(log_dir, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,62 @@
+"""Helpers for tests that run the migration: plans on disk, fingerprints of a tree, and the independent ``scan`` that
+must agree with what every execute and rollback reported."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from migrate.model import ExecuteReport, PartitionState, Plan
+from migrate.plan import PlanRequest, build_plan, write_plan
+from migrate.scan import scan_log_dirs
+
+
+def make_plan(tmp_path: Path, *log_dirs: Path, name: str = "plan.json", **request) -> tuple[Plan, Path]:
+    plan = build_plan(PlanRequest(log_dirs=tuple(str(d) for d in log_dirs), **request))
+    path = tmp_path / name
+    write_plan(plan, path)
+    return plan, path
+
+
+def snapshot(root: Path) -> dict[str, tuple]:
+    """Every entry under root and root itself: files by content hash and mtime, directories by mtime."""
+    out: dict[str, tuple] = {".": ("dir", root.stat().st_mtime_ns)}
+    for p in sorted(root.rglob("*")):
+        rel = str(p.relative_to(root))
+        st = p.stat()
+        out[rel] = (
+            ("dir", st.st_mtime_ns) if p.is_dir() else (hashlib.sha256(p.read_bytes()).hexdigest(), st.st_mtime_ns)
+        )
+    return out
+
+
+def scan_partitions(plan: Plan) -> dict[tuple[str, str], dict]:
+    """(log dir, partition dir name) -> the scan's entry for it, from an independent read-only scan."""
+    report = scan_log_dirs([d.log_dir for d in plan.log_dirs])
+    out = {}
+    for broker in report["brokers"]:
+        for d in broker["logDirs"]:
+            assert d["error"] is None, d["error"]
+            for p in d["partitions"]:
+                out[(d["logDir"], p["dir"])] = p
+    return out
+
+
+def below_target(entry: dict, target_magic: int) -> bool:
+    return any(int(m) < target_magic for m in entry["batchesByMagic"])
+
+
+def assert_scan_agrees(plan: Plan, report: ExecuteReport) -> None:
+    """An independent scan sees the target format in exactly the partitions the execute report calls migrated, and
+    legacy data in every other planned partition; ``report.ok`` only if it sees no legacy data in any of them."""
+    seen = scan_partitions(plan)
+    states = {(d.log_dir, p.partition): p.state for d in report.log_dirs for p in d.partitions}
+    for d in plan.log_dirs:
+        for p in d.partitions:
+            entry = seen[(d.log_dir, p.name)]
+            migrated = states.get((d.log_dir, p.name)) == PartitionState.MIGRATED
+            assert below_target(entry, plan.options.target_magic) != migrated, (p.name, states.get((d.log_dir, p.name)))
+    if report.ok:
+        assert all(
+            states.get((d.log_dir, p.name)) == PartitionState.MIGRATED for d in plan.log_dirs for p in d.partitions
+        )
