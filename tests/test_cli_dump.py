@@ -3,14 +3,17 @@
 
 from __future__ import annotations
 
+import argparse
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from conftest import FIXTURE_SEGMENTS, LEGACY_LOGDIR, expected_lines, fixture_id
 from kafka.record import MemoryRecords
 
-from migrate.cli import main
+from migrate.cli import build_parser, main
 
 JSON_SAMPLES = [
     LEGACY_LOGDIR / name
@@ -229,7 +232,7 @@ def corrupt_copy(tmp_path: Path, segment: Path, at: int) -> Path:
     return copy
 
 
-def test_corrupt_entry_prints_the_entries_before_it_and_the_error(
+def test_corrupt_entry_is_printed_invalid_and_the_dump_goes_on_like_kafka_dump_log(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     batches = [x for x in expected_lines(GZIP_V0) if x["type"] == "batch"]
@@ -237,15 +240,24 @@ def test_corrupt_entry_prints_the_entries_before_it_and_the_error(
     copy = corrupt_copy(tmp_path, GZIP_V0, bad["position"] + bad["sizeInBytes"] - 1)  # last byte of the 4th entry
     code, out, err = run(capsys, "dump", copy)
     assert code == 1
-    assert out[2:] == [kafka_text(b) for b in batches[:3]]
+    want = [kafka_text(b) for b in batches]
+    want[3] = want[3].replace("isvalid: true", "isvalid: false")
+    assert out[2:] == want
+    assert out[5] == (
+        "offset: 24 position: 622 NoTimestampType: -1 size: 774 magic: 0 compresscodec: gzip crc: 379745816 "
+        "isvalid: false"  # the CRC the entry carries, not the one its bytes have
+    )
     assert err.startswith("kafka-log-migrate: error: CRC-32 mismatch in magic 0 compressed message")
     assert f"({copy}, byte position {bad['position']}, offset {bad['lastOffset']})" in err
+    assert "the dump went on after it" in err and "restore the segment from a replica" in err
     assert "Traceback" not in err
     code, out, _ = run(capsys, "dump", "--json", copy)
     lines = [json.loads(line) for line in out]
-    assert code == 1 and lines[:3] == batches[:3]
-    assert lines[3]["type"] == "error" and lines[3]["position"] == bad["position"] and not lines[3]["valid"]
-    assert lines[3]["bytes"] == copy.stat().st_size - bad["position"]
+    assert code == 1 and lines[:3] == batches[:3] and lines[4:] == batches[4:]
+    assert lines[3]["type"] == "batch" and lines[3]["position"] == bad["position"] and not lines[3]["valid"]
+    # gzip's own trailer check fails too: like Kafka, no records, hence no base offset
+    assert (lines[3]["records"], lines[3]["baseOffset"], lines[3]["lastOffset"]) == (0, None, 24)
+    assert lines[3]["error"].startswith("CRC-32 mismatch in magic 0 compressed message: stored 0x16a27618")
 
 
 def test_zero_filled_region_stops_the_dump_where_kafkas_reader_throws(
@@ -298,3 +310,46 @@ def test_version_and_help_document_the_exit_codes(capsys: pytest.CaptureFixture[
     for exit_code in ("0  success", "1  failure", "2  usage error", "3  verify found differences"):
         assert exit_code in text
     assert "dump" in text
+
+
+def test_dump_help_describes_the_command_and_every_option(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "dump", "--help")
+    text = "\n".join(out)
+    assert code == 0
+    assert "the way kafka-dump-log.sh (DumpLogSegments) does" in text and "exit codes:" in text
+    parser = build_parser()
+    subcommands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    options = subcommands.choices["dump"]._actions
+    flags = {flag for action in options for flag in action.option_strings}
+    assert {
+        "--files",
+        "--deep-iteration",
+        "--print-data-log",
+        "--verify-index-only",
+        "--index-sanity-check",
+        "--json",
+        "--max-bytes",
+        "--max-message-size",
+    } <= flags
+    for action in options:
+        assert action.help and action.help != argparse.SUPPRESS, action.dest
+        assert all(flag in text for flag in action.option_strings)
+
+
+def test_dump_piped_into_head_ends_quietly(tmp_path: Path) -> None:
+    """``dump ... | head -1``: the reader goes away after one line; no traceback, no 'Exception ignored' at exit."""
+    segments = [s for s in FIXTURE_SEGMENTS if not s.parent.name.startswith("truncated-tail")]
+    stderr = tmp_path / "stderr"
+    with stderr.open("w") as err:
+        # ~540 KB of output: far more than a pipe holds, so writes fail once head has exited
+        dump = subprocess.Popen(
+            [sys.executable, "-m", "migrate.cli", "dump", "--print-data-log", *map(str, segments)],
+            stdout=subprocess.PIPE,
+            stderr=err,
+        )
+        head = subprocess.run(["head", "-1"], stdin=dump.stdout, capture_output=True, timeout=120)
+        dump.stdout.close()  # head is the only reader left
+        code = dump.wait(timeout=120)
+    assert head.stdout.decode() == f"Dumping {segments[0]}\n"
+    assert stderr.read_text() == ""
+    assert code == 1  # cli.py: a closed stdout is a failure to deliver the output, said quietly
