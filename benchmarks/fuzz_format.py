@@ -5,7 +5,7 @@ zeroed ranges, cut or doubled slices, header fields set to extreme values, an en
 the decompressed inside of a compressed entry damaged and recompressed), reads it with
 ``migrate.format.entries.read_entries``, then iterates and digests every record. Half the cases recompute every
 entry's CRC after the damage, so it reaches the decoders behind the checksums instead of stopping at the first CRC
-check. The only acceptable outcomes are a clean read or ``migrate.errors.CorruptRecordError`` (or a subclass);
+check. The only acceptable outcomes are a clean read or ``migrate.errors.LocatedError`` (located bad input);
 anything else is a crash, including a MemoryError under the address-space limit (a few damaged bytes must not make
 the reader allocate gigabytes).
 
@@ -34,7 +34,7 @@ from pathlib import Path
 
 import crc32c as _crc32c
 
-from migrate.errors import CorruptRecordError
+from migrate.errors import LocatedError
 from migrate.format import batch as v2
 from migrate.format import codecs, legacy
 from migrate.format.digest import LogDigest
@@ -264,7 +264,7 @@ def run_case(seed: int, index: int, segments: list[Segment]) -> tuple[str, str, 
     kind, data = mutate(rng, seg)
     try:
         return read_everything(data), seg.name, kind, ""
-    except CorruptRecordError as exc:
+    except LocatedError as exc:
         if exc.position is not None and not 0 <= exc.position < max(len(data), 1):
             return f"{CRASH} bad position", seg.name, kind, str(exc)
         return type(exc).__name__, seg.name, kind, exc.reason
@@ -351,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"case {args.replay}: {seg.name}, {kind}, {len(data)} bytes")
         try:
             print(read_everything(data))
-        except CorruptRecordError as exc:
+        except LocatedError as exc:
             print(f"{type(exc).__name__} at position {exc.position}: {exc.reason}")
         except Exception:  # a crash: show where
             traceback.print_exc()

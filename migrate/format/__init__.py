@@ -6,4 +6,7 @@
 - ``codecs``: gzip, snappy (xerial and raw), lz4 (Kafka's magic-0 header quirk included), zstd
 - ``records``: the record model shared by all of them, row-wise and columnar
 - ``digest``: the format-independent content digest used to prove a conversion kept every record
+- ``accel``: the one switch for the optional C accelerator (``_speedups``): ``accel.status()`` says whether it is in
+  use and why not; ``KAFKA_LOG_MIGRATE_NO_EXTENSIONS=1`` turns it off. Every accelerated function has a Python
+  reference twin with the same results.
 """

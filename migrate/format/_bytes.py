@@ -1,7 +1,8 @@
-"""Vectorized big-endian field access on a byte buffer, and gathering variable-length pieces into one output.
+"""Vectorized big-endian field access on a byte buffer, and checks of positions and lengths into one.
 
-These are the primitives that let the format modules work on columns (one numpy operation per field for a whole
-run of entries) instead of one Python call per record.
+``gather_be`` lets the format modules read a field of a whole run of entries in one numpy operation instead of one
+Python call per entry; ``int64_column`` and ``check_pieces`` prepare and check the arguments that the Python
+references and the C accelerator take alike.
 """
 
 from __future__ import annotations
@@ -29,38 +30,27 @@ def gather_be(u8: np.ndarray, at: np.ndarray, width: int, signed: bool = True) -
     return _windows(u8, width)[at].view(_DTYPES[(width, signed)]).astype(np.int64)
 
 
-def gather_pieces(source: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """Concatenate ``source[starts[i] : starts[i] + lengths[i]]`` for every i, in order, as one uint8 array.
+def int64_column(a: np.ndarray) -> np.ndarray:
+    """``a`` as the native int64, C-contiguous, aligned 1-D array the accelerator takes (no copy if it already is)."""
+    return np.require(a, np.int64, ("C", "A"))
 
-    A piece of length L is copied as the power-of-two blocks of L's binary digits (1000 = 512 + 256 + 128 + 64 + 32
-    + 8), one numpy operation per block size over all pieces, each block one item copy: a handful of operations per
-    piece instead of one per byte, and no per-byte index arrays.
+
+def check_pieces(size: int, pos: np.ndarray, length: np.ndarray, what: str, null: str = "-1") -> None:
+    """Raise ValueError unless every piece ``[pos[i], pos[i] + length[i])`` lies inside a buffer of ``size`` bytes.
+
+    A negative length is null and has no position: ``null="-1"`` allows -1 only (v2 writers), ``"negative"`` any
+    negative length. The Python references check what the C accelerator checks, so both refuse the same input.
     """
-    total = int(lengths.sum())
-    if total == 0:
-        return np.zeros(0, np.uint8)
-    out = np.empty(total, np.uint8)
-    src = starts.astype(np.int64)  # a copy: where each piece's next block starts
-    dst = np.cumsum(lengths) - lengths
-    for bit in range(int(lengths.max()).bit_length() - 1, -1, -1):
-        width = 1 << bit
-        idx = np.flatnonzero(lengths & width)
-        if len(idx):
-            s, d = src[idx], dst[idx]
-            _windows(out, width)[d] = _windows(source, width)[s]
-            src[idx] = s + width
-            dst[idx] = d + width
-    return out
-
-
-def varint_matrix(values: np.ndarray, sizes: np.ndarray) -> np.ndarray:
-    """Zig-zag varint bytes of each value, one row each, padded to 10 columns (``sizes`` = used bytes per row)."""
-    v = values.astype(np.int64)
-    z = ((v << 1) ^ (v >> 63)).view(np.uint64)
-    width = int(sizes.max()) if len(sizes) else 1
-    out = np.zeros((len(v), max(width, 1)), np.uint8)
-    for j in range(width):
-        byte = (z >> np.uint64(7 * j)) & np.uint64(0x7F)
-        cont = sizes > j + 1
-        out[:, j] = byte.astype(np.uint8) | (cont.astype(np.uint8) << 7)
-    return out
+    pos = np.asarray(pos, np.int64)
+    length = np.asarray(length, np.int64)
+    present = length >= 0
+    # size - length cannot overflow: size >= 0 and length >= 0 where it matters
+    bad = present & ((pos < 0) | (length > size) | (pos > size - np.where(present, length, 0)))
+    if null == "-1":
+        bad |= length < -1
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise ValueError(
+            f"record {i}: {what} [{int(pos[i])}, +{int(length[i])}) is not inside the {size}-byte buffer "
+            f"(a length is {'-1' if null == '-1' else 'negative'} for null or >= 0)"
+        )

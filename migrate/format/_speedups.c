@@ -1,6 +1,13 @@
-/* Hot loops of the format layer in C: the entry walk, CRC-32 and CRC-32C over many ranges, and the single-record
- * v2 batch encoder. Each has a numpy/pure-Python twin in the format modules (the reference, used when this module
- * is not built); tests check both give identical results. No Python objects per record: arrays in, arrays out. */
+/* Hot loops of the format layer in C: the entry walk, CRC-32 and CRC-32C over many ranges, the single-record v2
+ * batch encoder, the content-digest serialization and the columnar v2 record decoder. Each has a Python twin in the
+ * format modules (the reference, used when this module is not built or is switched off, see accel.py); tests check
+ * both give identical results. No Python objects per record: arrays in, bytes out.
+ *
+ * Every argument may come from an untrusted file, or from a caller's mistake: each function checks that its arrays
+ * are 1-D, C-contiguous, aligned and of the item type it reads, that parallel arrays have one length, and that every
+ * position and length lies inside its buffer, and raises TypeError, ValueError, OverflowError or MemoryError
+ * otherwise. The checks run in a pass over the arrays before the loop that writes (which most functions need anyway
+ * to size their output exactly), so the writing loops stay free of them. Public C API only. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
@@ -62,90 +69,263 @@ static inline int32_t be32(const uint8_t *p) {
     return (int32_t)((uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | (uint32_t)p[3]);
 }
 
+static inline int64_t be64(const uint8_t *p) {
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++) v = v << 8 | p[i];
+    return (int64_t)v;
+}
+
+/* --- argument checking --------------------------------------------------------------------------------------- */
+
+/* One array argument: 'q' = int64 items, 'B' = uint8 items. */
+typedef struct {
+    const char *name;
+    char kind;
+    PyObject *obj;
+    Py_buffer view;
+} Column;
+
+static int native_little_endian(void) {
+    const uint16_t one = 1;
+    return *(const uint8_t *)&one == 1;
+}
+
+/* The struct-module item format of a buffer is this kind: numpy exports int64 as 'l' (LP64) or 'q', and may put a
+ * byte-order prefix that names the native order. */
+static int format_is(const char *format, Py_ssize_t itemsize, char kind) {
+    const char *f = format ? format : "B";
+    if (*f == '@' || *f == '=' || (*f == '<' && native_little_endian()) || ((*f == '>' || *f == '!') && !native_little_endian()))
+        f++;
+    if (f[0] == '\0' || f[1] != '\0') return 0;
+    if (kind == 'B') return itemsize == 1 && f[0] == 'B';
+    return itemsize == 8 && (f[0] == 'q' || f[0] == 'l');
+}
+
+static void release_columns(Column *cols, int count) {
+    for (int c = 0; c < count; c++) PyBuffer_Release(&cols[c].view);
+}
+
+/* Acquire every column's buffer and check it; *length = their common number of items. On failure nothing stays
+ * acquired and an exception is set. */
+static int acquire_columns(Column *cols, int count, Py_ssize_t *length) {
+    for (int c = 0; c < count; c++) memset(&cols[c].view, 0, sizeof(Py_buffer));
+    for (int c = 0; c < count; c++) {
+        Column *col = &cols[c];
+        const char *want = col->kind == 'B' ? "uint8" : "int64";
+        if (PyObject_GetBuffer(col->obj, &col->view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
+            PyErr_Clear();  /* not a buffer, or a strided one: say which argument and what it must be */
+            PyErr_Format(PyExc_TypeError, "%s must be a C-contiguous 1-D %s array, not %.100s", col->name, want,
+                         Py_TYPE(col->obj)->tp_name);
+            goto fail;
+        }
+        if (col->view.ndim != 1) {
+            PyErr_Format(PyExc_TypeError, "%s must be a 1-D %s array, not %d-D", col->name, want, col->view.ndim);
+            goto fail;
+        }
+        if (!format_is(col->view.format, col->view.itemsize, col->kind)) {
+            PyErr_Format(PyExc_TypeError, "%s must be a native-order %s array, not item format '%s'", col->name, want,
+                         col->view.format ? col->view.format : "B");
+            goto fail;
+        }
+        if ((uintptr_t)col->view.buf % (col->kind == 'B' ? 1 : _Alignof(int64_t)) != 0) {
+            PyErr_Format(PyExc_ValueError, "%s is not aligned for %s items", col->name, want);
+            goto fail;
+        }
+        Py_ssize_t n = col->view.shape ? col->view.shape[0] : col->view.len / col->view.itemsize;
+        if (c == 0) {
+            *length = n;
+        } else if (n != *length) {
+            PyErr_Format(PyExc_ValueError, "%s has %zd items but %s has %zd", col->name, n, cols[0].name, *length);
+            goto fail;
+        }
+    }
+    return 0;
+fail:
+    release_columns(cols, count);
+    return -1;
+}
+
+/* A piece [pos, pos + len) of a buffer of `size` bytes; a negative `len` is null (allowed if allow_null) and has no
+ * position. Written so that no sum can overflow. */
+static inline int piece_inside(int64_t pos, int64_t len, Py_ssize_t size, int allow_null) {
+    if (len < 0) return allow_null && len == -1;
+    return pos >= 0 && len <= (int64_t)size && pos <= (int64_t)size - len;
+}
+
+static int add_size(Py_ssize_t *total, int64_t more) {
+    if (more < 0 || more > (int64_t)(PY_SSIZE_T_MAX - *total)) {
+        PyErr_SetString(PyExc_OverflowError, "output would be larger than the largest bytes object");
+        return -1;
+    }
+    *total += (Py_ssize_t)more;
+    return 0;
+}
+
+/* --- the entry walk ------------------------------------------------------------------------------------------ */
+
 /* walk(buffer) -> (positions: bytes of int64, consumed, bad_position): stops at an incomplete entry (consumed says
  * where); bad_position >= 0 where an entry declares a size below 14 (Kafka's CorruptRecordException). */
 static PyObject *walk(PyObject *self, PyObject *args) {
     Py_buffer buf;
-    if (!PyArg_ParseTuple(args, "y*", &buf)) return NULL;
+    if (!PyArg_ParseTuple(args, "y*:walk", &buf)) return NULL;
     const uint8_t *p = buf.buf;
-    Py_ssize_t end = buf.len, pos = 0, n = 0, cap = 1024;
-    int64_t *out = PyMem_Malloc(cap * sizeof(int64_t));
-    Py_ssize_t bad = -1;
-    while (pos + 17 <= end) {
+    Py_ssize_t end = buf.len, pos = 0, n = 0, cap = 0, bad = -1;
+    int64_t *out = NULL;
+    while (end - pos >= 17) {
         int32_t size = be32(p + pos + 8);
-        if (size < 14) { bad = pos; break; }
-        Py_ssize_t next = pos + 12 + (Py_ssize_t)size;
-        if (next > end) break;
-        if (n == cap) { cap *= 2; out = PyMem_Realloc(out, cap * sizeof(int64_t)); }
+        if (size < 14) {
+            bad = pos;
+            break;
+        }
+        if ((Py_ssize_t)size + 12 > end - pos) break;
+        if (n == cap) {
+            /* at most end / 26 entries fit, so the byte count cannot overflow */
+            Py_ssize_t grown_cap = cap ? cap * 2 : 1024;
+            int64_t *grown = PyMem_Realloc(out, (size_t)grown_cap * sizeof(int64_t));
+            if (grown == NULL) {
+                PyMem_Free(out);
+                PyBuffer_Release(&buf);
+                return PyErr_NoMemory();
+            }
+            out = grown;
+            cap = grown_cap;
+        }
         out[n++] = pos;
-        pos = next;
+        pos += 12 + (Py_ssize_t)size;
     }
     PyBuffer_Release(&buf);
-    PyObject *positions = PyBytes_FromStringAndSize((const char *)out, n * sizeof(int64_t));
+    PyObject *positions = PyBytes_FromStringAndSize((const char *)out, n * (Py_ssize_t)sizeof(int64_t));
     PyMem_Free(out);
+    if (positions == NULL) return NULL;
     return Py_BuildValue("(Nnn)", positions, pos, bad);
 }
 
-/* crc_ranges(buffer, starts, ends, castagnoli) -> bytes of uint32 */
+/* --- checksums over many ranges ------------------------------------------------------------------------------- */
+
+/* crc_ranges(buffer, starts, ends, castagnoli) -> bytes of uint32: CRC-32 (or CRC-32C) of buffer[starts[i]:ends[i]]. */
 static PyObject *crc_ranges(PyObject *self, PyObject *args) {
-    Py_buffer buf, starts, ends;
+    Py_buffer buf;
     int castagnoli;
-    if (!PyArg_ParseTuple(args, "y*y*y*p", &buf, &starts, &ends, &castagnoli)) return NULL;
-    Py_ssize_t n = starts.len / 8;
-    PyObject *result = PyBytes_FromStringAndSize(NULL, n * 4);
-    uint32_t *out = (uint32_t *)PyBytes_AS_STRING(result);
-    const int64_t *s = starts.buf, *e = ends.buf;
-    const uint8_t *p = buf.buf;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        if (s[i] < 0 || e[i] > buf.len || e[i] < s[i]) { out[i] = 0; continue; }
-        out[i] = castagnoli ? crc32c(p + s[i], e[i] - s[i]) : crc_sliced(crc32_table, p + s[i], e[i] - s[i]);
+    Column cols[2] = {{"starts", 'q', NULL}, {"ends", 'q', NULL}};
+    if (!PyArg_ParseTuple(args, "y*OOp:crc_ranges", &buf, &cols[0].obj, &cols[1].obj, &castagnoli)) return NULL;
+    Py_ssize_t n = 0;
+    if (acquire_columns(cols, 2, &n) < 0) {
+        PyBuffer_Release(&buf);
+        return NULL;
     }
-    PyBuffer_Release(&buf); PyBuffer_Release(&starts); PyBuffer_Release(&ends);
+    const int64_t *s = cols[0].view.buf, *e = cols[1].view.buf;
+    const uint8_t *p = buf.buf;
+    PyObject *result = NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!(s[i] >= 0 && s[i] <= e[i] && e[i] <= (int64_t)buf.len)) {
+            PyErr_Format(PyExc_ValueError, "range %zd [%lld, %lld) is not inside the %zd-byte buffer", i,
+                         (long long)s[i], (long long)e[i], buf.len);
+            goto done;
+        }
+    }
+    result = PyBytes_FromStringAndSize(NULL, n * 4);
+    if (result == NULL) goto done;
+    uint32_t *out = (uint32_t *)PyBytes_AS_STRING(result);
+    if (castagnoli)
+        for (Py_ssize_t i = 0; i < n; i++) out[i] = crc32c(p + s[i], e[i] - s[i]);
+    else
+        for (Py_ssize_t i = 0; i < n; i++) out[i] = crc_sliced(crc32_table, p + s[i], e[i] - s[i]);
+done:
+    release_columns(cols, 2);
+    PyBuffer_Release(&buf);
     return result;
 }
+
+/* --- the single-record v2 batch encoder ----------------------------------------------------------------------- */
 
 static inline int varint_size(int64_t v) {
     uint64_t z = ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
     int n = 1;
-    while (z >= 0x80) { z >>= 7; n++; }
+    while (z >= 0x80) {
+        z >>= 7;
+        n++;
+    }
     return n;
 }
 
 static inline uint8_t *put_varint(uint8_t *o, int64_t v) {
     uint64_t z = ((uint64_t)v << 1) ^ (uint64_t)(v >> 63);
-    while (z >= 0x80) { *o++ = (uint8_t)(z | 0x80); z >>= 7; }
+    while (z >= 0x80) {
+        *o++ = (uint8_t)(z | 0x80);
+        z >>= 7;
+    }
     *o++ = (uint8_t)z;
     return o;
 }
 
-static inline uint8_t *put64(uint8_t *o, int64_t v) { for (int i = 7; i >= 0; i--) *o++ = (uint8_t)((uint64_t)v >> (8 * i)); return o; }
-static inline uint8_t *put32(uint8_t *o, int32_t v) { for (int i = 3; i >= 0; i--) *o++ = (uint8_t)((uint32_t)v >> (8 * i)); return o; }
-static inline uint8_t *put16(uint8_t *o, int16_t v) { *o++ = (uint8_t)((uint16_t)v >> 8); *o++ = (uint8_t)v; return o; }
+static inline uint8_t *put64(uint8_t *o, int64_t v) {
+    for (int i = 7; i >= 0; i--) *o++ = (uint8_t)((uint64_t)v >> (8 * i));
+    return o;
+}
+static inline uint8_t *put32(uint8_t *o, int32_t v) {
+    for (int i = 3; i >= 0; i--) *o++ = (uint8_t)((uint32_t)v >> (8 * i));
+    return o;
+}
+static inline uint8_t *put16(uint8_t *o, int16_t v) {
+    *o++ = (uint8_t)((uint16_t)v >> 8);
+    *o++ = (uint8_t)v;
+    return o;
+}
 
-/* single_record_batches(buffer, offsets, timestamps, types, key_pos, key_len, value_pos, value_len, record_attrs,
- *                       leader_epoch) -> (bytes, sizes: bytes of int64); all arrays int64 except record_attrs (uint8) */
+/* the record inside a single-record batch: attributes, timestamp delta 0, offset delta 0, key, value, 0 headers */
+static inline int64_t single_record_body(int64_t key_len, int64_t value_len) {
+    return 3 + varint_size(key_len) + (key_len > 0 ? key_len : 0) + varint_size(value_len) +
+           (value_len > 0 ? value_len : 0) + 1;
+}
+
+/* single_record_batches(buffer, offsets, timestamps, timestamp_types, key_pos, key_len, value_pos, value_len,
+ *                       record_attributes, partition_leader_epoch) -> (bytes, sizes: bytes of int64)
+ * One uncompressed v2 batch per record; all arrays int64 except record_attributes (uint8); a length of -1 is null. */
 static PyObject *single_record_batches(PyObject *self, PyObject *args) {
-    Py_buffer buf, off, ts, ty, kp, kl, vp, vl, ra;
+    Py_buffer buf;
     int leader_epoch;
-    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*y*y*i", &buf, &off, &ts, &ty, &kp, &kl, &vp, &vl, &ra, &leader_epoch))
+    Column cols[8] = {{"offsets", 'q', NULL},   {"timestamps", 'q', NULL}, {"timestamp_types", 'q', NULL},
+                      {"key_pos", 'q', NULL},   {"key_len", 'q', NULL},    {"value_pos", 'q', NULL},
+                      {"value_len", 'q', NULL}, {"record_attributes", 'B', NULL}};
+    if (!PyArg_ParseTuple(args, "y*OOOOOOOOi:single_record_batches", &buf, &cols[0].obj, &cols[1].obj, &cols[2].obj,
+                          &cols[3].obj, &cols[4].obj, &cols[5].obj, &cols[6].obj, &cols[7].obj, &leader_epoch))
         return NULL;
-    Py_ssize_t n = off.len / 8, total = 0;
-    const int64_t *O = off.buf, *T = ts.buf, *TY = ty.buf, *KP = kp.buf, *KL = kl.buf, *VP = vp.buf, *VL = vl.buf;
-    const uint8_t *RA = ra.buf, *src = buf.buf;
-    PyObject *sizes = PyBytes_FromStringAndSize(NULL, n * 8);
-    int64_t *S = (int64_t *)PyBytes_AS_STRING(sizes);
-    for (Py_ssize_t i = 0; i < n; i++) {
-        int64_t k = KL[i] > 0 ? KL[i] : 0, v = VL[i] > 0 ? VL[i] : 0;
-        int64_t body = 1 + 1 + 1 + varint_size(KL[i]) + k + varint_size(VL[i]) + v + 1;
-        S[i] = 61 + varint_size(body) + body;
-        total += S[i];
+    Py_ssize_t n = 0;
+    if (acquire_columns(cols, 8, &n) < 0) {
+        PyBuffer_Release(&buf);
+        return NULL;
     }
-    PyObject *result = PyBytes_FromStringAndSize(NULL, total);
+    const int64_t *O = cols[0].view.buf, *T = cols[1].view.buf, *TY = cols[2].view.buf, *KP = cols[3].view.buf,
+                  *KL = cols[4].view.buf, *VP = cols[5].view.buf, *VL = cols[6].view.buf;
+    const uint8_t *RA = cols[7].view.buf, *src = buf.buf;
+    PyObject *result = NULL, *sizes = PyBytes_FromStringAndSize(NULL, n * 8);
+    if (sizes == NULL) goto fail;
+    int64_t *S = (int64_t *)PyBytes_AS_STRING(sizes);
+    Py_ssize_t total = 0;
+    /* checking pass: every key and value inside the buffer, every batch length an int32; sizes the output */
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!piece_inside(KP[i], KL[i], buf.len, 1) || !piece_inside(VP[i], VL[i], buf.len, 1)) {
+            PyErr_Format(PyExc_ValueError,
+                         "record %zd: key [%lld, +%lld) or value [%lld, +%lld) is not inside the %zd-byte buffer "
+                         "(a length is -1 for null or >= 0)",
+                         i, (long long)KP[i], (long long)KL[i], (long long)VP[i], (long long)VL[i], buf.len);
+            goto fail;
+        }
+        int64_t body = single_record_body(KL[i], VL[i]);
+        S[i] = 61 + varint_size(body) + body;
+        if (S[i] - 12 > INT32_MAX) {
+            PyErr_Format(PyExc_OverflowError, "record %zd: a batch of %lld bytes does not fit v2's int32 length", i,
+                         (long long)S[i]);
+            goto fail;
+        }
+        if (add_size(&total, S[i]) < 0) goto fail;
+    }
+    result = PyBytes_FromStringAndSize(NULL, total);
+    if (result == NULL) goto fail;
     uint8_t *o = (uint8_t *)PyBytes_AS_STRING(result);
     for (Py_ssize_t i = 0; i < n; i++) {
         uint8_t *start = o;
         int64_t k = KL[i] > 0 ? KL[i] : 0, v = VL[i] > 0 ? VL[i] : 0;
-        int64_t body = 1 + 1 + 1 + varint_size(KL[i]) + k + varint_size(VL[i]) + v + 1;
         o = put64(o, O[i]);
         o = put32(o, (int32_t)(S[i] - 12));
         o = put32(o, leader_epoch);
@@ -160,46 +340,100 @@ static PyObject *single_record_batches(PyObject *self, PyObject *args) {
         o = put16(o, -1);
         o = put32(o, -1);
         o = put32(o, 1);
-        o = put_varint(o, body);
+        o = put_varint(o, single_record_body(KL[i], VL[i]));
         *o++ = RA[i];
         *o++ = 0; /* timestamp delta */
         *o++ = 0; /* offset delta */
         o = put_varint(o, KL[i]);
-        memcpy(o, src + KP[i], k); o += k;
+        if (k) memcpy(o, src + KP[i], (size_t)k);
+        o += k;
         o = put_varint(o, VL[i]);
-        memcpy(o, src + VP[i], v); o += v;
+        if (v) memcpy(o, src + VP[i], (size_t)v);
+        o += v;
         *o++ = 0; /* headers */
         put32(crc_at, (int32_t)crc32c(start + 21, o - start - 21));
     }
-    PyBuffer_Release(&buf); PyBuffer_Release(&off); PyBuffer_Release(&ts); PyBuffer_Release(&ty);
-    PyBuffer_Release(&kp); PyBuffer_Release(&kl); PyBuffer_Release(&vp); PyBuffer_Release(&vl); PyBuffer_Release(&ra);
+    release_columns(cols, 8);
+    PyBuffer_Release(&buf);
     return Py_BuildValue("(NN)", result, sizes);
+fail:
+    Py_XDECREF(result);
+    Py_XDECREF(sizes);
+    release_columns(cols, 8);
+    PyBuffer_Release(&buf);
+    return NULL;
 }
 
+/* --- the content digest serialization ------------------------------------------------------------------------- */
+
 /* digest_stream(buffer, offsets, timestamps, key_pos, key_len, value_pos, value_len, with_timestamps) -> bytes:
- * the serialization migrate.format.digest hashes, for records without headers (header count 0). */
+ * the serialization migrate.format.digest hashes, for records without headers (header count 0); a negative length
+ * is null. */
 static PyObject *digest_stream(PyObject *self, PyObject *args) {
-    Py_buffer buf, off, ts, kp, kl, vp, vl;
+    Py_buffer buf;
     int with_ts;
-    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*y*p", &buf, &off, &ts, &kp, &kl, &vp, &vl, &with_ts)) return NULL;
-    Py_ssize_t n = off.len / 8, total = 0;
-    const int64_t *O = off.buf, *T = ts.buf, *KP = kp.buf, *KL = kl.buf, *VP = vp.buf, *VL = vl.buf;
+    Column cols[6] = {{"offsets", 'q', NULL}, {"timestamps", 'q', NULL}, {"key_pos", 'q', NULL},
+                      {"key_len", 'q', NULL}, {"value_pos", 'q', NULL},  {"value_len", 'q', NULL}};
+    if (!PyArg_ParseTuple(args, "y*OOOOOOp:digest_stream", &buf, &cols[0].obj, &cols[1].obj, &cols[2].obj,
+                          &cols[3].obj, &cols[4].obj, &cols[5].obj, &with_ts))
+        return NULL;
+    Py_ssize_t n = 0;
+    if (acquire_columns(cols, 6, &n) < 0) {
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
+    const int64_t *O = cols[0].view.buf, *T = cols[1].view.buf, *KP = cols[2].view.buf, *KL = cols[3].view.buf,
+                  *VP = cols[4].view.buf, *VL = cols[5].view.buf;
     const uint8_t *src = buf.buf;
-    for (Py_ssize_t i = 0; i < n; i++)
-        total += 8 + (with_ts ? 8 : 0) + (KL[i] < 0 ? 1 : 5 + KL[i]) + (VL[i] < 0 ? 1 : 5 + VL[i]) + 4;
-    PyObject *result = PyBytes_FromStringAndSize(NULL, total);
+    PyObject *result = NULL;
+    Py_ssize_t total = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if ((KL[i] >= 0 && !piece_inside(KP[i], KL[i], buf.len, 0)) ||
+            (VL[i] >= 0 && !piece_inside(VP[i], VL[i], buf.len, 0))) {
+            PyErr_Format(PyExc_ValueError,
+                         "record %zd: key [%lld, +%lld) or value [%lld, +%lld) is not inside the %zd-byte buffer", i,
+                         (long long)KP[i], (long long)KL[i], (long long)VP[i], (long long)VL[i], buf.len);
+            goto done;
+        }
+        if (KL[i] > INT32_MAX || VL[i] > INT32_MAX) {
+            PyErr_Format(PyExc_OverflowError, "record %zd: a key or value longer than an int32 length", i);
+            goto done;
+        }
+        if (add_size(&total, 8 + (with_ts ? 8 : 0) + (KL[i] < 0 ? 1 : 5 + KL[i]) + (VL[i] < 0 ? 1 : 5 + VL[i]) + 4) <
+            0)
+            goto done;
+    }
+    result = PyBytes_FromStringAndSize(NULL, total);
+    if (result == NULL) goto done;
     uint8_t *o = (uint8_t *)PyBytes_AS_STRING(result);
     for (Py_ssize_t i = 0; i < n; i++) {
         o = put64(o, O[i]);
         if (with_ts) o = put64(o, T[i]);
-        if (KL[i] < 0) *o++ = 1; else { *o++ = 0; o = put32(o, (int32_t)KL[i]); memcpy(o, src + KP[i], KL[i]); o += KL[i]; }
-        if (VL[i] < 0) *o++ = 1; else { *o++ = 0; o = put32(o, (int32_t)VL[i]); memcpy(o, src + VP[i], VL[i]); o += VL[i]; }
+        if (KL[i] < 0) {
+            *o++ = 1;
+        } else {
+            *o++ = 0;
+            o = put32(o, (int32_t)KL[i]);
+            if (KL[i]) memcpy(o, src + KP[i], (size_t)KL[i]);
+            o += KL[i];
+        }
+        if (VL[i] < 0) {
+            *o++ = 1;
+        } else {
+            *o++ = 0;
+            o = put32(o, (int32_t)VL[i]);
+            if (VL[i]) memcpy(o, src + VP[i], (size_t)VL[i]);
+            o += VL[i];
+        }
         o = put32(o, 0);
     }
-    PyBuffer_Release(&buf); PyBuffer_Release(&off); PyBuffer_Release(&ts); PyBuffer_Release(&kp);
-    PyBuffer_Release(&kl); PyBuffer_Release(&vp); PyBuffer_Release(&vl);
+done:
+    release_columns(cols, 6);
+    PyBuffer_Release(&buf);
     return result;
 }
+
+/* --- the columnar v2 decoder ---------------------------------------------------------------------------------- */
 
 static inline int get_varint(const uint8_t **pp, const uint8_t *end, int64_t *out, int max_bytes) {
     uint64_t raw = 0;
@@ -209,71 +443,155 @@ static inline int get_varint(const uint8_t **pp, const uint8_t *end, int64_t *ou
         if (p >= end) return -1;
         uint8_t b = *p++;
         raw |= (uint64_t)(b & 0x7f) << shift;
-        if (b < 0x80) { *out = (int64_t)(raw >> 1) ^ -(int64_t)(raw & 1); *pp = p; return 0; }
+        if (b < 0x80) {
+            *out = (int64_t)(raw >> 1) ^ -(int64_t)(raw & 1);
+            *pp = p;
+            return 0;
+        }
         shift += 7;
     }
     return -1;
 }
 
-static inline int64_t be64(const uint8_t *p) {
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++) v = v << 8 | p[i];
-    return (int64_t)v;
+enum { V2_DECODED = 0, V2_DEFER = 1, V2_MALFORMED = 2 };
+#define V2_HEADER 61
+#define V2_MIN_RECORD 7 /* length, attributes, timestamp delta, offset delta, key, value, header count: 1 byte each */
+
+/* Records to reserve for the batch of `size` bytes at b, or -1 if it is not decoded here (compressed, a negative
+ * count, too small, or a count its bytes cannot hold): the count is never trusted beyond what the bytes can hold. */
+static inline int64_t v2_capacity(const uint8_t *b, int64_t size) {
+    if (size < V2_HEADER) return -1;
+    int32_t count = be32(b + 57);
+    if ((b[22] & 7) != 0 || count < 0 || count > (size - V2_HEADER) / V2_MIN_RECORD) return -1;
+    return count;
 }
 
 /* v2_records(buffer, positions, sizes) -> (status, counts, offsets, timestamps, key_pos, key_len, value_pos,
- * value_len): the records of uncompressed v2 batches. status per batch: 0 decoded, 1 has headers or is compressed
- * (decode it in Python), 2 malformed (decode it in Python to raise the precise error). */
+ * value_len): the records of uncompressed v2 batches. status per batch: 0 decoded, 1 has headers, is compressed or
+ * has a negative count (decode it in Python), 2 malformed (decode it in Python to raise the precise error). The
+ * record columns hold the records of the batches with status 0 only. */
 static PyObject *v2_records(PyObject *self, PyObject *args) {
-    Py_buffer buf, pos, siz;
-    if (!PyArg_ParseTuple(args, "y*y*y*", &buf, &pos, &siz)) return NULL;
-    Py_ssize_t nb = pos.len / 8, total = 0;
-    const int64_t *P = pos.buf, *S = siz.buf;
-    const uint8_t *src = buf.buf;
-    for (Py_ssize_t i = 0; i < nb; i++) {
-        int32_t count = be32(src + P[i] + 57);
-        if (count > 0) total += count;
+    Py_buffer buf;
+    Column batch_cols[2] = {{"positions", 'q', NULL}, {"sizes", 'q', NULL}};
+    if (!PyArg_ParseTuple(args, "y*OO:v2_records", &buf, &batch_cols[0].obj, &batch_cols[1].obj)) return NULL;
+    Py_ssize_t nb = 0;
+    if (acquire_columns(batch_cols, 2, &nb) < 0) {
+        PyBuffer_Release(&buf);
+        return NULL;
     }
-    PyObject *status = PyBytes_FromStringAndSize(NULL, nb), *counts = PyBytes_FromStringAndSize(NULL, nb * 8);
-    PyObject *cols[6];
-    for (int c = 0; c < 6; c++) cols[c] = PyBytes_FromStringAndSize(NULL, total * 8);
+    const int64_t *P = batch_cols[0].view.buf, *S = batch_cols[1].view.buf;
+    const uint8_t *src = buf.buf;
+    PyObject *status = NULL, *counts = NULL, *cols[6] = {NULL, NULL, NULL, NULL, NULL, NULL}, *result = NULL;
+    Py_ssize_t total = 0;
+    for (Py_ssize_t i = 0; i < nb; i++) {
+        if (!piece_inside(P[i], S[i], buf.len, 0)) {
+            PyErr_Format(PyExc_ValueError, "batch %zd [%lld, +%lld) is not inside the %zd-byte buffer", i,
+                         (long long)P[i], (long long)S[i], buf.len);
+            goto done;
+        }
+        int64_t capacity = v2_capacity(src + P[i], S[i]);
+        if (capacity > 0) total += capacity; /* at most buf.len / 7 in all: no overflow */
+    }
+    status = PyBytes_FromStringAndSize(NULL, nb);
+    counts = PyBytes_FromStringAndSize(NULL, nb * 8);
+    if (status == NULL || counts == NULL) goto done;
+    for (int c = 0; c < 6; c++)
+        if ((cols[c] = PyBytes_FromStringAndSize(NULL, total * 8)) == NULL) goto done;
     uint8_t *ST = (uint8_t *)PyBytes_AS_STRING(status);
     int64_t *CN = (int64_t *)PyBytes_AS_STRING(counts), *C[6];
     for (int c = 0; c < 6; c++) C[c] = (int64_t *)PyBytes_AS_STRING(cols[c]);
     Py_ssize_t r = 0;
     for (Py_ssize_t i = 0; i < nb; i++) {
-        const uint8_t *b = src + P[i], *end = b + S[i], *p = b + 61;
-        int16_t attributes = (int16_t)(b[21] << 8 | b[22]);
-        int32_t count = be32(b + 57);
-        int64_t base = be64(b), base_ts = be64(b + 27), max_ts = be64(b + 35);
+        const uint8_t *b = src + P[i], *end = b + S[i];
         CN[i] = 0;
-        ST[i] = 0;
-        if ((attributes & 7) != 0 || count < 0) { ST[i] = 1; continue; }
+        if (S[i] < V2_HEADER) {
+            ST[i] = V2_MALFORMED;
+            continue;
+        }
+        const uint8_t *p = b + V2_HEADER;
+        int16_t attributes = (int16_t)(b[21] << 8 | b[22]);
+        int32_t count = be32(b + 57), last_delta = be32(b + 23);
+        if ((attributes & 7) != 0 || count < 0) {
+            ST[i] = V2_DEFER;
+            continue;
+        }
+        if (v2_capacity(b, S[i]) < 0 || last_delta < 0) {
+            ST[i] = V2_MALFORMED;
+            continue;
+        }
+        int64_t base = be64(b), base_ts = be64(b + 27), max_ts = be64(b + 35), previous_delta = -1;
         Py_ssize_t r0 = r;
-        for (int32_t k = 0; k < count && ST[i] == 0; k++) {
+        ST[i] = V2_DECODED;
+        for (int32_t k = 0; k < count && ST[i] == V2_DECODED; k++) {
             int64_t length, tsd, od, kl, vl, hc;
-            if (get_varint(&p, end, &length, 5) || length < 6 || p + length > end) { ST[i] = 2; break; }
+            if (get_varint(&p, end, &length, 5) || length < 6 || length > end - p) {
+                ST[i] = V2_MALFORMED;
+                break;
+            }
             const uint8_t *rend = p + length;
-            p++;
+            p++; /* record attributes: unused */
             if (get_varint(&p, rend, &tsd, 10) || get_varint(&p, rend, &od, 5) || get_varint(&p, rend, &kl, 5) ||
-                kl < -1 || p + (kl > 0 ? kl : 0) > rend) { ST[i] = 2; break; }
-            C[2][r] = p - src; C[3][r] = kl; p += kl > 0 ? kl : 0;
-            if (get_varint(&p, rend, &vl, 5) || vl < -1 || p + (vl > 0 ? vl : 0) > rend) { ST[i] = 2; break; }
-            C[4][r] = p - src; C[5][r] = vl; p += vl > 0 ? vl : 0;
-            if (get_varint(&p, rend, &hc, 5)) { ST[i] = 2; break; }
-            if (hc != 0) { ST[i] = 1; break; }
-            if (p != rend) { ST[i] = 2; break; }
-            C[0][r] = (int64_t)((uint64_t)base + (uint64_t)od);
+                kl < -1 || (kl > 0 && kl > rend - p)) {
+                ST[i] = V2_MALFORMED;
+                break;
+            }
+            /* the reader's offset rules: inside base..base + lastOffsetDelta, strictly increasing, an int64 */
+            if (od <= previous_delta || od > last_delta || base > INT64_MAX - od) {
+                ST[i] = V2_MALFORMED;
+                break;
+            }
+            previous_delta = od;
+            C[2][r] = p - src;
+            C[3][r] = kl;
+            p += kl > 0 ? kl : 0;
+            if (get_varint(&p, rend, &vl, 5) || vl < -1 || (vl > 0 && vl > rend - p)) {
+                ST[i] = V2_MALFORMED;
+                break;
+            }
+            C[4][r] = p - src;
+            C[5][r] = vl;
+            p += vl > 0 ? vl : 0;
+            if (get_varint(&p, rend, &hc, 5)) {
+                ST[i] = V2_MALFORMED;
+                break;
+            }
+            if (hc != 0) {
+                ST[i] = V2_DEFER;
+                break;
+            }
+            if (p != rend) {
+                ST[i] = V2_MALFORMED;
+                break;
+            }
+            C[0][r] = base + od;
+            /* Java long arithmetic: a timestamp delta may have wrapped on write */
             C[1][r] = (attributes & 0x08) ? max_ts : (int64_t)((uint64_t)base_ts + (uint64_t)tsd);
             r++;
         }
-        if (ST[i] == 0 && p != end) ST[i] = 2;
-        if (ST[i] != 0) { r = r0; continue; }
+        if (ST[i] == V2_DECODED && p != end) ST[i] = V2_MALFORMED;
+        if (ST[i] != V2_DECODED) {
+            r = r0;
+            continue;
+        }
         CN[i] = r - r0;
     }
-    PyBuffer_Release(&buf); PyBuffer_Release(&pos); PyBuffer_Release(&siz);
-    for (int c = 0; c < 6; c++) _PyBytes_Resize(&cols[c], r * 8);
-    return Py_BuildValue("(NNNNNNNN)", status, counts, cols[0], cols[1], cols[2], cols[3], cols[4], cols[5]);
+    if (r < total) {
+        /* some batches were not decoded: hand back exactly the records that were */
+        for (int c = 0; c < 6; c++) {
+            PyObject *exact = PyBytes_FromStringAndSize(PyBytes_AS_STRING(cols[c]), r * 8);
+            if (exact == NULL) goto done;
+            Py_DECREF(cols[c]);
+            cols[c] = exact;
+        }
+    }
+    result = PyTuple_Pack(8, status, counts, cols[0], cols[1], cols[2], cols[3], cols[4], cols[5]);
+done:
+    Py_XDECREF(status);
+    Py_XDECREF(counts);
+    for (int c = 0; c < 6; c++) Py_XDECREF(cols[c]);
+    release_columns(batch_cols, 2);
+    PyBuffer_Release(&buf);
+    return result;
 }
 
 static PyMethodDef methods[] = {

@@ -41,16 +41,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from migrate.errors import CorruptRecordError, UnsupportedFormatError
-from migrate.format import codecs
-from migrate.format._bytes import as_u8, gather_be, gather_pieces, varint_matrix
+from migrate.format import accel, codecs
+from migrate.format._bytes import check_pieces, gather_be, int64_column
 from migrate.format.checksums import crc32c, crc32c_ranges
 from migrate.format.records import NO_TIMESTAMP, Compression, Record, RecordColumns, TimestampType
-from migrate.format.varint import decode_varint, varint, varint_sizes
-
-try:
-    from migrate.format import _speedups
-except ImportError:  # not built: the numpy path below writes the same bytes, slower
-    _speedups = None
+from migrate.format.varint import decode_varint, encode_varint
 
 MAGIC = 2
 RECORD_BATCH_OVERHEAD = 61
@@ -65,24 +60,9 @@ KIP87_TOMBSTONE_BIT = 0x20  # in the *record* attributes byte
 NO_PARTITION_LEADER_EPOCH = -1
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
-HEADER_DTYPE = np.dtype(
-    [
-        ("base_offset", ">i8"),
-        ("batch_length", ">i4"),
-        ("partition_leader_epoch", ">i4"),
-        ("magic", "i1"),
-        ("crc", ">u4"),
-        ("attributes", ">i2"),
-        ("last_offset_delta", ">i4"),
-        ("base_timestamp", ">i8"),
-        ("max_timestamp", ">i8"),
-        ("producer_id", ">i8"),
-        ("producer_epoch", ">i2"),
-        ("base_sequence", ">i4"),
-        ("records_count", ">i4"),
-    ]
-)
-assert HEADER_DTYPE.itemsize == RECORD_BATCH_OVERHEAD
+_UNCOVERED = struct.Struct(">qiibI")  # baseOffset .. crc: the 21 bytes the CRC does not cover
+_COVERED = struct.Struct(">hiqqqhii")  # attributes .. recordsCount
+assert _HEADER.size == RECORD_BATCH_OVERHEAD
 
 
 @dataclass(slots=True)
@@ -272,87 +252,107 @@ def decode_records(body: memoryview, batch: V2Batch) -> RecordColumns:
 
 # --- writers -----------------------------------------------------------------------------------------------
 
-
-def _record_pieces(
-    cols: RecordColumns,
-    offset_deltas: np.ndarray,
-    timestamp_deltas: np.ndarray,
-    record_attributes: np.ndarray,
-    prefix: np.ndarray | None,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Encode header-less records as pieces over one combined source; gather them into output bytes.
-
-    ``prefix`` (n x k uint8) is put before each record: a 61-byte batch header for single-record batches.
-    Returns (output bytes, per-record output size).
-    """
-    n = len(cols)
-    kl = cols.key_len
-    vl = cols.value_len
-    klp = np.maximum(kl, 0)
-    vlp = np.maximum(vl, 0)
-    s_ts = varint_sizes(timestamp_deltas)
-    s_od = varint_sizes(offset_deltas)
-    s_kl = varint_sizes(kl)
-    s_vl = varint_sizes(vl)
-    body_len = 1 + s_ts + s_od + s_kl + klp + s_vl + vlp + 1
-    s_len = varint_sizes(body_len)
-    k = 0 if prefix is None else prefix.shape[1]
-    width_a = k + 5 + 1 + 10 + 5 + 5
-    a = np.zeros((n, width_a), np.uint8)
-    if prefix is not None:
-        a[:, :k] = prefix
-    rows = np.arange(n)
-    cursor = np.full(n, k, np.int64)
-
-    def put_varints(values: np.ndarray, sizes: np.ndarray) -> None:
-        vm = varint_matrix(values, sizes)
-        for j in range(vm.shape[1]):
-            m = sizes > j
-            a[rows[m], cursor[m] + j] = vm[m, j]
-        cursor[:] += sizes
-
-    put_varints(body_len, s_len)
-    a[rows, cursor] = record_attributes
-    cursor += 1
-    put_varints(timestamp_deltas, s_ts)
-    put_varints(offset_deltas, s_od)
-    put_varints(kl, s_kl)
-    b = varint_matrix(vl, s_vl)
-    width_b = b.shape[1]
-    source = as_u8(cols.buffer)
-    a_flat = a.ravel()
-    combined = np.concatenate([a_flat, b.ravel(), np.zeros(1, np.uint8), source])
-    b_base = len(a_flat)
-    zero_at = b_base + b.size
-    src_base = zero_at + 1
-    starts = np.stack(
-        [
-            rows * width_a,
-            src_base + cols.key_pos,
-            b_base + rows * width_b,
-            src_base + cols.value_pos,
-            np.full(n, zero_at),
-        ],
-        axis=1,
-    ).ravel()
-    lengths = np.stack([cursor, klp, s_vl, vlp, np.ones(n, np.int64)], axis=1).ravel()
-    out = gather_pieces(combined, starts, lengths)
-    return out, cursor + klp + s_vl + vlp + 1
+# Zig-zag varints of -1 (null) .. 8191 looked up, not computed: record lengths, key and value lengths and deltas
+# are almost always in that range, and the writers below make four or five per record.
+_VARINT_END = 1 << 13
+_VARINTS = tuple(encode_varint(v) for v in range(-1, _VARINT_END))
+_NO_HEADERS = b"\x00"
 
 
-def _header_rows(n: int) -> np.ndarray:
-    h = np.zeros(n, HEADER_DTYPE)
-    h["magic"] = MAGIC
-    h["producer_id"] = -1
-    h["producer_epoch"] = -1
-    h["base_sequence"] = -1
-    return h
+def _varint(value: int) -> bytes:
+    return _VARINTS[value + 1] if -1 <= value < _VARINT_END else encode_varint(value)
+
+
+def _encode_record(
+    offset_delta: int,
+    timestamp_delta: int,
+    key: bytes | memoryview | None,
+    value: bytes | memoryview | None,
+    headers: tuple[tuple[str, bytes | None], ...],
+    attributes: int,
+) -> bytes:
+    """One record, its length varint included: the only v2 record writer (``encode_batch`` and the reference of
+    the single-record batches both use it)."""
+    body = b"%c%b%b%b%b%b%b%b" % (
+        attributes,
+        _varint(timestamp_delta),
+        _varint(offset_delta),
+        _varint(-1 if key is None else len(key)),
+        key or b"",
+        _varint(-1 if value is None else len(value)),
+        value or b"",
+        _encode_headers(headers) if headers else _NO_HEADERS,
+    )
+    return _varint(len(body)) + body
+
+
+def _encode_headers(headers: tuple[tuple[str, bytes | None], ...]) -> bytes:
+    parts = [_varint(len(headers))]
+    for hkey, hval in headers:
+        hk = hkey.encode("utf-8")
+        parts += (_varint(len(hk)), hk)
+        parts += (_varint(-1),) if hval is None else (_varint(len(hval)), hval)
+    return b"".join(parts)
 
 
 def _record_attributes(cols: RecordColumns, tombstone_flag: bool) -> np.ndarray:
     if tombstone_flag:
         return np.where(cols.value_len < 0, KIP87_TOMBSTONE_BIT, 0).astype(np.uint8)
     return np.zeros(len(cols), np.uint8)
+
+
+def single_record_batches(
+    buffer: bytes | bytearray | memoryview,
+    offsets: np.ndarray,
+    timestamps: np.ndarray,
+    timestamp_types: np.ndarray,
+    key_pos: np.ndarray,
+    key_len: np.ndarray,
+    value_pos: np.ndarray,
+    value_len: np.ndarray,
+    record_attributes: np.ndarray,
+    partition_leader_epoch: int,
+) -> tuple[bytes, bytes]:
+    """The reference of the accelerator's ``single_record_batches``: same arguments, same bytes, same refusals.
+
+    One uncompressed v2 batch per record: the batches, and each batch's size as native int64 bytes. The arrays are
+    int64 except ``record_attributes`` (uint8); a key or value length of -1 is null; a timestamp type of 1 is
+    LogAppendTime, anything else CreateTime. Raises ValueError for a key or value outside ``buffer`` or arrays of
+    different lengths, OverflowError for an epoch or a batch length beyond int32.
+    """
+    # refusals in the accelerator's order, so both raise the same error for the same arguments
+    if not -(2**31) <= partition_leader_epoch < 2**31:
+        raise OverflowError(f"partition leader epoch {partition_leader_epoch} is not an int32")
+    n = len(offsets)
+    for name, column in [
+        ("timestamps", timestamps),
+        ("timestamp_types", timestamp_types),
+        ("key_pos", key_pos),
+        ("key_len", key_len),
+        ("value_pos", value_pos),
+        ("value_len", value_len),
+        ("record_attributes", record_attributes),
+    ]:
+        if len(column) != n:
+            raise ValueError(f"{name} has {len(column)} items but offsets has {n}")
+    view = memoryview(buffer).cast("B")
+    check_pieces(view.nbytes, key_pos, key_len, "key")
+    check_pieces(view.nbytes, value_pos, value_len, "value")
+    parts: list[bytes] = []
+    sizes: list[int] = []
+    columns = (timestamps, timestamp_types, key_pos, key_len, value_pos, value_len, record_attributes)
+    for offset, ts, ts_type, kp, kl, vp, vl, attributes in zip(offsets.tolist(), *(c.tolist() for c in columns)):
+        record = _encode_record(
+            0, 0, None if kl < 0 else view[kp : kp + kl], None if vl < 0 else view[vp : vp + vl], (), attributes
+        )
+        covered = _COVERED.pack(TIMESTAMP_TYPE_BIT if ts_type == 1 else 0, 0, ts, ts, -1, -1, -1, 1) + record
+        size = len(covered) + ATTRIBUTES_OFFSET
+        if size - 12 >= 2**31:
+            raise OverflowError(f"record {len(sizes)}: a batch of {size} bytes does not fit v2's int32 length")
+        parts.append(_UNCOVERED.pack(offset, size - 12, partition_leader_epoch, MAGIC, crc32c(covered)))
+        parts.append(covered)
+        sizes.append(size)
+    return b"".join(parts), np.array(sizes, np.int64).tobytes()
 
 
 def encode_single_record_batches(
@@ -365,49 +365,50 @@ def encode_single_record_batches(
     """One uncompressed v2 batch per record, as Kafka 4's cleaner writes uncompressed legacy messages (KAFKA-13093).
 
     ``cols.timestamps`` are the effective timestamps; ``timestamp_types`` per record is 0 CreateTime or
-    1 LogAppendTime. Returns the bytes and each batch's size.
+    1 LogAppendTime. Returns the bytes and each batch's size. Runs the C accelerator when it is active, else
+    ``single_record_batches``.
     """
     n = len(cols)
     if cols.headers is not None:
         raise ValueError("encode_single_record_batches takes records without headers")
     if n == 0:
         return b"", np.zeros(0, np.int64)
-    if _speedups is not None:
-        raw, sizes = _speedups.single_record_batches(
-            cols.buffer,
-            cols.offsets.astype(np.int64),
-            cols.timestamps.astype(np.int64),
-            timestamp_types.astype(np.int64),
-            cols.key_pos.astype(np.int64),
-            cols.key_len.astype(np.int64),
-            cols.value_pos.astype(np.int64),
-            cols.value_len.astype(np.int64),
-            _record_attributes(cols, tombstone_flag),
-            partition_leader_epoch,
-        )
-        return raw, np.frombuffer(sizes, np.int64)
-    h = _header_rows(n)
-    h["base_offset"] = cols.offsets
-    h["partition_leader_epoch"] = partition_leader_epoch
-    h["attributes"] = np.where(timestamp_types == TimestampType.LOG_APPEND_TIME, TIMESTAMP_TYPE_BIT, 0)
-    h["base_timestamp"] = cols.timestamps
-    h["max_timestamp"] = cols.timestamps
-    h["records_count"] = 1
-    zeros = np.zeros(n, np.int64)
-    # batch_length depends on the record size, so encode once with a placeholder and patch it in after
-    out, sizes = _record_pieces(
-        cols, zeros, zeros, _record_attributes(cols, tombstone_flag), h.view(np.uint8).reshape(n, -1)
+    encode = single_record_batches if accel.speedups is None else accel.speedups.single_record_batches
+    raw, sizes = encode(
+        cols.buffer,
+        int64_column(cols.offsets),
+        int64_column(cols.timestamps),
+        int64_column(timestamp_types),
+        int64_column(cols.key_pos),
+        int64_column(cols.key_len),
+        int64_column(cols.value_pos),
+        int64_column(cols.value_len),
+        _record_attributes(cols, tombstone_flag),
+        partition_leader_epoch,
     )
-    starts = np.cumsum(sizes) - sizes
-    _patch_int32(out, starts + 8, sizes - 12)
-    crcs = crc32c_ranges(out, starts + ATTRIBUTES_OFFSET, starts + sizes)
-    _patch_int32(out, starts + CRC_OFFSET, crcs)
-    return out.tobytes(), sizes
+    return raw, np.frombuffer(sizes, np.int64)
 
 
-def _patch_int32(out: np.ndarray, at: np.ndarray, values: np.ndarray) -> None:
-    be = values.astype(">u4").view(np.uint8).reshape(-1, 4)
-    out[at[:, None] + np.arange(4)] = be
+def _encode_records(
+    cols: RecordColumns, offset_deltas: np.ndarray, timestamp_deltas: np.ndarray, attributes: np.ndarray
+) -> bytes:
+    view = memoryview(cols.buffer).cast("B")
+    check_pieces(view.nbytes, cols.key_pos, cols.key_len, "key")
+    check_pieces(view.nbytes, cols.value_pos, cols.value_len, "value")
+    keys = [None if n < 0 else view[p : p + n] for p, n in zip(cols.key_pos.tolist(), cols.key_len.tolist())]
+    values = [None if n < 0 else view[p : p + n] for p, n in zip(cols.value_pos.tolist(), cols.value_len.tolist())]
+    headers = cols.headers if cols.headers is not None else [()] * len(cols)
+    return b"".join(
+        map(
+            _encode_record,
+            offset_deltas.tolist(),
+            timestamp_deltas.tolist(),
+            keys,
+            values,
+            headers,
+            attributes.tolist(),
+        )
+    )
 
 
 def encode_batch(
@@ -456,26 +457,10 @@ def encode_batch(
     base_ts = int(timestamps[0]) if n else NO_TIMESTAMP
     if delete_horizon_ms is not None:
         base_ts = delete_horizon_ms
-    if cols.headers is None:
-        body, _ = _record_pieces(
-            cols, cols.offsets - base_offset, timestamps - base_ts, _record_attributes(cols, tombstone_flag), None
-        )
-        body_bytes = body.tobytes()
-    else:
-        # deltas in int64 arithmetic, as the path above and Kafka compute them (a timestamp delta may wrap)
-        offset_deltas = (cols.offsets - base_offset).tolist()
-        timestamp_deltas = (timestamps - base_ts).tolist()
-        body_bytes = b"".join(
-            _encode_record(
-                offset_deltas[i],
-                timestamp_deltas[i],
-                r.key,
-                r.value,
-                r.headers,
-                KIP87_TOMBSTONE_BIT if (tombstone_flag and r.value is None) else 0,
-            )
-            for i, r in enumerate(cols.rows())
-        )
+    # deltas in int64 arithmetic, as Kafka computes them (a timestamp delta may wrap)
+    body_bytes = _encode_records(
+        cols, cols.offsets - base_offset, timestamps - base_ts, _record_attributes(cols, tombstone_flag)
+    )
     if compression != Compression.NONE:
         body_bytes = codecs.compress(compression, body_bytes, MAGIC)
     attributes = int(compression)
@@ -488,8 +473,7 @@ def encode_batch(
     if delete_horizon_ms is not None:
         attributes |= DELETE_HORIZON_BIT
     tail = (
-        struct.pack(
-            ">hiqqqhii",
+        _COVERED.pack(
             attributes,
             last_offset - base_offset,
             base_ts,
@@ -502,36 +486,7 @@ def encode_batch(
         + body_bytes
     )
     crc = crc32c(tail)
-    return struct.pack(">qiibI", base_offset, len(tail) + 9, partition_leader_epoch, MAGIC, crc) + tail
-
-
-def _encode_record(
-    offset_delta: int,
-    timestamp_delta: int,
-    key: bytes | None,
-    value: bytes | None,
-    headers: tuple[tuple[str, bytes | None], ...],
-    attributes: int,
-) -> bytes:
-    parts = [bytes([attributes]), varint(timestamp_delta), varint(offset_delta)]
-    for field in (key, value):
-        if field is None:
-            parts.append(varint(-1))
-        else:
-            parts.append(varint(len(field)))
-            parts.append(field)
-    parts.append(varint(len(headers)))
-    for hkey, hval in headers:
-        hk = hkey.encode("utf-8")
-        parts.append(varint(len(hk)))
-        parts.append(hk)
-        if hval is None:
-            parts.append(varint(-1))
-        else:
-            parts.append(varint(len(hval)))
-            parts.append(hval)
-    body = b"".join(parts)
-    return varint(len(body)) + body
+    return _UNCOVERED.pack(base_offset, len(tail) + 9, partition_leader_epoch, MAGIC, crc) + tail
 
 
 @dataclass(slots=True)
@@ -548,7 +503,7 @@ class V2Columns:
 def decode_uncompressed_batches(buf: bytes | memoryview, positions: np.ndarray, sizes: np.ndarray) -> V2Columns | None:
     """CRC-check and decode uncompressed, header-less v2 batches at once; None if any batch needs ``decode_batch``
     (compressed, with headers, or malformed: that path raises the precise error). Needs the C accelerator."""
-    if _speedups is None or not len(positions):
+    if accel.speedups is None or not len(positions):
         return None
     u8 = np.frombuffer(buf, np.uint8)
     if (sizes < RECORD_BATCH_OVERHEAD).any():
@@ -556,7 +511,7 @@ def decode_uncompressed_batches(buf: bytes | memoryview, positions: np.ndarray, 
     stored = gather_be(u8, positions + CRC_OFFSET, 4, signed=False)
     if (crc32c_ranges(buf, positions + ATTRIBUTES_OFFSET, positions + sizes) != stored).any():
         return None
-    status, counts, *cols = _speedups.v2_records(buf, positions.astype(np.int64), sizes.astype(np.int64))
+    status, counts, *cols = accel.speedups.v2_records(buf, int64_column(positions), int64_column(sizes))
     if any(status):
         return None
     counts = np.frombuffer(counts, np.int64)

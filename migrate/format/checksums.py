@@ -12,10 +12,8 @@ import zlib
 import crc32c as _crc32c
 import numpy as np
 
-try:
-    from migrate.format import _speedups
-except ImportError:  # not built: one Python call per range instead
-    _speedups = None
+from migrate.format import accel
+from migrate.format._bytes import int64_column
 
 
 def crc32(data: bytes | bytearray | memoryview) -> int:
@@ -26,14 +24,28 @@ def crc32c(data: bytes | bytearray | memoryview) -> int:
     return _crc32c.crc32c(data)
 
 
-def _ranges(data: bytes | bytearray | memoryview, starts: np.ndarray, ends: np.ndarray, castagnoli: bool) -> np.ndarray:
-    if _speedups is not None:
-        raw = _speedups.crc_ranges(data, starts.astype(np.int64), ends.astype(np.int64), castagnoli)
-        return np.frombuffer(raw, np.uint32).astype(np.int64)
+def crc_ranges(data: bytes | bytearray | memoryview, starts: np.ndarray, ends: np.ndarray, castagnoli: bool) -> bytes:
+    """The reference of the accelerator's ``crc_ranges``: uint32 checksums (native order) of every range, as bytes.
+
+    Raises ValueError unless ``0 <= starts[i] <= ends[i] <= len(data)`` for every i, as the accelerator does.
+    """
+    view = memoryview(data)
+    if len(starts) != len(ends):
+        raise ValueError(f"ends has {len(ends)} items but starts has {len(starts)}")
+    bad = (starts < 0) | (starts > ends) | (ends > view.nbytes)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise ValueError(f"range {i} [{starts[i]}, {ends[i]}) is not inside the {view.nbytes}-byte buffer")
     # no Python frame per range: map() drives the C functions (zlib.crc32 is already unsigned in Python 3)
     fn = _crc32c.crc32c if castagnoli else zlib.crc32
-    pieces = map(memoryview(data).__getitem__, map(slice, starts.tolist(), ends.tolist()))
-    return np.fromiter(map(fn, pieces), np.int64, len(starts))
+    pieces = map(view.__getitem__, map(slice, starts.tolist(), ends.tolist()))
+    return np.fromiter(map(fn, pieces), np.uint32, len(starts)).tobytes()
+
+
+def _ranges(data: bytes | bytearray | memoryview, starts: np.ndarray, ends: np.ndarray, castagnoli: bool) -> np.ndarray:
+    impl = crc_ranges if accel.speedups is None else accel.speedups.crc_ranges
+    raw = impl(data, int64_column(starts), int64_column(ends), castagnoli)
+    return np.frombuffer(raw, np.uint32).astype(np.int64)
 
 
 def crc32_ranges(data: bytes | bytearray | memoryview, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:

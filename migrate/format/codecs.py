@@ -21,6 +21,7 @@ import zlib
 
 import lz4.frame
 import snappy
+import xxhash
 import zstandard
 
 from migrate.errors import CorruptRecordError, UnsupportedFormatError
@@ -155,28 +156,6 @@ def _unzstd(data: bytes | memoryview) -> bytes:
     return out
 
 
-_P1, _P2, _P3, _P4, _P5 = 2654435761, 2246822519, 3266489917, 668265263, 374761393
-_M32 = 0xFFFFFFFF
-
-
-def _rotl(x: int, r: int) -> int:
-    return ((x << r) | (x >> (32 - r))) & _M32
-
-
-def _xxh32(data: bytes, seed: int = 0) -> int:
-    """xxHash32 of a short input (the LZ4 frame descriptor; never more than 16 bytes)."""
-    assert len(data) < 16
-    h = (seed + _P5 + len(data)) & _M32
-    i = 0
-    while i + 4 <= len(data):
-        (k,) = struct.unpack_from("<I", data, i)
-        h = (_rotl((h + k * _P3) & _M32, 17) * _P4) & _M32
-        i += 4
-    for b in data[i:]:
-        h = (_rotl((h + b * _P5) & _M32, 11) * _P1) & _M32
-    h ^= h >> 15
-    h = (h * _P2) & _M32
-    h ^= h >> 13
-    h = (h * _P3) & _M32
-    h ^= h >> 16
-    return h
+def _xxh32(data: bytes) -> int:
+    """xxHash32 (seed 0): the second byte of that of FLG..BD is an LZ4 frame's header checksum."""
+    return xxhash.xxh32_intdigest(data)

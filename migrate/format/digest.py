@@ -19,12 +19,9 @@ import struct
 
 import numpy as np
 
+from migrate.format import accel
+from migrate.format._bytes import check_pieces, int64_column
 from migrate.format.records import RecordColumns
-
-try:
-    from migrate.format import _speedups
-except ImportError:  # not built: the per-record loop below does the same, slower
-    _speedups = None
 
 _NULL = b"\x01"
 _Q = struct.Struct(">q")
@@ -44,15 +41,15 @@ class LogDigest:
         n = len(cols)
         if n == 0:
             return
-        if _speedups is not None and cols.headers is None:
+        if accel.speedups is not None and cols.headers is None:
             arrays = [
-                a.astype(np.int64)
+                int64_column(a)
                 for a in (cols.offsets, cols.timestamps, cols.key_pos, cols.key_len, cols.value_pos, cols.value_len)
             ]
             if self.plain is not None:
-                self.plain.update(_speedups.digest_stream(cols.buffer, *arrays, False))
+                self.plain.update(accel.speedups.digest_stream(cols.buffer, *arrays, False))
             if self.timed is not None:
-                self.timed.update(_speedups.digest_stream(cols.buffer, *arrays, True))
+                self.timed.update(accel.speedups.digest_stream(cols.buffer, *arrays, True))
             self.records += n
             return
         self._update_rows(cols)
@@ -61,6 +58,12 @@ class LogDigest:
         """The reference serialization, one record at a time (also the path for records with headers)."""
         n = len(cols)
         buf = cols.buffer
+        size = memoryview(buf).nbytes
+        # what the accelerator refuses, refused here too (a slice past the end would silently come out short)
+        check_pieces(size, cols.key_pos, cols.key_len, "key", null="negative")
+        check_pieces(size, cols.value_pos, cols.value_len, "value", null="negative")
+        if n and max(int(cols.key_len.max()), int(cols.value_len.max())) > 2**31 - 1:
+            raise OverflowError("a key or value longer than an int32 length")
         offsets = cols.offsets.astype(">i8").tobytes()
         stamps = cols.timestamps.astype(">i8").tobytes()
         kl = cols.key_len.tolist()

@@ -21,15 +21,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from migrate.errors import CorruptRecordError, UnsupportedFormatError
+from migrate.format import accel, legacy
 from migrate.format import batch as v2
-from migrate.format import legacy
 from migrate.format._bytes import as_u8
 from migrate.format.records import Compression, Record, TimestampType
-
-try:
-    from migrate.format import _speedups
-except ImportError:  # not built: the numpy/Python path below does the same, slower
-    _speedups = None
 
 HEADER_SIZE_UP_TO_MAGIC = 17
 MIN_ENTRY_SIZE = legacy.MIN_MESSAGE_SIZE
@@ -110,8 +105,8 @@ def _walk_positions(buf: bytes | bytearray | memoryview) -> tuple[np.ndarray, in
 
 def walk_entries(buf: bytes | bytearray | memoryview) -> Walk:
     """Find every complete entry of ``buf``; an incomplete last one becomes ``tail``."""
-    if _speedups is not None:
-        raw, consumed, bad = _speedups.walk(buf)
+    if accel.speedups is not None:
+        raw, consumed, bad = accel.speedups.walk(buf)
         if bad >= 0:
             raise _bad_size(buf, bad)
         p = np.frombuffer(raw, np.int64)

@@ -1,0 +1,62 @@
+"""The one switch for the optional C accelerator (``migrate/format/_speedups.c``).
+
+Every format module asks this module, never imports ``_speedups`` itself::
+
+    from migrate.format import accel
+
+    if accel.speedups is not None:
+        ...  # the compiled twin
+    else:
+        ...  # the Python reference (same results, slower)
+
+The accelerator is used when it was built at install time (``setup.py`` builds it when a C compiler is present and
+skips it otherwise) and the environment variable ``KAFKA_LOG_MIGRATE_NO_EXTENSIONS`` is unset, empty or ``0``. Any
+other value (``1``) makes the whole package use the Python references, for example to check a result or to rule
+the extension out when chasing a problem. The variable is read once, when this module is first imported: set it
+in the environment of the process (a subprocess for tests), not in the middle of a run.
+
+``status()`` says whether the accelerator is active and, if not, why; ``dataclasses.asdict(status())`` gives a
+JSON-ready ``{"active": ..., "reason": ...}``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from dataclasses import dataclass
+from types import ModuleType
+
+ENV_VAR = "KAFKA_LOG_MIGRATE_NO_EXTENSIONS"
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    """Whether the C accelerator is in use, and a one-line reason either way."""
+
+    active: bool
+    reason: str
+
+
+def _load() -> tuple[ModuleType | None, Status]:
+    setting = os.environ.get(ENV_VAR, "")
+    if setting not in ("", "0"):
+        return None, Status(False, f"disabled by {ENV_VAR}={setting}")
+    try:
+        # import_module, not "from migrate.format import _speedups": that turns a missing module into a plain
+        # ImportError, which could not be told from a built module that fails to load
+        speedups = importlib.import_module("migrate.format._speedups")
+    except ModuleNotFoundError as exc:
+        if exc.name != "migrate.format._speedups":
+            raise
+        return None, Status(False, "not built (no C compiler at install time)")
+    except ImportError as exc:  # built for another Python, or a missing symbol: the references still work
+        return None, Status(False, f"built but not loadable: {exc}")
+    return speedups, Status(True, "C accelerator built and enabled")
+
+
+speedups, _STATUS = _load()
+
+
+def status() -> Status:
+    """Whether the C accelerator is in use (``active``) and why or why not (``reason``)."""
+    return _STATUS
