@@ -15,10 +15,10 @@ import sys
 from types import ModuleType
 
 from migrate import __version__
-from migrate.commands import demo, dump, maintenance, migration, scan
+from migrate.commands import demo, dump, maintenance, migration, rehearse, scan
 from migrate.errors import MigrateError
 
-COMMANDS: list[ModuleType] = [scan, migration, maintenance, dump, demo]
+COMMANDS: list[ModuleType] = [scan, migration, maintenance, rehearse, dump, demo]
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2

@@ -31,6 +31,7 @@ from migrate.model import (
     VerifyReport,
 )
 from migrate.runlock import RunLock
+from migrate.stages.compact import compact_partition
 from migrate.stages.convert import convert_task
 from migrate.stages.finalize import finalize_log_dir, forget_log_dir, set_dir_mtime, state_snapshot
 from migrate.stages.inspect import status_from, status_log_dir, verify_live_log_dir
@@ -77,10 +78,28 @@ def execute(plan: Plan, engine: Engine, accelerator: str = "") -> ExecuteReport:
         errors += _errors("prepare", calls, results)
         ready = [c.args[1] for c, r in zip(calls, results) if r.ok and r.value.phase != LogDirPhase.FINALIZED]
 
+        # pass one of compaction, a task per partition planned with --compact: its survivors must be stored before
+        # any of its segments is converted (a partition it refuses fails alone and convert skips it)
+        calls = [
+            StageCall((plan, d, p.name), plan.log_dir(d).host)
+            for d in ready
+            for p in plan.log_dir(d).partitions
+            if p.compaction is not None
+        ]
+        refused: list[SegmentOutcome] = []
+        if calls:
+            results = engine.map("compact", compact_partition, calls)
+            lap("compact")
+            errors += _errors("compact", calls, results)
+            refused = [r.value.refusal for r in results if r.ok and r.value.refusal is not None]
+
         calls = [StageCall((plan, t.id), plan.log_dir(t.log_dir).host) for t in plan.tasks if t.log_dir in ready]
         results = engine.map("convert", convert_task, calls)
         lap("convert")
-        outcomes: list[SegmentOutcome] = [o for r in results if r.ok for o in r.value]
+        done = {(o.log_dir, o.partition, o.base_offset) for o in refused}  # convert reports them again, as skipped
+        outcomes: list[SegmentOutcome] = refused + [
+            o for r in results if r.ok for o in r.value if (o.log_dir, o.partition, o.base_offset) not in done
+        ]
         stopped = {plan.tasks_by_id[c.args[1]].log_dir for c, r in zip(calls, results) if not r.ok}
         errors += [
             StageError("convert", plan.tasks_by_id[c.args[1]].log_dir, r.error, r.error_type)
@@ -91,8 +110,7 @@ def execute(plan: Plan, engine: Engine, accelerator: str = "") -> ExecuteReport:
             o.log_dir for o in outcomes if o.outcome == Outcome.FAILED and o.problem and o.problem.kind == "io-error"
         }
 
-        swappable = [d for d in ready if d not in stopped]
-        calls = _per_log_dir(plan, swappable)
+        calls = [StageCall((plan, d, d not in stopped), plan.log_dir(d).host) for d in ready]
         results = engine.map("swap", swap_log_dir, calls)
         lap("swap")
         errors += _errors("swap", calls, results)
@@ -179,7 +197,12 @@ def rollback(plan: Plan, engine: Engine, plan_path: str | Path | None = None, fo
     # last, once our lock file is gone too: the log dir's own mtime as it was planned
     calls = [StageCall((d, plan.log_dir(d).mtime_ns), plan.log_dir(d).host) for d in done]
     engine.map("mtime", set_dir_mtime, calls)
-    ok = not errors and all(r.phase == LogDirPhase.ROLLED_BACK for r in reports) and len(reports) == len(plan.log_dirs)
+    # NEW: no state of this plan here (never executed, or rolled back and archived already): nothing to put back
+    ok = (
+        not errors
+        and len(reports) == len(plan.log_dirs)
+        and all(r.phase in (LogDirPhase.ROLLED_BACK, LogDirPhase.NEW) for r in reports)
+    )
     return LeaveReport("rollback", ok, rollbacks=tuple(reports), errors=tuple(errors), archived=tuple(archived))
 
 

@@ -201,3 +201,13 @@ def test_execute_refuses_inputs_changed_since_planning(broker, tmp_path):
     assert report.errors[0].stage == "prepare" and "changed since planning" in report.errors[0].message
     assert str(seg) in report.errors[0].message
     assert snapshot(broker) == before  # nothing at all was written: no fence, no state
+
+
+def test_a_second_rollback_finds_nothing_to_do_and_says_so(broker, tmp_path):
+    plan, plan_path = make_plan(tmp_path, broker)
+    before = snapshot(broker)
+    assert pipeline.execute(plan, SerialEngine()).ok
+    assert pipeline.rollback(plan, SerialEngine(), plan_path).ok
+    again = pipeline.rollback(plan, SerialEngine(), plan_path)
+    assert again.ok and [r.phase.value for r in again.rollbacks] == ["new"] and not again.rollbacks[0].restored
+    assert snapshot(broker) == before

@@ -1,0 +1,245 @@
+"""``rehearse``: the canary-broker rehearsal (fingerprint, plan --check, execute, verify, rollback, compare), timed,
+with a projection of the cluster's maintenance window. The logic lives in ``migrate.rehearse``."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from migrate import rehearse
+from migrate.commands.engine import add_engine_options, make_engine
+from migrate.commands.output import emit, note
+from migrate.engines import Engine
+from migrate.model import DEFAULT_MAX_MESSAGE_BYTES, Codec, ConvertOptions, TimestampPolicy, to_json
+
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+DESCRIPTION = """\
+Rehearse the migration on one (canary) broker, as KIP-32's upgrade plan does before a whole cluster: fingerprint
+every file under the log dirs (path, size, mtime, mode, inode, sha256; directories too), `plan --check` (every entry
+read, every CRC checked), `execute`, a full verify (our verifier, an independent scan, Apache Kafka's own reader
+through the oracle when Java is there, and kafka-python), `rollback`, and a second fingerprint that must equal the
+first exactly. Every step is timed; the report (JSON, -o) projects the maintenance window of every broker and of the
+cluster from the measured throughput.
+
+The broker must be stopped cleanly, as for a migration. --on-copy DIR rehearses on a copy of the log dirs instead
+(segment files hard-linked where the filesystem allows, else reflinked, else copied; the broker's small files always
+copied), so the canary's live files are never renamed; keep the canary stopped until the rehearsal ends.
+"""
+
+EPILOG = """\
+exit codes: 0 every step passed and the rollback was byte-identical; 1 a step failed (the first failing step is
+named, and the report says whether the data is back as it was); 2 usage error; 130 interrupted (Ctrl-C: run
+`rehearse --resume -o REPORT` to finish, or `rollback --plan PLAN`).
+
+examples:
+  kafka-log-migrate rehearse --log-dirs /data/kafka -o rehearsal.json --cluster-bytes 1:120G,2:118G,3:121G
+  kafka-log-migrate rehearse --log-dirs /data/kafka --on-copy /data/rehearsal -o rehearsal.json \\
+      --broker-bytes 120G --brokers 12
+  kafka-log-migrate rehearse --resume -o rehearsal.json        # after a crash or Ctrl-C
+"""
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "rehearse",
+        help="rehearse on one broker: migrate, verify, roll back, prove every file identical; time every step",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--log-dirs", help="comma-separated log dirs of the canary broker (its log.dirs)")
+    p.add_argument(
+        "-o",
+        "--output",
+        default="rehearsal.json",
+        help="the JSON report (default rehearsal.json); its state (.state.json) and plan (.plan.json) go beside it, "
+        "outside the log dirs",
+    )
+    p.add_argument(
+        "--on-copy",
+        metavar="DIR",
+        help="rehearse on a copy made in DIR (new or empty; on the log dirs' filesystem, so segments are hard links)",
+    )
+    p.add_argument("--resume", action="store_true", help="finish the rehearsal recorded beside -o (after a crash)")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="let the rollback put the originals back over live files changed after the swap (their writes are lost)",
+    )
+    p.add_argument(
+        "--oracle",
+        default=str(rehearse.DEFAULT_ORACLE),
+        help="Apache Kafka's reader (shared/oracle/oracle; default: next to this checkout); 'none' to skip",
+    )
+    p.add_argument(
+        "--independent-reader",
+        choices=["kafka-python", "none"],
+        default="kafka-python",
+        help="a second reader of every partition before and after (default kafka-python, when installed)",
+    )
+    g = p.add_argument_group("projection")
+    g.add_argument(
+        "--cluster-bytes",
+        metavar="B:SIZE,...",
+        help="each broker's bytes to migrate, e.g. 1:120G,2:118G (G = 10^9, Gi = 2^30); `scan --json` prints a "
+        "broker's as summary.legacyBytes",
+    )
+    g.add_argument("--broker-bytes", metavar="SIZE", help="bytes to migrate per broker, with --brokers")
+    g.add_argument("--brokers", type=int, help="number of brokers, with --broker-bytes")
+    add_plan_options(p)
+    add_engine_options(p, full=True)
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(handler=run, usage_error=p.error)
+
+
+def add_plan_options(p: argparse.ArgumentParser) -> None:
+    """The options of `plan` that shape the conversion, with its defaults (taken from the state on --resume)."""
+    g = p.add_argument_group("plan options (as for `plan`)")
+    g.add_argument("--topics", help="only topics whose whole name matches this regular expression")
+    g.add_argument("--target", choices=["v2", "v1"], default="v2", help="target message format (default v2)")
+    g.add_argument(
+        "--timestamps",
+        choices=[t.value for t in TimestampPolicy],
+        default=TimestampPolicy.MTIME.value,
+        help="timestamps for v0 records (default mtime; see `plan --help`)",
+    )
+    g.add_argument("--leader-epoch", type=int, help="partition leader epoch of converted batches (see `plan --help`)")
+    g.add_argument("--compression", choices=[c.value for c in Codec], help="recompress every batch with this codec")
+    g.add_argument("--pack-bytes", type=int, help="group uncompressed legacy messages into v2 batches of up to N bytes")
+    g.add_argument("--tombstone-flag", action="store_true", help="KIP-87: mark null-value records")
+    g.add_argument("--index-interval-bytes", type=int, default=4096, help="index.interval.bytes (default 4096)")
+    g.add_argument("--max-message-bytes", type=int, default=DEFAULT_MAX_MESSAGE_BYTES, help="the topics' limit")
+    g.add_argument("--truncate-tail", action="store_true", help="drop a torn last entry (restored by the rollback)")
+    g.add_argument("--allow-unclean", action="store_true", help="plan even without a clean-shutdown marker")
+    g.add_argument("--task-bytes", type=int, default=64 << 20, help="segment bytes per engine task (default 64 MiB)")
+    g.add_argument("--task-segments", type=int, default=256, help="segments per engine task at most (default 256)")
+    g.add_argument("--assume-free-bytes", type=int, help=argparse.SUPPRESS)
+
+
+def config_from_args(args: argparse.Namespace) -> rehearse.RehearsalConfig:
+    """The rehearsal's configuration; raises ValueError with a message for the operator on bad values."""
+    log_dirs = (args.log_dirs or "").split(",")
+    if not args.log_dirs or any(not d.strip() for d in log_dirs):
+        raise ValueError("--log-dirs is required and holds no empty path (a doubled or trailing comma?)")
+    options = ConvertOptions(
+        target_magic=2 if args.target == "v2" else 1,
+        timestamps=TimestampPolicy(args.timestamps),
+        compression=Codec(args.compression) if args.compression else None,
+        pack_bytes=args.pack_bytes,
+        tombstone_flag=args.tombstone_flag,
+        index_interval_bytes=args.index_interval_bytes,
+        max_message_bytes=args.max_message_bytes,
+        truncate_tail=args.truncate_tail,
+    )
+    if args.cluster_bytes and (args.broker_bytes or args.brokers):
+        raise ValueError("give either --cluster-bytes or --broker-bytes with --brokers, not both")
+    if bool(args.broker_bytes) != bool(args.brokers):
+        raise ValueError("--broker-bytes and --brokers go together")
+    if args.cluster_bytes:
+        cluster = rehearse.parse_cluster_bytes(args.cluster_bytes)
+    elif args.broker_bytes:
+        if args.brokers < 1:
+            raise ValueError(f"--brokers must be at least 1, not {args.brokers}")
+        size = rehearse.parse_bytes(args.broker_bytes)
+        cluster = tuple(rehearse.BrokerBytes(str(i), size) for i in range(1, args.brokers + 1))
+    else:
+        cluster = ()
+    return rehearse.RehearsalConfig(
+        log_dirs=tuple(str(Path(d).resolve()) for d in log_dirs),
+        on_copy=str(Path(args.on_copy).resolve()) if args.on_copy else None,
+        options=options,
+        topics=args.topics,
+        leader_epoch=args.leader_epoch,
+        allow_unclean=args.allow_unclean,
+        task_bytes=args.task_bytes,
+        task_segments=args.task_segments,
+        free_bytes_cap=args.assume_free_bytes,
+        oracle="" if args.oracle == "none" else str(Path(args.oracle).resolve()),
+        independent_reader=args.independent_reader,
+        cluster=cluster,
+        force=args.force,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    paths = rehearse.RehearsalPaths.beside(args.output)
+
+    def engine_factory() -> tuple[Engine, str]:  # made only when execute needs it: a LocalCluster takes seconds
+        return make_engine(args)
+
+    try:
+        if args.resume:
+            if args.log_dirs or args.on_copy:
+                note(
+                    "note: --resume continues with the log dirs, copy and plan options recorded in "
+                    f"{paths.state}; --log-dirs and --on-copy are ignored"
+                )
+            report = rehearse.resume(paths, engine_factory, force=args.force)
+        else:
+            try:
+                config = config_from_args(args)
+            except ValueError as exc:
+                args.usage_error(str(exc))
+            report = rehearse.start(config, paths, engine_factory)
+    except KeyboardInterrupt:
+        note(
+            f"kafka-log-migrate: interrupted; the rehearsal's state is in {paths.state}. Run `kafka-log-migrate "
+            f"rehearse --resume -o {paths.report}` to finish it (it resumes the step, then rolls back and compares), "
+            f"or `kafka-log-migrate rollback --plan {paths.plan}` to put the originals back now."
+        )
+        return EXIT_INTERRUPTED
+    emit(to_json(report), args.json, report_text(report))
+    return EXIT_OK if report.ok else EXIT_FAILURE
+
+
+def report_text(report: rehearse.RehearsalReport) -> str:
+    hb, hs = rehearse.human_bytes, rehearse.human_seconds
+    lines = [f"rehearsal {report.id} of {', '.join(report.log_dirs)}"]
+    if report.copy is not None:
+        lines.append(f"  on a copy in {report.copy.dir}: {report.copy.method}")
+    for s in report.steps:
+        rate = f", {hb(s.bytes_per_second)}/s" if s.bytes_per_second else ""
+        again = f", attempt {s.attempts}" if s.attempts > 1 else ""
+        lines.append(f"  {s.name:<11} {s.status.value.upper():<11} {hs(s.seconds):>9}{rate}{again}  {s.message}")
+    if report.growth is not None:
+        g = report.growth
+        lines.append(
+            f"growth: {hb(g.bytes_in)} -> {hb(g.bytes_out)} ({g.growth_bytes:+d} bytes"
+            + (f", {g.growth_ratio:+.1%}" if g.growth_ratio is not None else "")
+            + f"); the plan estimated {hb(g.estimated_output_bytes)}; {hb(g.held_until_finalize_bytes)} more disk "
+            "until finalize (originals kept)"
+        )
+    for r in report.refusals[:20]:
+        where = f" [{r.file}" + (f" at byte position {r.position}" if r.position is not None else "") + "]"
+        lines.append(f"refused in {r.step}:{where if r.file else ''} {r.message}")
+    for v in report.readers:
+        verdict = "not available" if not v.available else "OK" if v.ok else "FAILED"
+        lines.append(f"reader {v.reader} ({v.stage}): {verdict}: {v.detail}")
+        lines += [f"    {p}" for p in v.problems[:10]]
+    for c in report.fingerprints:
+        state = "identical" if c.identical else f"{c.total_changes} DIFFERENCE(S)"
+        lines.append(f"fingerprint of the {c.what} {c.after_root}: {state} ({c.entries_after} entries)")
+        lines += [f"    {x.path}: {x.change} {x.before} -> {x.after}" for x in c.changes[:10]]
+    p = report.projection
+    if p is not None:
+        lines.append(f"projection from {p.basis}:")
+        for r in p.rates:
+            speed = f"{hb(r.bytes_per_second)}/s" if r.bytes_per_second else "-"
+            lines.append(f"  {r.step:<11} {speed:>12}" + (f"  ({r.note})" if r.note else ""))
+        for b in p.brokers:
+            back = f"; rollback {hs(b.rollback_seconds)}" if b.rollback_seconds is not None else ""
+            lines.append(f"  broker {b.broker}: {hb(b.bytes)} -> window {hs(b.window_seconds)}{back}")
+        if p.cluster_parallel_seconds is not None and p.cluster_serial_seconds is not None:
+            lines.append(
+                f"  cluster ({len(p.brokers) - 1} brokers): {hs(p.cluster_parallel_seconds)} all at once, "
+                f"{hs(p.cluster_serial_seconds)} one after the other"
+            )
+        lines += [f"  note: {c}" for c in p.caveats]
+    lines.append(f"report: {report.report_path}" + (f" (HTML: {report.html_report})" if report.html_report else ""))
+    lines.append(report.verdict)
+    lines.append(report.next_steps)
+    return "\n".join(lines)
