@@ -1,8 +1,9 @@
 """Whole-pipeline speed: execute a generated log dir on Dask (1 and 2 workers) and Spark (local[2]).
 
 Between runs the migration is rolled back (originals restored), so every run converts the same bytes. Reported per
-run: wall time, MB/s, time per stage (prepare, convert, verify, swap), and the share of worker time spent outside
-``convert_segment`` (scheduling, verification, swap). Spark's fixed start-up (JVM + SparkSession) is reported apart.
+run: wall time, MB/s, time per stage (prepare, convert + verify, swap), the seconds spent in conversion and in
+verification, and the share of worker time spent outside both (scheduling, state, swap). Spark's fixed start-up (JVM
++ SparkSession) is reported apart.
 
     python benchmarks/bench_pipeline.py [--total-mb 2048] [--partitions 8] [--value-bytes 100] [--no-spark]
 """
@@ -23,23 +24,25 @@ from migrate import pipeline
 from migrate.plan import PlanRequest, build_plan
 
 
-def run(plan: dict, engine, workers: int, label: str) -> dict:
+def run(plan, engine, workers: int, label: str) -> dict:
     start = time.perf_counter()
     report = pipeline.execute(plan, engine)
     wall = time.perf_counter() - start
-    assert report["ok"], report["errors"][:3]
+    assert report.ok, (report.errors[:3], report.problems[:3])
     t = time.perf_counter()
     rolled = pipeline.rollback(plan, engine)
-    assert rolled["ok"], rolled
-    mb = report["bytes_in"] / 1e6
+    assert rolled.ok, rolled
+    totals = report.totals
+    busy = totals.convert_seconds + totals.verify_seconds
     return {
         "engine": label,
         "workers": workers,
         "wall_s": round(wall, 1),
-        "MB_per_s": round(mb / wall, 1),
-        "stage_s": report["stage_seconds"],
-        "convert_segment_s": report["conversion_seconds"],
-        "outside_conversion_share": round(1 - report["conversion_seconds"] / (wall * workers), 3),
+        "MB_per_s": round(totals.bytes_in / 1e6 / wall, 1),
+        "stage_s": report.stage_seconds,
+        "convert_s": totals.convert_seconds,
+        "verify_s": totals.verify_seconds,
+        "outside_conversion_share": round(1 - busy / (wall * workers), 3),
         "rollback_s": round(time.perf_counter() - t, 1),
     }
 
@@ -59,7 +62,7 @@ def main() -> None:
         records = args.total_mb * 1_000_000 // message_size(10, args.value_bytes, 0) // args.partitions
         log_dir = Path(tmp) / "kafka-logs"
         write_log_dir(log_dir, records, partitions=args.partitions, value_bytes=args.value_bytes)
-        plan = build_plan(PlanRequest(log_dirs=[str(log_dir)], task_bytes=64 << 20))
+        plan = build_plan(PlanRequest(log_dirs=(str(log_dir),)))
         for workers in (1, 2):
             engine = DaskEngine(n_workers=workers, dashboard_address="127.0.0.1:0", progress=False)
             try:

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from migrate import faults
 from migrate.errors import MigrateError, SourceChangedError
 from migrate.model import FileStat, SegmentResult
 from migrate.state import SwapFile
-from migrate.workspace import backup_dir, segment_file, staging_dir
+from migrate.workspace import backup_file, segment_file, staging_dir
 
 
 class BackupMissingError(MigrateError):
@@ -51,10 +52,14 @@ class SegmentFiles:
         return segment_file(self.partition_dir, self.base_offset, suffix)
 
     def staged(self, suffix: str) -> Path:
-        return segment_file(staging_dir(self.partition_dir, self.plan_id), self.base_offset, suffix)
+        return segment_file(self._staging, self.base_offset, suffix)
 
     def backup(self, suffix: str) -> Path:
-        return segment_file(backup_dir(self.partition_dir, self.plan_id), self.base_offset, suffix)
+        return backup_file(self.partition_dir, self.plan_id, self.base_offset, suffix)
+
+    @cached_property
+    def _staging(self) -> str:
+        return str(staging_dir(self.partition_dir, self.plan_id))
 
     # --- before the swap -------------------------------------------------------------------------------------
 

@@ -24,6 +24,7 @@ from migrate.logdir import (
     lock_holder,
     read_clean_shutdown,
     read_meta_properties,
+    validate_log_dir_path,
 )
 from migrate.segment.profile import profile_segment
 
@@ -83,6 +84,10 @@ def scan_log_dir(log_dir: str | Path) -> tuple[int | None, dict[str, Any]]:
         "warnings": [],
     }
     warnings: list[str] = entry["warnings"]
+    problem = validate_log_dir_path(str(log_dir))
+    if problem:
+        entry["error"] = problem
+        return None, entry
     try:
         layout: LogDirLayout = inspect_log_dir(path)
     except MigrateError as exc:
@@ -143,7 +148,8 @@ def scan_log_dirs(log_dirs: list[str]) -> dict[str, Any]:
             "legacyBytes": sum(v for p in all_parts for m, v in p["bytesByMagic"].items() if int(m) < 2),
             "partitionsWithErrors": sum(1 for p in all_parts if p["error"]),
             "logDirsWithErrors": len(dir_errors),
-            "v2Only": all(p["v2Only"] for p in all_parts) and not dir_errors,
+            # a certificate covers only what was read: any unreadable log dir or partition withholds it
+            "v2Only": all(p["v2Only"] for p in all_parts) and not dir_errors and bool(log_dirs),
         },
     }
 

@@ -2,7 +2,8 @@
 
 Facts that bind these choices (docs/kafka-on-disk-facts.md sections 2 and 3):
 - Kafka's log loader reads only the *regular files* of a partition dir (``dir.listFiles if file.isFile``), so a
-  subdirectory there is invisible to it: staging and backups live in ``<partition>/.kafka-log-migrate/<plan id>/``,
+  subdirectory there is invisible to it: staged files and the originals' backups (``<base>.log.orig``, hard links)
+  live in ``<partition>/.kafka-log-migrate-<plan id>/``,
   on the same filesystem as the live files, so swaps and backups are renames and hard links, never copies.
 - Any directory of a log dir that is not a topic-partition name stops a broker at start-up ("Found directory ...,
   '...' is not in the form of topic-partition"). The fence ``<log dir>/kafka-log-migrate.IN-PROGRESS`` uses that on
@@ -49,20 +50,28 @@ def run_lock_path(log_dir: str | Path, plan_id: str) -> Path:
     return Path(log_dir) / f"{STATE_PREFIX}{plan_id}{RUN_LOCK_SUFFIX}"
 
 
+# These run a few times per segment for 10^5 segments: one Path built from a joined string, not a chain of them.
+
+
 def work_dir(partition_dir: str | Path, plan_id: str) -> Path:
-    return Path(partition_dir) / WORK_DIR_NAME / plan_id
+    """One directory per partition and plan, holding the staged files and the originals' backups (``<base>.log.orig``):
+    one mkdir per partition, because at 10^4 partitions every metadata operation per partition counts."""
+    return Path(os.path.join(partition_dir, f"{WORK_DIR_NAME}-{plan_id}"))
 
 
 def staging_dir(partition_dir: str | Path, plan_id: str) -> Path:
-    return work_dir(partition_dir, plan_id) / "staging"
+    return work_dir(partition_dir, plan_id)
 
 
-def backup_dir(partition_dir: str | Path, plan_id: str) -> Path:
-    return work_dir(partition_dir, plan_id) / "backup"
+BACKUP_SUFFIX = ".orig"
+
+
+def backup_file(partition_dir: str | Path, plan_id: str, base_offset: int, suffix: str) -> Path:
+    return Path(os.path.join(partition_dir, f"{WORK_DIR_NAME}-{plan_id}", f"{base_offset:020d}{suffix}{BACKUP_SUFFIX}"))
 
 
 def segment_file(directory: str | Path, base_offset: int, suffix: str) -> Path:
-    return Path(directory) / f"{base_offset:020d}{suffix}"
+    return Path(os.path.join(directory, f"{base_offset:020d}{suffix}"))
 
 
 def fsync_dir(path: str | Path) -> None:

@@ -54,6 +54,16 @@ def copy_logdir(src: Path, dst: Path, manifest: Path) -> Path:
     return dst
 
 
+@pytest.fixture(autouse=True)
+def fresh_fault_counts():
+    """Fault points count their passes per process; every test starts from zero."""
+    from migrate import faults
+
+    faults.reset()
+    yield
+    faults.reset()
+
+
 @pytest.fixture
 def legacy_logdir(tmp_path: Path) -> Path:
     return copy_logdir(LEGACY_LOGDIR, tmp_path / "logdir", FIXTURES / "mtimes.json")

@@ -86,7 +86,7 @@ ROLLBACK_POINTS = [
     "after:restore:6",
     "before:commit:partition-rolled-back",
     "commit:partition-rolled-back",
-    "commit:partition-rolled-back:4",
+    "commit:partition-rolled-back:2",
     "before:commit:rolled-back",
     "commit:rolled-back",
     "before:fence-down",

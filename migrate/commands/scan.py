@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 
-from migrate.commands.output import emit
+from migrate.commands.output import emit, note
 from migrate.scan import scan_log_dirs
 
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
 EXIT_LEGACY_LEFT = 4
 
 
@@ -15,7 +17,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "scan",
         help="inventory log dirs (read-only); certifies partitions v2-only",
         description="Read-only inventory of one broker's log dirs, shaped like kafka-log-dirs --describe JSON, with "
-        "bytes and batches per message format. Exits 4 while any legacy (v0/v1) data is left.",
+        "bytes and batches per message format. Exits 0 when every partition was read and holds only v2 batches, 4 "
+        "while any legacy (v0/v1) data is left, 1 when a log dir or partition could not be read (no certificate then).",
     )
     p.add_argument("--log-dirs", required=True, help="comma-separated log dirs of one broker (log.dirs)")
     p.add_argument("--json", action="store_true", help="print JSON")
@@ -23,7 +26,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    report = scan_log_dirs([d for d in args.log_dirs.split(",") if d])
+    log_dirs = args.log_dirs.split(",")
+    if any(not d.strip() for d in log_dirs):
+        note("kafka-log-migrate: error: --log-dirs holds an empty path (a doubled or trailing comma?)")
+        return EXIT_USAGE
+    report = scan_log_dirs(log_dirs)
     lines = []
     for broker in report["brokers"]:
         for d in broker["logDirs"]:
@@ -36,5 +43,9 @@ def run(args: argparse.Namespace) -> int:
                 lines.append(f"  {p['partition']:<40} {state:<8} {magics}{tail}")
     s = report["summary"]
     lines.append(f"{s['partitions']} partitions, {s['legacyPartitions']} with legacy data ({s['legacyBytes']} bytes)")
+    if s["logDirsWithErrors"] or s["partitionsWithErrors"]:
+        lines.append("not certified: a log dir or partition above could not be read")
     emit(report, args.json, "\n".join(lines))
+    if s["logDirsWithErrors"] or s["partitionsWithErrors"]:
+        return EXIT_FAILURE
     return 0 if s["v2Only"] else EXIT_LEGACY_LEFT

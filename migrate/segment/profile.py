@@ -75,6 +75,37 @@ def first_bad_checksum(buf: bytes | memoryview, positions: np.ndarray, sizes: np
     return int(np.argmax(bad)) if bad.any() else -1
 
 
+def _add(counts: dict[str, int], keys: np.ndarray, weights: np.ndarray | None = None) -> None:
+    if not len(keys):
+        return
+    values, inverse = np.unique(keys, return_inverse=True)
+    sums = np.bincount(inverse, weights=weights)
+    for value, n in zip(values.tolist(), sums.tolist()):
+        counts[str(value)] = counts.get(str(value), 0) + int(n)
+
+
+_CODEC_NAMES = np.array([c.label for c in Compression] + ["unknown"] * 3)
+
+
+def _count(
+    profile: SegmentProfile, u8: np.ndarray, positions: np.ndarray, sizes: np.ndarray, magics: np.ndarray
+) -> None:
+    """Entries, bytes and codecs by magic for a chunk's entries: array operations, no Python step per entry."""
+    if not len(positions):
+        return
+    _add(profile.entries_by_magic, magics)
+    _add(profile.bytes_by_magic, magics, sizes)
+    known = magics <= v2.MAGIC
+    pos, mag = positions[known], magics[known]
+    # the byte holding the codec bits: the low byte of a v2 batch's int16 attributes, a legacy message's attributes
+    at = np.where(mag == v2.MAGIC, v2.ATTRIBUTES_OFFSET + 1, legacy.ATTRIBUTES_OFFSET)
+    codecs = (u8[pos + at] & 7).astype(np.int64)
+    _add(profile.compressions, _CODEC_NAMES[codecs])
+    legacy_entries = mag < v2.MAGIC
+    _add(profile.plain_legacy_by_magic, mag[legacy_entries & (codecs == Compression.NONE)])
+    profile.wrappers += int((legacy_entries & (codecs != Compression.NONE)).sum())
+
+
 def profile_segment(path: str | Path, chunk_bytes: int = 8 << 20, check_crc: bool = False) -> SegmentProfile:
     profile = SegmentProfile()
     with open(path, "rb") as src:
@@ -101,21 +132,7 @@ def profile_segment(path: str | Path, chunk_bytes: int = 8 << 20, check_crc: boo
                             offset=_OFFSET_SIZE.unpack_from(buf, int(positions[i]))[0],
                             path=str(path),
                         )
-            for p, size, magic in zip(positions.tolist(), sizes.tolist(), magics.tolist()):
-                key = str(magic)
-                profile.entries_by_magic[key] = profile.entries_by_magic.get(key, 0) + 1
-                profile.bytes_by_magic[key] = profile.bytes_by_magic.get(key, 0) + size
-                if magic > v2.MAGIC:
-                    continue
-                at = v2.ATTRIBUTES_OFFSET + 1 if magic == v2.MAGIC else legacy.ATTRIBUTES_OFFSET  # codec bits' byte
-                codec = Compression(buf[p + at] & legacy.CODEC_MASK) if buf[p + at] & 7 <= 4 else None
-                name = codec.label if codec is not None else "unknown"
-                profile.compressions[name] = profile.compressions.get(name, 0) + 1
-                if magic < v2.MAGIC:
-                    if codec == Compression.NONE:
-                        profile.plain_legacy_by_magic[key] = profile.plain_legacy_by_magic.get(key, 0) + 1
-                    else:
-                        profile.wrappers += 1
+            _count(profile, np.frombuffer(buf, np.uint8), positions, sizes, magics)
             if len(positions):
                 i = int(np.argmax(sizes))
                 if int(sizes[i]) > profile.largest_entry:

@@ -14,7 +14,7 @@ from migrate.errors import MigrateError, SourceChangedError
 from migrate.fileset import SegmentFiles
 from migrate.model import EventKind, LogDirPhase, PartitionState, Plan, PrepareReport
 from migrate.stages.common import kafka_lock, require_local
-from migrate.stages.rollback import restore_partition
+from migrate.stages.rollback import restore_partitions
 from migrate.state import StateStore
 from migrate.workspace import other_states, segment_file
 
@@ -81,9 +81,7 @@ def _finish_interrupted_rollback(plan: Plan, log_dir: str, store: StateStore) ->
     plan those partitions again, so this run migrates every partition."""
     if store.phase not in (LogDirPhase.ROLLING_BACK, LogDirPhase.ROLLED_BACK):
         return 0
-    rolling = store.partitions_in(PartitionState.ROLLING_BACK)
-    for name in rolling:
-        restore_partition(plan, log_dir, store, name, force=False)
+    restore_partitions(plan, log_dir, store, store.partitions_in(PartitionState.ROLLING_BACK), force=False)
     again = store.partitions_in(PartitionState.ROLLED_BACK)
     store.reset_rolled_back(again)
     store.set_phase(LogDirPhase.EXECUTING)

@@ -17,7 +17,7 @@ from migrate.fileset import SegmentFiles
 from migrate.model import EventKind, LogDirPhase, PartitionState, Plan, RollbackReport, SegmentState
 from migrate.stages.common import kafka_lock, require_local, restore_dir_mtimes
 from migrate.state import StateStore, remove_state_files
-from migrate.workspace import WORK_DIR_NAME, fsync_dir, sync_filesystem, work_dir
+from migrate.workspace import sync_filesystem, work_dir
 
 LIVE = (PartitionState.SWAPPING, PartitionState.MIGRATED, PartitionState.ROLLING_BACK)
 
@@ -45,13 +45,25 @@ def rollback_check_log_dir(plan: Plan, log_dir: str) -> list[str]:
         return live_changes(plan, log_dir, store)
 
 
-def restore_partition(plan: Plan, log_dir: str, store: StateStore, name: str, force: bool) -> None:
-    part = plan.partition(log_dir, name)
-    for row in reversed(store.segments_of(name)):
-        if row.swap:
-            SegmentFiles(Path(part.dir), plan.plan_id, row.base).restore(row.swap, force)
-    remove_work_dir(part.dir, plan.plan_id)
-    store.set_partitions([name], PartitionState.ROLLED_BACK, EventKind.PARTITION_ROLLED_BACK, SegmentState.ROLLED_BACK)
+ROLLBACK_BATCH_PARTITIONS = 256
+
+
+def restore_partitions(plan: Plan, log_dir: str, store: StateStore, names: list[str], force: bool) -> None:
+    """Put back the originals of ``names``, a batch at a time: mark the batch rolling back, restore its files,
+    make that durable with one syncfs, then record it rolled back."""
+    for i in range(0, len(names), ROLLBACK_BATCH_PARTITIONS):
+        batch = names[i : i + ROLLBACK_BATCH_PARTITIONS]
+        store.set_partitions(batch, PartitionState.ROLLING_BACK, EventKind.ROLLBACK_BEGUN)
+        for name in batch:
+            part = plan.partition(log_dir, name)
+            for row in reversed(store.segments_of(name)):
+                if row.swap:
+                    SegmentFiles(Path(part.dir), plan.plan_id, row.base).restore(row.swap, force)
+            remove_work_dir(part.dir, plan.plan_id)
+        sync_filesystem(log_dir)
+        store.set_partitions(
+            batch, PartitionState.ROLLED_BACK, EventKind.PARTITION_ROLLED_BACK, SegmentState.ROLLED_BACK
+        )
 
 
 def rollback_log_dir(plan: Plan, log_dir: str, force: bool = False) -> RollbackReport:
@@ -82,9 +94,7 @@ def rollback_log_dir(plan: Plan, log_dir: str, force: bool = False) -> RollbackR
             if store.phase != LogDirPhase.ROLLING_BACK:
                 store.set_phase(LogDirPhase.ROLLING_BACK, EventKind.ROLLBACK_BEGUN, force=force)
             live = store.partitions_in(*LIVE)
-            store.set_partitions(live, PartitionState.ROLLING_BACK, EventKind.ROLLBACK_BEGUN)
-            for name in live:
-                restore_partition(plan, log_dir, store, name, force)
+            restore_partitions(plan, log_dir, store, live, force)
             rest = store.partitions_in(*(s for s in PartitionState if s != PartitionState.ROLLED_BACK))
             for name in rest:
                 remove_work_dir(plan.partition(log_dir, name).dir, plan.plan_id)
@@ -98,9 +108,6 @@ def rollback_log_dir(plan: Plan, log_dir: str, force: bool = False) -> RollbackR
 
 
 def remove_work_dir(partition_dir: str | Path, plan_id: str) -> None:
-    """Delete the partition's staging and backups for this plan, and our directory if nothing else is left."""
+    """Delete the partition's staging and backups for this plan, and our directory if nothing else is left. The
+    caller makes the removals durable with one syncfs for all partitions."""
     shutil.rmtree(work_dir(partition_dir, plan_id), ignore_errors=True)
-    ours = Path(partition_dir) / WORK_DIR_NAME
-    if ours.exists() and not any(ours.iterdir()):
-        ours.rmdir()
-    fsync_dir(partition_dir)

@@ -35,7 +35,9 @@ SWAP_BATCH_PARTITIONS = 256
 _ISOLATED_ERRNOS = (errno.EPERM, errno.EACCES)  # one file's attribute or permission: its partition only
 
 
-def swap_log_dir(plan: Plan, log_dir: str) -> SwapReport:
+def swap_log_dir(plan: Plan, log_dir: str, swap_ready: bool = True) -> SwapReport:
+    """``swap_ready=False`` (the run stopped on an I/O error in this log dir): only finish partitions a crash left
+    mid-swap and lower the fence if nothing is mixed; ready partitions wait for the next execute."""
     require_local(log_dir)
     with StateStore.open(log_dir, plan.plan_id) as store:
         if store.phase in (LogDirPhase.FINALIZED, LogDirPhase.ROLLING_BACK, LogDirPhase.ROLLED_BACK):
@@ -48,7 +50,7 @@ def swap_log_dir(plan: Plan, log_dir: str) -> SwapReport:
                 store.record_event(EventKind.FENCE_UP)
             try:
                 migrated += _finish_swapping(plan, log_dir, store)
-                ready = store.partitions_in(PartitionState.READY)
+                ready = store.partitions_in(PartitionState.READY) if swap_ready else []
                 for i in range(0, len(ready), SWAP_BATCH_PARTITIONS):
                     done, bad = _swap_batch(plan, log_dir, store, ready[i : i + SWAP_BATCH_PARTITIONS])
                     migrated += done
@@ -56,12 +58,17 @@ def swap_log_dir(plan: Plan, log_dir: str) -> SwapReport:
             except (OSError, StateWriteError) as exc:
                 stopped = Problem.of(exc) if isinstance(exc, OSError) else Problem("io-error", str(exc))
             mixed = store.partitions_in(PartitionState.SWAPPING, PartitionState.ROLLING_BACK)
-            if not mixed and stopped is None:
-                if fence.lower_fence(log_dir):
+            try:
+                # the fence is up exactly while a partition is mixed, whatever stopped the stage
+                if not mixed and fence.lower_fence(log_dir):
                     store.record_event(EventKind.FENCE_DOWN)
-                if not store.partitions_in(*(s for s in PartitionState if s != PartitionState.MIGRATED)):
+                if stopped is None and not store.partitions_in(
+                    *(s for s in PartitionState if s != PartitionState.MIGRATED)
+                ):
                     store.set_phase(LogDirPhase.MIGRATED)
-            store.record_event(EventKind.RUN_ENDED, verb="execute", migrated=len(migrated), failed=len(failed))
+                store.record_event(EventKind.RUN_ENDED, verb="execute", migrated=len(migrated), failed=len(failed))
+            except (OSError, StateWriteError) as exc:  # a full disk may refuse the record; the fence is the truth
+                stopped = stopped or (Problem.of(exc) if isinstance(exc, OSError) else Problem("io-error", str(exc)))
         return SwapReport(log_dir, tuple(migrated), tuple(failed), tuple(mixed), fence.is_up(log_dir), stopped)
 
 
