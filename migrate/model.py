@@ -27,11 +27,12 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import hashlib
 import json
 import sys
 import types
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
@@ -44,6 +45,11 @@ DEFAULT_CHUNK_BYTES = 8 << 20
 DEFAULT_TASK_BYTES = 64 << 20
 DEFAULT_TASK_SEGMENTS = 256
 SEGMENT_SUFFIXES = (".log", ".index", ".timeindex")
+
+
+# field metadata: an optional field added to a record that plans already hold is left out of the JSON while it is
+# None, so older plans load, dump and hash (plan_id) exactly as before
+OMIT_IF_NONE: Mapping[str, Any] = types.MappingProxyType({"omit_if_none": True})
 
 
 class ModelError(ValueError):
@@ -164,6 +170,49 @@ class SegmentPlan:
         return f"{self.base_offset:020d}.log"
 
 
+class CompactionStrategy(str, enum.Enum):
+    """KIP-280: which record of a key survives compaction."""
+
+    OFFSET = "offset"  # the highest offset (Kafka's own cleaner)
+    TIMESTAMP = "timestamp"  # the highest timestamp, ties to the highest offset
+    HEADER = "header"  # the highest big-endian 8-byte value of a named header, ties to the highest offset
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class CompactionPlan:
+    """KIP-280 compaction of one partition during its migration (``plan --compact``): how, and what planning found
+    it keeps. ``execute`` computes the survivors again and refuses the partition if they differ from these."""
+
+    rule: str  # the --compact rule that chose this partition
+    strategy: CompactionStrategy
+    records: int
+    distinct_keys: int
+    records_kept: int
+    bytes: int  # keys, values and headers of every record
+    bytes_kept: int
+    tombstones_kept: int
+    tombstones_dropped: int
+    pass_one_bytes: int  # pass one's state: distinct keys x bytes per key (KIP-280's estimate)
+    survivors_sha256: str  # of the kept offsets in offset order, as big-endian int64s
+    header: str = ""  # the header strategy's header name; blank falls back to offset (KIP-280)
+    drop_tombstones_older_than_ms: int | None = None  # None: every tombstone that wins its key is kept
+    memory_limit_bytes: int | None = None  # pass one refuses the partition beyond this
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.strategy, CompactionStrategy):
+            object.__setattr__(self, "strategy", _enum(CompactionStrategy, self.strategy, "compaction.strategy"))
+
+    @property
+    def effective_strategy(self) -> CompactionStrategy:
+        """KIP-280: a header strategy without a header name (or a blank one) falls back to offset."""
+        if self.strategy == CompactionStrategy.HEADER and not self.header.strip():
+            return CompactionStrategy.OFFSET
+        return self.strategy
+
+
 @dataclass(frozen=True)
 class PartitionPlan:
     name: str  # the topic-partition directory name
@@ -175,6 +224,8 @@ class PartitionPlan:
     bytes: int
     estimated_output_bytes: int
     segments: tuple[SegmentPlan, ...]
+    # plan --compact: left out of the JSON when None, so plans without compaction keep their bytes and ids
+    compaction: CompactionPlan | None = field(default=None, metadata=OMIT_IF_NONE)
 
     @cached_property
     def segment_by_base(self) -> dict[int, SegmentPlan]:
@@ -434,6 +485,7 @@ class SegmentTask:
     expected_mtime_ns: int | None = None
     expected_inode: int | None = None
     tail_drop: TailDrop | None = None  # the only tail the plan allows to be dropped
+    survivors: str | None = None  # compacted partition: .npy of the offsets to keep (migrate.stages.compact)
 
 
 class ConversionStatus(str, enum.Enum):
@@ -471,6 +523,7 @@ class SegmentResult:
     mtime_ns: int = 0
     truncated_tail_bytes: int = 0
     seconds: float = 0.0
+    records_dropped: int = 0  # compaction: source records left out (their offsets become gaps); ``records`` kept
 
     @property
     def output_sizes(self) -> dict[str, int]:
@@ -580,10 +633,26 @@ class LogDirStatus:
 T = TypeVar("T")
 
 
+@functools.cache
+def _field_names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls))
+
+
+@functools.cache
+def _omitted_if_none(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(cls) if f.metadata.get("omit_if_none"))
+
+
 def to_json(value: Any) -> Any:
     """A model record as plain JSON data (enums by value, tuples as lists, dataclasses as objects)."""
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value.value if isinstance(value, enum.Enum) else value
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: to_json(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        out = {name: to_json(getattr(value, name)) for name in _field_names(type(value))}
+        for name in _omitted_if_none(type(value)):
+            if out[name] is None:
+                del out[name]
+        return out
     if isinstance(value, enum.Enum):
         return value.value
     if isinstance(value, (list, tuple)):
@@ -593,86 +662,136 @@ def to_json(value: Any) -> Any:
     return value
 
 
+@functools.cache
 def _hints(cls: type) -> dict[str, Any]:
+    # evaluating string annotations compiles them: once per class, not once per record decoded
     return get_type_hints(cls, vars(sys.modules[cls.__module__]))
 
 
 def from_json(cls: type[T], data: Any, where: str = "") -> T:
     """Build ``cls`` from JSON data, checking every key and type; a ModelError names the offending path."""
-    return _decode(cls, data, where or cls.__name__)
+    return _decoder(cls)(data, where or cls.__name__)
 
 
 def _is_union(tp: Any) -> bool:
     return get_origin(tp) in (Union, types.UnionType)
 
 
-def _decode(tp: Any, data: Any, where: str) -> Any:
+# A value's path is built only when an error names it: (parent path, key) pairs down from the root's name.
+Where = Any
+
+
+def _where(path: Where) -> str:
+    keys = []
+    while isinstance(path, tuple):
+        path, key = path
+        keys.append(key)
+    return path + "".join(f"[{k}]" if isinstance(k, int) else f".{k}" for k in reversed(keys))
+
+
+Decoder = Callable[[Any, Where], Any]
+
+
+@functools.cache
+def _decoder(tp: Any) -> Decoder:
+    """The decoder of one type, built once: records are decoded by the thousand (plans, state rows)."""
     if _is_union(tp):
-        args = get_args(tp)
-        if data is None and type(None) in args:
-            return None
-        errors = []
-        for arg in args:
-            if arg is type(None):
-                continue
-            try:
-                return _decode(arg, data, where)
-            except ModelError as exc:
-                errors.append(str(exc))
-        raise ModelError(errors[0] if len(errors) == 1 else f"{where}: {data!r} fits none of {tp}")
+        args = [a for a in get_args(tp) if a is not type(None)]
+        nullable = len(args) < len(get_args(tp))
+        options = [_decoder(a) for a in args]
+
+        def union(data: Any, where: Where) -> Any:
+            if data is None and nullable:
+                return None
+            errors = []
+            for option in options:
+                try:
+                    return option(data, where)
+                except ModelError as exc:
+                    errors.append(str(exc))
+            raise ModelError(errors[0] if len(errors) == 1 else f"{_where(where)}: {data!r} fits none of {tp}")
+
+        return union
     if dataclasses.is_dataclass(tp):
-        if not isinstance(data, dict):
-            raise ModelError(f"{where}: expected an object, found {type(data).__name__}")
         hints = _hints(tp)
-        names = {f.name for f in dataclasses.fields(tp)}
-        unknown = sorted(set(data) - names)
-        if unknown:
-            raise ModelError(f"{where}: unknown key {unknown[0]!r} (known: {', '.join(sorted(names))})")
-        kwargs = {}
-        for f in dataclasses.fields(tp):
-            if f.name not in data:
-                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                    raise ModelError(f"{where}: missing key {f.name!r}")
-                continue
-            kwargs[f.name] = _decode(hints[f.name], data[f.name], f"{where}.{f.name}")
-        try:
-            return tp(**kwargs)
-        except ModelError:
-            raise
-        except (TypeError, ValueError) as exc:
-            raise ModelError(f"{where}: {exc}") from exc
+        spec = [
+            (
+                f.name,
+                _decoder(hints[f.name]),
+                f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING,
+            )
+            for f in dataclasses.fields(tp)
+        ]
+        names = frozenset(name for name, _, _ in spec)
+
+        def record(data: Any, where: Where) -> Any:
+            if not isinstance(data, dict):
+                raise ModelError(f"{_where(where)}: expected an object, found {type(data).__name__}")
+            if not names.issuperset(data):
+                unknown = sorted(set(data) - names)[0]
+                raise ModelError(f"{_where(where)}: unknown key {unknown!r} (known: {', '.join(sorted(names))})")
+            kwargs = {}
+            for name, decode, required in spec:
+                if name in data:
+                    kwargs[name] = decode(data[name], (where, name))
+                elif required:
+                    raise ModelError(f"{_where(where)}: missing key {name!r}")
+            try:
+                return tp(**kwargs)
+            except ModelError:
+                raise
+            except (TypeError, ValueError) as exc:
+                raise ModelError(f"{_where(where)}: {exc}") from exc
+
+        return record
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
-        return _enum(tp, data, where)
+        return lambda data, where: _enum(tp, data, _where(where))
     origin = get_origin(tp)
     if origin is tuple:
-        if not isinstance(data, list):
-            raise ModelError(f"{where}: expected a list, found {type(data).__name__}")
         (item,) = [a for a in get_args(tp) if a is not Ellipsis]
-        return tuple(_decode(item, v, f"{where}[{i}]") for i, v in enumerate(data))
+        decode_item = _decoder(item)
+
+        def sequence(data: Any, where: Where) -> Any:
+            if not isinstance(data, list):
+                raise ModelError(f"{_where(where)}: expected a list, found {type(data).__name__}")
+            return tuple(decode_item(v, (where, i)) for i, v in enumerate(data))
+
+        return sequence
     if origin is dict:
-        if not isinstance(data, dict):
-            raise ModelError(f"{where}: expected an object, found {type(data).__name__}")
-        _, item = get_args(tp)
-        return {str(k): _decode(item, v, f"{where}.{k}") for k, v in data.items()}
+        decode_value = _decoder(get_args(tp)[1])
+
+        def mapping(data: Any, where: Where) -> Any:
+            if not isinstance(data, dict):
+                raise ModelError(f"{_where(where)}: expected an object, found {type(data).__name__}")
+            return {str(k): decode_value(v, (where, k)) for k, v in data.items()}
+
+        return mapping
     if tp is Any:
-        return data
+        return lambda data, where: data
     if tp is bool:
-        if not isinstance(data, bool):
-            raise ModelError(f"{where}: expected true or false, found {data!r}")
-        return data
+        return _scalar(lambda d: isinstance(d, bool), "true or false")
     if tp is int:
-        if not isinstance(data, int) or isinstance(data, bool):
-            raise ModelError(f"{where}: expected an integer, found {data!r}")
-        return data
+        return _scalar(lambda d: isinstance(d, int) and not isinstance(d, bool), "an integer")
     if tp is float:
-        if not isinstance(data, (int, float)) or isinstance(data, bool):
-            raise ModelError(f"{where}: expected a number, found {data!r}")
-        return float(data)
+
+        def number(data: Any, where: Where) -> float:
+            if not isinstance(data, (int, float)) or isinstance(data, bool):
+                raise ModelError(f"{_where(where)}: expected a number, found {data!r}")
+            return float(data)
+
+        return number
     if tp is str:
-        if not isinstance(data, str):
-            raise ModelError(f"{where}: expected a string, found {data!r}")
+        return _scalar(lambda d: isinstance(d, str), "a string")
+    raise ModelError(f"the model has no decoder for {tp}")
+
+
+def _scalar(check: Callable[[Any], bool], what: str) -> Decoder:
+    def scalar(data: Any, where: Where) -> Any:
+        if not check(data):
+            raise ModelError(f"{_where(where)}: expected {what}, found {data!r}")
         return data
-    raise ModelError(f"{where}: the model has no decoder for {tp}")
+
+    return scalar
 
 
 def json_schema(cls: type, title: str = "", description: str = "") -> dict[str, Any]:

@@ -4,7 +4,12 @@ Refused, each with the path, the byte position where there is one, and what to d
 dir (or is a partition dir), a held ``.lock``, no clean-shutdown marker, a migration in progress, stray
 ``.swap``/``.cleaned``/``.deleted`` files, a checksum that does not match, an unknown magic byte, damage in the middle
 of a partition, a torn tail (unless ``--truncate-tail``, which drops it from the partition's last segment only and
-lists what it drops), and too little space on any filesystem that holds partitions. ``check=True`` (``plan
+lists what it drops), and too little space on any filesystem that holds partitions.
+
+With ``--compact`` rules, every partition of a matching topic is planned whatever its format (v2-only ones too)
+and read in full now: pass one of compaction (``migrate.compaction``) runs here, so the plan shows per partition the
+records and bytes it keeps, and refuses keyless records (listing their offsets), transactions and a pass one over
+``--compact-memory-limit`` before anything is touched. ``check=True`` (``plan
 --check``) also reads every entry deeply, decompressing and checking every inner checksum and offset, and so reports
 everything ``execute`` would refuse before anything is touched.
 """
@@ -19,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from migrate import __version__
+from migrate.compaction import CompactionRule, SegmentSource, Settings, plan_compaction
 from migrate.errors import LocatedError, MigrateError
 from migrate.logdir import (
     LogDirLockedError,
@@ -35,6 +41,7 @@ from migrate.model import (
     DEFAULT_TASK_BYTES,
     DEFAULT_TASK_SEGMENTS,
     PLAN_VERSION,
+    CompactionPlan,
     ConvertOptions,
     Estimates,
     FilesystemSpace,
@@ -74,6 +81,12 @@ class PlanRequest:
     task_bytes: int = DEFAULT_TASK_BYTES
     task_segments: int = DEFAULT_TASK_SEGMENTS
     free_bytes_cap: int | None = None  # tests and --assume-free-bytes: pretend the disk has at most this much free
+    compact: tuple[CompactionRule, ...] = ()  # --compact: the first rule whose regex matches a topic applies to it
+    drop_tombstones_older_than_ms: int | None = None  # --drop-tombstones-older-than (compacted partitions only)
+    compact_memory_limit: int | None = None  # --compact-memory-limit: pass one's state per partition, at most
+
+    def compaction_rule(self, topic: str) -> CompactionRule | None:
+        return next((r for r in self.compact if r.matches(topic)), None)
 
     def host_of(self, raw: str, resolved: Path) -> str | None:
         hosts = dict(self.host_map)
@@ -96,6 +109,7 @@ def build_plan(request: PlanRequest) -> Plan:
     opts = request.options
     topic_re = re.compile(request.topics) if request.topics else None
     found = _Findings()
+    _check_compaction_request(request, found)
     log_dir_plans = []
     for raw in request.log_dirs:
         problem = validate_log_dir_path(raw)
@@ -151,6 +165,25 @@ def build_plan(request: PlanRequest) -> Plan:
     return replace(plan, plan_id=plan.content_id())
 
 
+def _check_compaction_request(request: PlanRequest, found: _Findings) -> None:
+    if request.compact and request.options.target_magic != 2:
+        found.refusals.append(
+            "--compact writes v2 batches (compaction by header reads v2 headers, deletes may carry the KIP-87 flag of "
+            "v2 records): drop --target v1, or plan the compacted topics separately without --compact"
+        )
+    if not request.compact and (request.drop_tombstones_older_than_ms is not None or request.compact_memory_limit):
+        found.refusals.append(
+            "--drop-tombstones-older-than and --compact-memory-limit apply to compacted partitions only: add "
+            "--compact TOPIC_REGEX=STRATEGY for the topics to compact, or leave them out"
+        )
+    for rule in request.compact:
+        if rule.strategy.value == "header" and not rule.header.strip():
+            found.warnings.append(
+                f"--compact {rule}: the header name is blank, so its topics are compacted by offset (KIP-280's "
+                "fallback), as Kafka's own cleaner does"
+            )
+
+
 def _check_log_dir(log_dir: Path, request: PlanRequest, found: _Findings) -> None:
     holder = lock_holder(log_dir)
     if holder is not None:
@@ -181,6 +214,8 @@ def _plan_partition(part: Partition, request: PlanRequest, found: _Findings) -> 
             "once so it completes or discards them, stop it cleanly, and plan again."
         )
     segments = []
+    rule = request.compaction_rule(part.topic)
+    refusals_before = len(found.refusals)
     for seg in part.segments:
         if not seg.size:
             continue
@@ -197,7 +232,7 @@ def _plan_partition(part: Partition, request: PlanRequest, found: _Findings) -> 
         if profile.corruption is not None:
             found.refusals.append(str(profile.corruption))
             continue
-        if not profile.has_magic_below(opts.target_magic):
+        if not profile.has_magic_below(opts.target_magic) and rule is None:
             continue  # nothing to convert; a torn tail here is Kafka's recovery's business, not ours
         tail_drop = _tail(seg.path, profile, is_last, request, found)
         if profile.tail_bytes and tail_drop is None:
@@ -229,6 +264,9 @@ def _plan_partition(part: Partition, request: PlanRequest, found: _Findings) -> 
         )
     if not segments:
         return None
+    compaction = None
+    if rule is not None and len(found.refusals) == refusals_before:
+        compaction = _plan_compaction(part, segments, rule, request, found)
     epochs = leader_epoch_entries(part.path)
     epoch = request.leader_epoch if request.leader_epoch is not None else (epochs[0][0] if epochs else 0)
     return PartitionPlan(
@@ -241,7 +279,38 @@ def _plan_partition(part: Partition, request: PlanRequest, found: _Findings) -> 
         bytes=sum(s.size for s in segments),
         estimated_output_bytes=sum(s.estimated_output_bytes for s in segments),
         segments=tuple(segments),
+        compaction=compaction,
     )
+
+
+def _plan_compaction(
+    part: Partition, segments: list[SegmentPlan], rule: CompactionRule, request: PlanRequest, found: _Findings
+) -> CompactionPlan | None:
+    """Pass one now, so the plan shows what compaction keeps and refuses what it cannot do before execute."""
+    draft = CompactionPlan(
+        rule=str(rule),
+        strategy=rule.strategy,
+        records=0,
+        distinct_keys=0,
+        records_kept=0,
+        bytes=0,
+        bytes_kept=0,
+        tombstones_kept=0,
+        tombstones_dropped=0,
+        pass_one_bytes=0,
+        survivors_sha256="",
+        header=rule.header,
+        drop_tombstones_older_than_ms=request.drop_tombstones_older_than_ms,
+        memory_limit_bytes=request.compact_memory_limit,
+    )
+    sources = [SegmentSource(str(part.path / s.file), s.base_offset, s.mtime_ns // 1_000_000) for s in segments]
+    try:
+        return plan_compaction(sources, Settings.of(draft, request.options), draft, part.name)
+    except LocatedError as exc:
+        found.refusals.append(str(exc))
+    except OSError as exc:
+        found.refusals.append(f"{part.path}: cannot read ({exc.strerror}); check its permissions and the disk")
+    return None
 
 
 def _tail(

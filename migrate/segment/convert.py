@@ -26,11 +26,12 @@ from pathlib import Path
 
 import numpy as np
 
+from migrate.compaction import encode_retained_v2, load_survivors, retained
 from migrate.errors import SegmentRefusedError, SourceChangedError, TruncatedTailError
 from migrate.format import batch as v2
 from migrate.format import legacy
 from migrate.format.digest import LogDigest, timestamps_only
-from migrate.format.entries import Entry
+from migrate.format.entries import Entry, entry_offsets
 from migrate.format.records import NO_TIMESTAMP, Compression, Record, RecordColumns, TimestampType
 from migrate.model import (
     MAX_SEGMENT_BYTES,
@@ -47,7 +48,6 @@ from migrate.segment.profile import check_offsets
 from migrate.segment.reader import read_chunks
 
 SUFFIXES = SEGMENT_SUFFIXES
-PARTIAL = ".partial"
 
 
 def segment_name(base_offset: int, suffix: str) -> str:
@@ -232,6 +232,24 @@ class _Converter:
             data, np.array([len(data)]), np.array([int(cols.offsets[-1])]), np.array([max_ts]), out_cols, True
         )
 
+    # --- compaction (pass two) ---
+
+    def rewrite_v2(self, batch: v2.V2Batch, keep: np.ndarray) -> _Written:
+        """A v2 batch that lost records to compaction: rebuilt with the survivors, never copied."""
+        self.magics["2"] = self.magics.get("2", 0) + 1
+        self.changed = True
+        data, cols, max_ts = encode_retained_v2(batch, keep)
+        return _Written(data, np.array([len(data)]), np.array([batch.last_offset]), np.array([max_ts]), cols, True)
+
+    def dropped(self, item: Entry) -> None:
+        """An entry none of whose records survives compaction: it disappears, leaving an offset gap."""
+        self.changed = True
+        if isinstance(item, legacy.LegacyRun):
+            self._count_magics(item.magics)
+        else:
+            magic = str(item.magic) if isinstance(item, legacy.LegacyWrapper) else "2"
+            self.magics[magic] = self.magics.get(magic, 0) + 1
+
     # --- v2 batches ---
 
     def _copy_v2(self, batch: v2.V2Batch) -> _Written:
@@ -297,8 +315,9 @@ def convert_segment(task: SegmentTask) -> SegmentResult:
                 live_before[sfx] = FileStat.of(os.stat(live_dir / segment_name(task.base_offset, sfx)))
         staging = Path(task.staging_dir)
         staging.mkdir(parents=True, exist_ok=True)
+        # staged files are written under their final names: the staging dir is private, and a staged file is trusted
+        # only once its identity is recorded with the verified outcome, so a crash mid-write leaves nothing trusted
         finals = {sfx: staging / segment_name(task.base_offset, sfx) for sfx in SUFFIXES}
-        partials = {sfx: p.with_name(p.name + PARTIAL) for sfx, p in finals.items()}
         result = SegmentResult(source=str(source), base_offset=task.base_offset, status=ConversionStatus.CONVERTED)
         result.source_bytes = st.st_size
         result.mtime_ns = st.st_mtime_ns
@@ -309,29 +328,29 @@ def convert_segment(task: SegmentTask) -> SegmentResult:
         # output must read back as (offsets, keys, values and the policy's timestamps): two passes, not four
         source_digest = LogDigest(timed=False)
         output_digest = LogDigest(plain=False)
+        survivors = _survivors(task)
         try:
-            with partials[".log"].open("wb") as out:
-                _stream(task, src, out, converter, index, source_digest, output_digest, result)
+            with finals[".log"].open("wb") as out:
+                _stream(task, src, out, converter, index, source_digest, output_digest, result, survivors)
             offset_bytes, time_bytes = index.finish()
             for sfx, data in ((".index", offset_bytes), (".timeindex", time_bytes)):
-                partials[sfx].write_bytes(data)
+                finals[sfx].write_bytes(data)
             if result.entries_in == 0:
                 result.status = ConversionStatus.EMPTY
             elif not converter.changed:
                 result.status = ConversionStatus.UNCHANGED
             if result.status == ConversionStatus.UNCHANGED:
-                for p in partials.values():
+                for p in finals.values():
                     p.unlink()
             else:
                 for sfx in SUFFIXES:
                     owner = live_before.get(sfx) and live_dir / segment_name(task.base_offset, sfx)
-                    _take_ownership(partials[sfx], owner or source, st)
-                    os.utime(partials[sfx], ns=(st.st_atime_ns, st.st_mtime_ns))
-                    os.replace(partials[sfx], finals[sfx])
+                    _take_ownership(finals[sfx], owner or source, st)
+                    os.utime(finals[sfx], ns=(st.st_atime_ns, st.st_mtime_ns))
                     result.outputs[sfx] = str(finals[sfx])
                     result.output_stats[sfx] = FileStat.of(os.stat(finals[sfx]))
         except BaseException:
-            for p in (*partials.values(), *finals.values()):
+            for p in finals.values():
                 p.unlink(missing_ok=True)
             raise
     finally:
@@ -344,6 +363,20 @@ def convert_segment(task: SegmentTask) -> SegmentResult:
     result.output_digest_ts = output_digest.hexdigests()[1]
     result.seconds = time.perf_counter() - started
     return result
+
+
+def _survivors(task: SegmentTask) -> np.ndarray | None:
+    """A compacted partition's survivors (pass one's output), or None when the partition is not compacted."""
+    if task.survivors is None:
+        return None
+    try:
+        return load_survivors(task.survivors)
+    except (OSError, ValueError) as exc:
+        raise SegmentRefusedError(
+            f"the survivors of this compacted partition cannot be read from {task.survivors} ({exc})",
+            path=task.source,
+            hint="Nothing was changed. The compact stage computes them before conversion: run `execute` again.",
+        ) from exc
 
 
 def _check_planned(task: SegmentTask, source: Path, st: os.stat_result) -> None:
@@ -378,7 +411,9 @@ def _stream(
     source_digest: LogDigest,
     output_digest: LogDigest,
     result: SegmentResult,
+    survivors: np.ndarray | None = None,
 ) -> None:
+    """``survivors``: compaction's pass two keeps only the records at these offsets (sorted)."""
     opts = task.options
     path = str(task.source)
     base = task.base_offset
@@ -387,7 +422,14 @@ def _stream(
         buf, buf_position, entries = chunk.buffer, chunk.position, chunk.entries
         view = memoryview(buf)
         for item in entries.items:
-            written_item = converter.convert(item, buf_position)
+            kept, keep = (item, None) if survivors is None else retained(item, survivors)
+            if kept is None:
+                _drop(item, converter, result, base, buf_position, path)
+                continue
+            if keep is not None and isinstance(item, v2.V2Batch):
+                written_item = converter.rewrite_v2(item, keep)
+            else:
+                written_item = converter.convert(kept, buf_position)
             cols = written_item.output_records
             offsets = item.records.offsets
             if len(offsets):
@@ -396,7 +438,7 @@ def _stream(
                     result.first_offset = int(offsets[0])
                 result.last_offset = int(written_item.last_offsets[-1])
             if written_item.data is not None:
-                _check_batch_sizes(item, written_item, opts, buf_position, path)
+                _check_batch_sizes(kept, written_item, opts, buf_position, path)
             if written_item.data is None:
                 p = item.position
                 data = view[p : p + item.size]
@@ -413,8 +455,9 @@ def _stream(
                     "shrink the output, or lower segment.bytes and let Kafka roll smaller segments first.",
                 )
             index.add_batches(written_item.sizes, written_item.last_offsets, written_item.max_timestamps)
-            source_digest.update(item.records)
+            source_digest.update(kept.records)  # what the output must hold: with compaction, the survivors only
             output_digest.update(cols)
+            result.records_dropped += len(offsets) - len(kept.records)
             result.entries_in += len(item) if isinstance(item, legacy.LegacyRun) else 1
             result.batches_out += len(written_item.sizes)
             result.max_timestamp = max(result.max_timestamp, int(written_item.max_timestamps.max()))
@@ -430,6 +473,18 @@ def _stream(
                 )
             result.truncated_tail_bytes = entries.tail.size
     result.output_bytes = written
+
+
+def _drop(item: Entry, converter: _Converter, result: SegmentResult, base: int, buf_position: int, path: str) -> None:
+    """Compaction left nothing of this entry: it is checked like any other, then leaves an offset gap."""
+    offsets = item.records.offsets
+    check_offsets(offsets, result.last_offset, base, buf_position + _first_position(item), path)
+    if result.first_offset is None:
+        result.first_offset = int(offsets[0])
+    result.last_offset = entry_offsets(item)[1]
+    converter.dropped(item)
+    result.records_dropped += len(offsets)
+    result.entries_in += len(item) if isinstance(item, legacy.LegacyRun) else 1
 
 
 def _check_batch_sizes(item: Entry, written: _Written, opts: ConvertOptions, buf_position: int, path: str) -> None:

@@ -5,11 +5,16 @@ source's digest; both indexes are checked with the rules of Kafka's ``DumpLogSeg
 points at the start of the batch whose last offset it names; time-index timestamps strictly increase and each equals
 the max timestamp of the batch holding its offset) and compared with the indexes Kafka's recovery would rebuild from
 the re-read batches; every file keeps the source mtime.
+
+A segment of a compacted partition is compared instead, record by record (offset, key, value, headers, timestamp),
+with the records the deliberately simple implementation says must survive (``migrate.compaction_reference``).
 """
 
 from __future__ import annotations
 
+import itertools
 import os
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -19,11 +24,12 @@ from migrate.errors import CorruptRecordError
 from migrate.format import batch as v2
 from migrate.format import legacy
 from migrate.format.digest import LogDigest
-from migrate.format.entries import Entries, read_entries, walk_entries
+from migrate.format.entries import Entries, iter_records, read_entries, walk_entries
+from migrate.format.records import Record
 from migrate.model import ConvertOptions, SegmentResult
 from migrate.segment import offset_index, time_index
 from migrate.segment.indexes import IndexBuilder
-from migrate.segment.reader import read_chunks
+from migrate.segment.reader import read_chunks, read_file
 
 
 @dataclass
@@ -123,8 +129,14 @@ def _add_items(batches: _Batches, digest: LogDigest, items: list, position: int)
         digest.update(item.records)
 
 
-def verify_segment(result: SegmentResult, options: ConvertOptions, base_offset: int | None = None) -> SegmentCheck:
-    """Check the staged outputs named by ``result`` against what the conversion promised."""
+def verify_segment(
+    result: SegmentResult,
+    options: ConvertOptions,
+    base_offset: int | None = None,
+    expected: Iterable[Record] | None = None,
+) -> SegmentCheck:
+    """Check the staged outputs named by ``result`` against what the conversion promised; ``expected`` (a compacted
+    partition's survivors in this segment) replaces the comparison with the source's digest."""
     base = result.base_offset if base_offset is None else base_offset
     log_path = result.outputs.get(".log", "")
     check = SegmentCheck(path=log_path)
@@ -139,7 +151,13 @@ def verify_segment(result: SegmentResult, options: ConvertOptions, base_offset: 
     check.sha256, check.sha256_ts = digest.hexdigests()
     if tail:
         check.fail(f"{tail} bytes after the last complete batch")
-    if check.sha256 != result.source_digest:
+    if expected is not None:
+        try:
+            for problem in compare_records(log_path, expected):
+                check.fail(problem)
+        except CorruptRecordError as exc:
+            check.fail(f"cannot compare the records with the compaction survivors: {exc}")
+    elif check.sha256 != result.source_digest:
         check.fail(
             f"records differ from the source {result.source}: content digest {check.sha256} != source "
             f"{result.source_digest}"
@@ -160,6 +178,39 @@ def verify_segment(result: SegmentResult, options: ConvertOptions, base_offset: 
         if want is None or st.st_size != want.size:
             check.fail(f"{path} is {st.st_size} bytes, {want.size if want else 'nothing'} were written")
     return check
+
+
+_FIELDS = ("offset", "key", "value", "headers", "timestamp")
+
+
+def compare_records(log_path: str, expected: Iterable[Record], limit: int = 5) -> list[str]:
+    """The records of ``log_path`` against ``expected``, one by one: the first differences, each named by record
+    index, offset and field."""
+    problems: list[str] = []
+    written = (r for chunk in read_file(log_path) for r in iter_records(chunk.entries.items))
+    for i, (got, want) in enumerate(itertools.zip_longest(written, expected)):
+        if got is None:
+            problems.append(f"record {i}: offset {want.offset} must survive compaction but is not in the output")
+        elif want is None:
+            problems.append(f"record {i}: offset {got.offset} is in the output but must not survive compaction")
+        else:
+            for name in _FIELDS:
+                a, b = getattr(got, name), getattr(want, name)
+                if name == "headers":
+                    a, b = tuple(a), tuple(b)
+                if a != b:
+                    problems.append(
+                        f"record {i} (offset {want.offset}): {name} is {_short(a)}, the survivor's is {_short(b)}"
+                    )
+                    break
+        if len(problems) >= limit:
+            break
+    return problems
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _check_indexes(

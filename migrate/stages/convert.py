@@ -12,10 +12,14 @@ from __future__ import annotations
 
 import time
 import traceback
+from collections.abc import Iterator
 from pathlib import Path
 
 from migrate import faults, progress
+from migrate.compaction import load_survivors
+from migrate.compaction_reference import expected_records
 from migrate.errors import LocatedError, StateWriteError
+from migrate.format.records import Record
 from migrate.model import (
     ConversionStatus,
     Outcome,
@@ -30,6 +34,7 @@ from migrate.model import (
 from migrate.segment.convert import convert_segment
 from migrate.segment.verify import verify_segment
 from migrate.stages.common import require_local
+from migrate.stages.compact import survivors_path
 from migrate.state import StateStore
 from migrate.workspace import segment_file, staging_dir, sync_filesystem
 
@@ -48,6 +53,7 @@ def segment_task(plan: Plan, log_dir: str, partition: str, base_offset: int) -> 
         expected_mtime_ns=seg.mtime_ns,
         expected_inode=seg.inode,
         tail_drop=seg.tail_drop,
+        survivors=str(survivors_path(p.dir, plan.plan_id)) if p.compaction is not None else None,
     )
 
 
@@ -126,7 +132,7 @@ def convert_and_verify(plan: Plan, log_dir: str, partition: str, base_offset: in
     if result.status != ConversionStatus.CONVERTED:
         return _with(base, outcome=Outcome.UNCHANGED, finished_at=time.time())
     try:
-        check = verify_segment(result, task.options)
+        check = verify_segment(result, task.options, expected=_survivors_expected(plan, log_dir, partition, task))
     except OSError as exc:
         _discard(result.outputs)
         return _with(base, outcome=Outcome.FAILED, problem=Problem.of(exc), finished_at=time.time())
@@ -145,10 +151,24 @@ def convert_and_verify(plan: Plan, log_dir: str, partition: str, base_offset: in
     return _with(base, verify_seconds=verify_seconds, finished_at=time.time())
 
 
-def _with(outcome: SegmentOutcome, **changes) -> SegmentOutcome:
+def _survivors_expected(plan: Plan, log_dir: str, partition: str, task: SegmentTask) -> Iterator[Record] | None:
+    """A compacted partition's segment is verified record by record against the survivors the simple reference
+    implementation computed (the compact stage stored them only once it agreed), not against the source digest."""
+    part = plan.partition(log_dir, partition)
+    if part.compaction is None or task.survivors is None:
+        return None
+    seg = part.segment_by_base[task.base_offset]
+    survivors = load_survivors(task.survivors)
+    return expected_records(
+        task.source, survivors, seg.mtime_ns // 1_000_000, task.options.timestamps, task.options.chunk_bytes
+    )
+
+
+def _with(base: SegmentOutcome, /, **changes) -> SegmentOutcome:
+    # positional-only: callers change the field named ``outcome``
     from dataclasses import replace
 
-    return replace(outcome, **changes)
+    return replace(base, **changes)
 
 
 def _failed(

@@ -1,0 +1,215 @@
+"""compact: pass one of compaction for one partition planned with ``--compact``, before any of it is converted.
+
+It reads every planned segment of the partition in offset order, computes the survivors (``migrate.compaction``),
+checks them against what planning found and against the deliberately simple implementation
+(``migrate.compaction_reference``), and stores them in the partition's work dir, where the convert tasks of that
+partition read them (pass two drops the rest) and its verification finds them:
+
+    <partition>/.kafka-log-migrate-<plan id>/compaction-survivors.npy    the kept offsets, int64, in order
+    <partition>/.kafka-log-migrate-<plan id>/compaction.json             their SHA-256 and counts, written last
+
+Both are written under a temporary name, fsynced and renamed, the directory fsynced after: a crash leaves either
+nothing or both, and a resumed run reuses them once their digest matches the plan's. They go with the work dir at
+rollback and finalize. A partition that cannot be compacted (keyless records, a transaction, the memory limit, a
+disagreement between the two implementations) is refused as its first planned segment's outcome, so its partition
+fails untouched and the convert stage skips it; ``execute`` retries it like any refused segment.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from migrate.compaction import (
+    CompactionRefusedError,
+    SegmentSource,
+    Settings,
+    pass_one,
+    survivors_sha256,
+)
+from migrate.compaction_reference import reference_survivors
+from migrate.errors import LocatedError, SourceChangedError
+from migrate.model import Outcome, PartitionPlan, PartitionState, Plan, Problem, SegmentOutcome, SegmentState
+from migrate.stages.common import require_local
+from migrate.state import StateStore
+from migrate.workspace import fsync_dir, segment_file, work_dir
+
+SURVIVORS_FILE = "compaction-survivors.npy"
+RECORD_FILE = "compaction.json"
+_WORKABLE = (PartitionState.PLANNED, PartitionState.CONVERTING, PartitionState.READY)
+
+
+def survivors_path(partition_dir: str | Path, plan_id: str) -> Path:
+    return work_dir(partition_dir, plan_id) / SURVIVORS_FILE
+
+
+def record_path(partition_dir: str | Path, plan_id: str) -> Path:
+    return work_dir(partition_dir, plan_id) / RECORD_FILE
+
+
+@dataclass(frozen=True)
+class CompactionReport:
+    """What the compact stage did with one partition."""
+
+    log_dir: str
+    partition: str
+    outcome: Outcome  # VERIFIED: survivors stored and agreed; SKIPPED: nothing to do (resumed, done, failed)
+    records: int = 0
+    survivors: int = 0
+    seconds: float = 0.0
+    reused: bool = False
+    refusal: SegmentOutcome | None = None  # the refused or failed segment outcome recorded for the partition
+
+
+def sources_of(part: PartitionPlan) -> list[SegmentSource]:
+    return [
+        SegmentSource(str(segment_file(part.dir, s.base_offset, ".log")), s.base_offset, s.mtime_ns // 1_000_000)
+        for s in part.segments
+    ]
+
+
+def stored_survivors_intact(part: PartitionPlan, plan_id: str) -> bool:
+    """The survivors a previous run stored are whole and are the ones this plan expects."""
+    assert part.compaction is not None
+    try:
+        record = json.loads(record_path(part.dir, plan_id).read_text())
+        offsets = np.load(survivors_path(part.dir, plan_id), allow_pickle=False)
+    except (OSError, ValueError):
+        return False
+    digest = survivors_sha256(offsets)
+    return record.get("survivors_sha256") == digest == part.compaction.survivors_sha256
+
+
+def compact_partition(plan: Plan, log_dir: str, partition: str) -> CompactionReport:
+    require_local(log_dir)
+    part = plan.partition(log_dir, partition)
+    if part.compaction is None:
+        return CompactionReport(log_dir, partition, Outcome.SKIPPED)
+    started = time.perf_counter()
+    with StateStore.open(log_dir, plan.plan_id) as store:
+        state = store.partition_states().get(partition)
+        planned = [
+            base for (_, base), s in sorted(store.segment_states([partition]).items()) if s == SegmentState.PLANNED
+        ]
+        if state not in _WORKABLE or not planned:
+            return CompactionReport(log_dir, partition, Outcome.SKIPPED)
+        if stored_survivors_intact(part, plan.plan_id):
+            return CompactionReport(log_dir, partition, Outcome.SKIPPED, reused=True)
+        try:
+            records, kept = _compute_and_store(plan, part)
+        except LocatedError as exc:
+            return _refuse(store, log_dir, partition, planned[0], Outcome.REFUSED, Problem.of(exc), started)
+        except OSError as exc:
+            return _refuse(store, log_dir, partition, planned[0], Outcome.FAILED, Problem.of(exc), started)
+        except Exception as exc:  # a bug met on this partition: fail it alone, keep the traceback for the run log
+            problem = Problem("bug", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}", part.dir)
+            return _refuse(store, log_dir, partition, planned[0], Outcome.FAILED, problem, started)
+    return CompactionReport(log_dir, partition, Outcome.VERIFIED, records, kept, time.perf_counter() - started)
+
+
+def _compute_and_store(plan: Plan, part: PartitionPlan) -> tuple[int, int]:
+    comp = part.compaction
+    assert comp is not None
+    _refuse_changed_sources(part)
+    settings = Settings.of(comp, plan.options)
+    sources = sources_of(part)
+    survivors = pass_one(sources, settings, part.name, plan.options.chunk_bytes)
+    digest = survivors.sha256()
+    if (len(survivors.offsets), digest) != (comp.records_kept, comp.survivors_sha256):
+        raise CompactionRefusedError(
+            f"partition {part.name}: compaction keeps {len(survivors.offsets)} records now (survivors "
+            f"{digest[:16]}), planning found {comp.records_kept} ({comp.survivors_sha256[:16]}), although its "
+            "segment files are unchanged",
+            path=part.dir,
+            hint="Nothing was changed. This is a bug in kafka-log-migrate: keep the plan and the partition and report "
+            "it; leave the topic out of --compact meanwhile.",
+        )
+    reference = reference_survivors(
+        sources, comp.strategy, comp.header, plan.options.timestamps, comp.drop_tombstones_older_than_ms
+    )
+    expected = np.array(reference.survivors, np.int64)
+    if survivors_sha256(expected) != digest:
+        kept = survivors.offsets
+        raise CompactionRefusedError(
+            f"partition {part.name}: the survivors of compaction ({len(kept)} records) differ from those of the simple "
+            f"reference implementation ({len(expected)} records), first at offset {_first_difference(kept, expected)}",
+            path=part.dir,
+            hint="Nothing was changed. This is a bug in kafka-log-migrate: keep the partition and report it; leave "
+            "the topic out of --compact meanwhile.",
+        )
+    _store(part, plan.plan_id, expected, digest, reference.records)
+    return reference.records, len(expected)
+
+
+def _first_difference(a: np.ndarray, b: np.ndarray) -> int:
+    n = min(len(a), len(b))
+    differ = np.flatnonzero(a[:n] != b[:n])
+    if len(differ):
+        i = int(differ[0])
+        return int(min(a[i], b[i]))
+    return int(a[n] if len(a) > n else b[n])
+
+
+def _refuse_changed_sources(part: PartitionPlan) -> None:
+    for s in part.segments:
+        path = segment_file(part.dir, s.base_offset, ".log")
+        st = os.stat(path)
+        if (st.st_size, st.st_mtime_ns, st.st_ino) != (s.size, s.mtime_ns, s.inode):
+            raise SourceChangedError(
+                f"{path} is not the file that was planned: size {st.st_size} (planned {s.size}), mtime_ns "
+                f"{st.st_mtime_ns} (planned {s.mtime_ns}), inode {st.st_ino} (planned {s.inode})",
+                path=str(path),
+            )
+
+
+def _write_durably(path: Path, data: bytes) -> None:
+    partial = path.with_name(path.name + ".partial")
+    with open(partial, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(partial, path)
+
+
+def _store(part: PartitionPlan, plan_id: str, offsets: np.ndarray, digest: str, records: int) -> None:
+    folder = work_dir(part.dir, plan_id)
+    folder.mkdir(parents=True, exist_ok=True)
+    target = survivors_path(part.dir, plan_id)
+    partial = target.with_name(target.name + ".partial")
+    with open(partial, "wb") as f:
+        np.save(f, offsets, allow_pickle=False)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(partial, target)
+    record = {"survivors_sha256": digest, "records": records, "records_kept": len(offsets), "reference_agrees": True}
+    # written last: its presence says the survivors file beside it is whole
+    _write_durably(record_path(part.dir, plan_id), json.dumps(record, sort_keys=True).encode())
+    fsync_dir(folder)
+
+
+def _refuse(
+    store: StateStore,
+    log_dir: str,
+    partition: str,
+    base_offset: int,
+    kind: Outcome,
+    problem: Problem,
+    started: float,
+) -> CompactionReport:
+    outcome = SegmentOutcome(
+        log_dir,
+        partition,
+        base_offset,
+        kind,
+        problem=problem,
+        convert_seconds=time.perf_counter() - started,
+        finished_at=time.time(),
+    )
+    store.record_outcomes([outcome])
+    return CompactionReport(log_dir, partition, kind, seconds=outcome.convert_seconds, refusal=outcome)
