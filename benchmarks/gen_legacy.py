@@ -8,8 +8,10 @@ message: one ``zlib.crc32`` call per message (driven by ``map``: no Python frame
     python benchmarks/gen_legacy.py OUT_DIR --records 1000000 --value-bytes 100 [--key-bytes 10] [--magic 0]
 
 writes ``OUT_DIR/<topic>-0/00000000000000000000.log`` (``--partitions N`` writes ``<topic>-0`` .. ``<topic>-N-1``)
-and, unless ``--no-broker-files``, the ``meta.properties`` and ``.kafka_cleanshutdown`` a stopped broker leaves,
-so ``kafka-log-migrate plan`` accepts the directory. The same arguments always give the same bytes.
+and, unless ``--no-broker-files``, the files a cleanly stopped broker keeps around them (meta.properties,
+.kafka_cleanshutdown, checkpoints, partition.metadata, leader-epoch-checkpoint), written by the project's one log-dir
+writer, ``migrate.legacy_logdir``, so ``kafka-log-migrate plan`` accepts the directory. The same arguments always give
+the same bytes.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+
+from migrate import legacy_logdir
 
 TEXT_WORDS = (
     b"kafka log segment offset record batch broker topic partition replica leader follower consumer producer "
@@ -163,7 +167,8 @@ def write_log_dir(
     broker_files: bool = True,
     **kwargs: int | str,
 ) -> list[Path]:
-    """``root/<topic>-<p>/00000000000000000000.log`` for each partition p; returns the segment paths."""
+    """``root/<topic>-<p>/00000000000000000000.log`` for each partition p; returns the segment paths. With
+    ``broker_files``, the files a cleanly stopped broker keeps around them (``migrate.legacy_logdir``)."""
     root.mkdir(parents=True, exist_ok=True)
     seed = int(kwargs.pop("seed", 1))
     segments = [
@@ -171,8 +176,8 @@ def write_log_dir(
         for p in range(partitions)
     ]
     if broker_files:
-        (root / "meta.properties").write_text("version=0\nbroker.id=1\n")
-        (root / ".kafka_cleanshutdown").write_text('{"version":0,"brokerEpoch":1}')
+        end = int(kwargs.get("first_offset", 0)) + records
+        legacy_logdir.write_broker_files(root, [legacy_logdir.PartitionFiles(topic, p, end) for p in range(partitions)])
     return segments
 
 
@@ -187,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--topic", default="bench")
     ap.add_argument("--partitions", type=int, default=1)
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--no-broker-files", action="store_true", help="no meta.properties / .kafka_cleanshutdown")
+    ap.add_argument("--no-broker-files", action="store_true", help="segments only: no meta.properties, checkpoints ...")
     args = ap.parse_args(argv)
     start = time.perf_counter()
     paths = write_log_dir(

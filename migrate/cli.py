@@ -14,11 +14,11 @@ import os
 import sys
 from types import ModuleType
 
-from migrate import __version__
-from migrate.commands import demo, dump, maintenance, migration, rehearse, scan
+from migrate import __version__, runlog
+from migrate.commands import demo, dump, maintenance, migration, rehearse, report, scan
 from migrate.errors import MigrateError
 
-COMMANDS: list[ModuleType] = [scan, migration, maintenance, rehearse, dump, demo]
+COMMANDS: list[ModuleType] = [scan, migration, maintenance, report, rehearse, dump, demo]
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
@@ -31,11 +31,15 @@ EPILOG = """exit codes:
   3  verify found differences between live data and what was swapped in
   4  scan found legacy (v0/v1) data left
 
+execute, verify, rollback and finalize keep a run log beside the plan (plan.json.logs/), named in the first
+and last lines of their output.
+
 typical run (brokers stopped):
   kafka-log-migrate scan --log-dirs /data/kafka
   kafka-log-migrate plan --log-dirs /data/kafka -o plan.json      # changes nothing; review plan.json
   kafka-log-migrate execute --plan plan.json                      # convert, verify, swap (originals kept)
   kafka-log-migrate verify --plan plan.json                       # re-check the live data
+  kafka-log-migrate report --plan plan.json                       # per-segment Parquet and an HTML report
   kafka-log-migrate rollback --plan plan.json                     # ...or put every original back
   kafka-log-migrate finalize --plan plan.json                     # delete the originals when satisfied
 
@@ -62,21 +66,57 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
-        return int(args.handler(args))
     except SystemExit as exc:  # argparse exits itself: 2 after a usage error, 0 after --help or --version
         return _exit_code(exc)
+    log = _run_log(args, sys.argv[1:] if argv is None else argv)
+    if log is None:
+        return _run(args)
+    with log:
+        return _run(args)
+
+
+def _run_log(args: argparse.Namespace, argv: list[str]) -> runlog.RunLog | None:
+    """The run log of a verb that keeps one (``run_log`` in its defaults), beside its plan."""
+    plan = getattr(args, "plan", None)
+    if not getattr(args, "run_log", False) or not plan or not os.path.isfile(plan):
+        return None  # no plan file: the verb refuses at once, with nothing to record
+    log = runlog.RunLog.beside(plan, args.command, argv)
+    try:
+        log.path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        print(f"kafka-log-migrate: warning: no run log ({exc}); messages go to the terminal only", file=sys.stderr)
+        return None
+    return log
+
+
+def _run(args: argparse.Namespace) -> int:
+    """The verb's handler; every refusal or error becomes a message (in the run log too) and an exit code."""
+    try:
+        return int(args.handler(args))
+    except SystemExit as exc:
+        return _exit_code(exc)
     except MigrateError as exc:
-        print(f"kafka-log-migrate: error: {exc}", file=sys.stderr)
+        runlog.note(f"kafka-log-migrate: error: {exc}")
         return EXIT_FAILURE
     except BrokenPipeError:
         _silence_stdout()
         return EXIT_FAILURE
     except OSError as exc:  # a file that cannot be opened or written: the message says which and why
-        print(f"kafka-log-migrate: error: {exc}", file=sys.stderr)
+        runlog.note(f"kafka-log-migrate: error: {exc}")
         return EXIT_FAILURE
     except KeyboardInterrupt:
-        print("kafka-log-migrate: interrupted; run the same command again to resume", file=sys.stderr)
+        runlog.note("kafka-log-migrate: interrupted; run the same command again to resume")
         return EXIT_INTERRUPTED
+    except Exception as exc:
+        log = runlog.current()
+        if log is None:
+            raise  # no run log to keep the traceback: Python prints it
+        log.exception("unexpected error", exc)
+        runlog.note(
+            f"kafka-log-migrate: error: unexpected {type(exc).__name__}: {exc}. This is a bug in kafka-log-migrate; "
+            f"its traceback is in {log.path}: please report it with that file"
+        )
+        return EXIT_FAILURE
 
 
 def _exit_code(exc: SystemExit) -> int:
@@ -85,7 +125,7 @@ def _exit_code(exc: SystemExit) -> int:
         return EXIT_OK
     if isinstance(exc.code, int):
         return exc.code
-    print(exc.code, file=sys.stderr)
+    runlog.note(str(exc.code))
     return EXIT_FAILURE
 
 

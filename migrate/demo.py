@@ -2,22 +2,22 @@
 
 The log dir looks like one a Kafka 0.10 broker left behind: magic 0 and 1 data, uncompressed and in gzip, snappy and
 lz4 wrappers, LogAppendTime and CreateTime topics, compaction gaps, a partition already in v2, and the files a
-broker keeps (meta.properties, checkpoints, .kafka_cleanshutdown, partition.metadata, leader-epoch-checkpoint).
+broker keeps (meta.properties, checkpoints, .kafka_cleanshutdown, partition.metadata, leader-epoch-checkpoint), written
+by the project's one log-dir writer, ``migrate.legacy_logdir``.
 """
 
 from __future__ import annotations
 
-import base64
-import os
 import random
-import uuid
 from pathlib import Path
 
 from migrate.format import batch as v2
 from migrate.format import legacy
 from migrate.format.records import Compression, Record, TimestampType
+from migrate.legacy_logdir import BrokerFiles, PartitionFiles, write_broker_files, write_segment
 
 DEMO_START_MS = 1_483_228_800_000  # 2017-01-01T00:00:00Z
+DEMO_CLUSTER_ID = "demo-cluster-kafka-log-migrate"
 TOPICS = [
     # name, magic, codec, records per wrapper (1 = uncompressed), timestamp type
     ("orders-v0", 0, Compression.NONE, 1, None),
@@ -60,28 +60,19 @@ def _segment_bytes(
 def write_demo_logdir(root: str | Path, records_per_partition: int = 3000, partitions: int = 2, seed: int = 42) -> Path:
     """Write the demo log dir under ``root`` and return its path."""
     log_dir = Path(root)
-    log_dir.mkdir(parents=True, exist_ok=True)
     rng = random.Random(seed)
-    checkpoint_lines = []
+    written: list[PartitionFiles] = []
     for name, magic, codec, per, tstype in TOPICS:
-        topic_id = base64.urlsafe_b64encode(uuid.UUID(int=rng.getrandbits(128)).bytes).decode().rstrip("=")
         for p in range(partitions):
             part = log_dir / f"{name}-{p}"
-            part.mkdir(exist_ok=True)
             records = _records(rng, 0, records_per_partition, magic, gaps="compacted" in name)
             segment_size = max(1, len(records) // 3)
             for s in range(0, len(records), segment_size):
                 chunk = records[s : s + segment_size]
-                seg = part / f"{chunk[0].offset:020d}.log"
-                seg.write_bytes(_segment_bytes(chunk, magic, codec, per, tstype))
                 mtime_ns = (DEMO_START_MS + chunk[-1].offset * 1000 + 500) * 1_000_000
-                os.utime(seg, ns=(mtime_ns, mtime_ns))
-            (part / "partition.metadata").write_text(f"version: 0\ntopic_id: {topic_id}\n")
-            (part / "leader-epoch-checkpoint").write_text("0\n1\n0 0\n" if magic == 2 else "0\n0\n")
-            checkpoint_lines.append(f"{name} {p} {records[-1].offset + 1}")
-    for checkpoint in ("recovery-point-offset-checkpoint", "replication-offset-checkpoint"):
-        (log_dir / checkpoint).write_text(f"0\n{len(checkpoint_lines)}\n" + "\n".join(checkpoint_lines) + "\n")
-    (log_dir / "log-start-offset-checkpoint").write_text("0\n0\n")
-    (log_dir / "meta.properties").write_text("version=0\nbroker.id=1\ncluster.id=demo-cluster-kafka-log-migrate\n")
-    (log_dir / ".kafka_cleanshutdown").write_text('{"version":0,"brokerEpoch":7}')
+                write_segment(part, chunk[0].offset, _segment_bytes(chunk, magic, codec, per, tstype), mtime_ns)
+            # a partition first written in v0/v1 has no leader epochs: the broker of that time kept none
+            epochs = ((0, 0),) if magic == 2 else ()
+            written.append(PartitionFiles(name, p, records[-1].offset + 1, leader_epochs=epochs))
+    write_broker_files(log_dir, written, BrokerFiles(broker_id=1, cluster_id=DEMO_CLUSTER_ID, broker_epoch=7))
     return log_dir

@@ -142,6 +142,7 @@ class StateStore:
 
     @classmethod
     def open_file(cls, path: Path) -> StateStore:
+        conn = None
         try:
             conn = sqlite3.connect(str(path), isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
             conn.execute("PRAGMA journal_mode=WAL")
@@ -149,6 +150,8 @@ class StateStore:
             conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
             conn.executescript(SCHEMA)
         except (sqlite3.Error, OSError) as exc:
+            if conn is not None:
+                conn.close()  # a full disk must not leave the file open (an unmount, a retry)
             raise _write_error(exc, path) from exc
         return cls(path, conn)
 
@@ -515,6 +518,28 @@ class StateStore:
         except sqlite3.Error as exc:
             raise _write_error(exc, self.path) from exc
         return self.path.read_bytes()
+
+    # --- reading for reports (read-only) ---------------------------------------------------------------------
+
+    def segment_records(self) -> list[tuple[Any, ...]]:
+        """Every planned segment as stored: (partition, base, state, result JSON, problem JSON, source_bytes,
+        output_bytes, records, convert_seconds, verify_seconds), by partition and base offset."""
+        return self.conn.execute(
+            "SELECT partition, base, state, result, problem, source_bytes, output_bytes, records, convert_seconds, "
+            "verify_seconds FROM segments ORDER BY partition, base"
+        ).fetchall()
+
+    def partition_records(self) -> list[tuple[str, str, str | None]]:
+        """(name, state, problem JSON) of every planned partition."""
+        return self.conn.execute("SELECT name, state, problem FROM partitions ORDER BY name").fetchall()
+
+    def event_records(self, kinds: Iterable[EventKind]) -> list[tuple[float, str, str | None, int | None]]:
+        """(time, kind, partition, base) of the events of ``kinds``, oldest first."""
+        names = [k.value for k in kinds]
+        return self.conn.execute(
+            f"SELECT time, kind, partition, base FROM events WHERE kind IN ({','.join('?' * len(names))}) ORDER BY id",
+            names,
+        ).fetchall()
 
 
 def remove_state_files(log_dir: str | Path, plan_id: str) -> None:

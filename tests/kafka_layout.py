@@ -1,26 +1,35 @@
 """Broker-shaped log dirs for tests: fixture partitions plus every file a real Kafka broker keeps beside them.
 
-``make_broker_logdir(tmp_path, partitions=[...])`` copies fixture partition dirs (with the fixture mtimes) into
-``tmp_path/kafka-logs`` and adds what a cleanly stopped broker leaves: ``meta.properties``,
-``.kafka_cleanshutdown`` (3.7+ JSON form), the four offset checkpoints of the log dir root, and per partition
-``partition.metadata`` (one topic id per topic) and ``leader-epoch-checkpoint``. A cleanly stopped broker has no
-``.lock`` (it deletes it on shutdown); ``stale_lock=True`` leaves an unheld one, as a killed broker does.
+``make_broker_logdir(tmp_path, partitions=[...])`` copies fixture partition dirs (Kafka-written bytes, with the fixture
+mtimes) into ``tmp_path/kafka-logs`` and adds what a cleanly stopped broker leaves, written by the project's one
+log-dir writer (``migrate.legacy_logdir``): ``meta.properties``, ``.kafka_cleanshutdown`` (3.7+ JSON form), the four
+offset checkpoints of the log dir root, and per partition ``partition.metadata`` (one topic id per topic) and
+``leader-epoch-checkpoint``. A cleanly stopped broker has no ``.lock`` (it deletes it on shutdown);
+``stale_lock=True`` leaves an unheld one, as a killed broker does.
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
 import shutil
 import subprocess
 import sys
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from conftest import EXPECTED, FIXTURES, LEGACY_LOGDIR, REAL_BROKER, apply_mtimes
+
+from migrate.legacy_logdir import BrokerFiles, PartitionFiles, checkpoint_text, topic_id, write_broker_files
+
+__all__ = [
+    "BROKER_EPOCH",
+    "CLUSTER_ID",
+    "checkpoint_text",
+    "lock_held_by_other_process",
+    "make_broker_logdir",
+    "topic_id",
+]
 
 # (segments dir, mtimes manifest, Kafka's summaries) of each fixture source
 SOURCES = {
@@ -29,18 +38,6 @@ SOURCES = {
 }
 CLUSTER_ID = "kLm1gRaTeTeStClUsTeR0A"
 BROKER_EPOCH = 7
-
-
-def topic_id(topic: str) -> str:
-    """A stable Kafka topic id for ``topic`` (base64url without padding, as ``Uuid.toString``; like
-    ``Uuid.randomUuid`` it never starts with '-', and it is never the zero/metadata id)."""
-    salt = 0
-    while True:
-        raw = hashlib.sha256(f"{topic}/{salt}".encode()).digest()[:16]
-        text = base64.urlsafe_b64encode(uuid.UUID(bytes=raw, version=4).bytes).decode().rstrip("=")
-        if not text.startswith("-"):
-            return text
-        salt += 1
 
 
 def _summaries(source: str) -> dict[str, dict]:
@@ -53,11 +50,6 @@ def log_end_offset(partition_dir: Path, summary: dict | None) -> int:
     if summary and summary.get("lastOffset") is not None:
         return int(summary["lastOffset"]) + 1
     return max((int(p.stem) for p in partition_dir.glob("*.log")), default=0)
-
-
-def checkpoint_text(entries: list[tuple[str, int, int]]) -> str:
-    """An OffsetCheckpointFile body: version 0, count, ``topic partition offset`` lines."""
-    return "".join(["0\n", f"{len(entries)}\n", *(f"{t} {p} {o}\n" for t, p, o in entries)])
 
 
 def make_broker_logdir(
@@ -78,37 +70,28 @@ def make_broker_logdir(
     summaries = _summaries(source)
     log_dir = tmp_path / name
     log_dir.mkdir(parents=True)
-    ends: list[tuple[str, int, int]] = []
-    cleaner: list[tuple[str, int, int]] = []
+    files: list[PartitionFiles] = []
     for part in partitions:
         dst = log_dir / part
         shutil.copytree(src / part, dst)
         for p in [dst, *dst.iterdir()]:
             p.chmod(0o755 if p.is_dir() else 0o644)
         topic, _, number = part.rpartition("-")
-        (dst / "partition.metadata").write_text(f"version: 0\ntopic_id: {topic_id(topic)}")
-        (dst / "leader-epoch-checkpoint").write_text("0\n1\n0 0\n")
-        end = log_end_offset(dst, summaries.get(part))
-        ends.append((topic, int(number), end))
-        if topic.startswith("compacted"):  # first dirty offset: the cleaner never cleans the active segment
-            cleaner.append((topic, int(number), max(int(p.stem) for p in dst.glob("*.log"))))
+        # first dirty offset of a compacted topic: the cleaner never cleans the active segment
+        dirty = max(int(p.stem) for p in dst.glob("*.log")) if topic.startswith("compacted") else None
+        files.append(
+            PartitionFiles(topic, int(number), log_end_offset(dst, summaries.get(part)), first_dirty_offset=dirty)
+        )
     apply_mtimes(log_dir, manifest)
-    # a cleanly stopped broker checkpoints recovery point = high watermark = log end offset for every partition;
-    # log start offsets only where they are above the first segment's base offset (none here)
-    (log_dir / "recovery-point-offset-checkpoint").write_text(checkpoint_text(ends))
-    (log_dir / "replication-offset-checkpoint").write_text(checkpoint_text(ends))
-    (log_dir / "log-start-offset-checkpoint").write_text(checkpoint_text([]))
-    (log_dir / "cleaner-offset-checkpoint").write_text(checkpoint_text(cleaner))
-    if kraft:
-        directory_id = topic_id(f"directory:{log_dir.name}")
-        meta = f"version=1\nnode.id={broker_id}\ncluster.id={CLUSTER_ID}\ndirectory.id={directory_id}\n"
-    else:
-        meta = f"version=0\nbroker.id={broker_id}\ncluster.id={CLUSTER_ID}\n"
-    (log_dir / "meta.properties").write_text("#\n#Thu Jan 01 00:00:00 UTC 2025\n" + meta)
-    if clean_shutdown:
-        (log_dir / ".kafka_cleanshutdown").write_text(f'{{"version":0,"brokerEpoch":{BROKER_EPOCH}}}')  # Kafka's JSON
-    if stale_lock:
-        (log_dir / ".lock").touch()
+    broker = BrokerFiles(
+        broker_id=broker_id,
+        cluster_id=CLUSTER_ID,
+        broker_epoch=BROKER_EPOCH,
+        clean_shutdown=clean_shutdown,
+        kraft=kraft,
+        stale_lock=stale_lock,
+    )
+    write_broker_files(log_dir, files, broker)
     return log_dir
 
 

@@ -38,7 +38,7 @@ def test_status_shows_every_partition_migrated_and_the_history_after_finalize(tm
     assert status["log_dirs"][0]["phase"] == "migrated"
     assert [(p["partition"], p["state"]) for p in status["log_dirs"][0]["partitions"]] == [("gzip-v0-0", "migrated")]
     assert main(["finalize", "--plan", str(plan)]) == 0
-    assert not list(log_dir.glob("*/.kafka-log-migrate")) and not list(log_dir.glob(".kafka-log-migrate*"))
+    assert not list(log_dir.glob("*/.kafka-log-migrate*")) and not list(log_dir.glob(".kafka-log-migrate*"))
     capsys.readouterr()
     assert main(["status", "--plan", str(plan)]) == 0
     assert f"{log_dir}: finalized: 1 migrated" in capsys.readouterr().out

@@ -1,35 +1,379 @@
-"""The migration is visible on the Dask dashboard server: /migration/status.json, /migration and /metrics."""
+"""The migration watched live on a LocalCluster: Dask's own dashboard (bokeh), /migration/status.json and /metrics,
+fetched while the run is paused half-way and after it, checked against the run's own per-segment results.
+
+One run serves every test of the module: four partitions, one segment per task, one of them corrupted after planning
+(a CRC refusal with a file and byte position, and the partition's other segments skipped). The worker runs in this
+process (``processes=False``), so the test can hold it between two segments and look at the pages meanwhile.
+"""
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import threading
+import time
 import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
 
+import pytest
 from kafka_layout import make_broker_logdir
+from prometheus_client.parser import text_string_to_metric_families
 
 from migrate import pipeline
 from migrate.engines.dask import DaskEngine
+from migrate.model import ExecuteReport, Outcome, Plan, SegmentOutcome
 from migrate.plan import PlanRequest, build_plan
+from migrate.stages import convert as convert_stage
+
+PARTITIONS = ["plain-v0-1", "gzip-v0-0", "lz4-v1-1", "plain-v1-0"]
+CORRUPT = ("plain-v1-0", 0)  # partition, base offset of the segment damaged after planning
+PAUSE_AFTER = 4  # segments converted before the worker is held
 
 
 def fetch(url: str) -> str:
     with urllib.request.urlopen(url, timeout=10) as r:
+        assert r.status == 200, url
         return r.read().decode()
 
 
-def test_stage_counts_on_the_dashboard_and_prometheus(tmp_path):
-    log_dir = make_broker_logdir(tmp_path, partitions=["plain-v0-1", "gzip-v0-0"])
+def status_json(base: str) -> dict:
+    return json.loads(fetch(f"{base}/migration/status.json"))
+
+
+def samples(base: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample of the scheduler's /metrics: (name, sorted labels) -> value."""
+    out = {}
+    for family in text_string_to_metric_families(fetch(f"{base}/metrics")):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def wait_for(predicate, what: str, seconds: float = 60.0):
+    """Events reach the scheduler asynchronously: poll until they have (a deadline, not a timing assertion)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+@dataclass
+class WatchedRun:
+    plan: Plan
+    log_dir: str
+    base: str
+    report: ExecuteReport
+    finished: list[SegmentOutcome]  # what convert_and_verify returned, in order: the run's own results
+    fed: list[SegmentOutcome]  # what the client's subscription delivered (the progress line's feed)
+    mid_status: dict
+    mid_metrics: dict
+    mid_dask_status: str
+    after_dask_status: str
+
+
+def corrupt_in_place(path: Path, at: int) -> None:
+    """Flip a byte inside a message, keeping size, inode and mtime: what the plan recorded still matches."""
+    st = path.stat()
+    with open(path, "r+b") as f:
+        f.seek(at)
+        byte = f.read(1)
+        f.seek(at)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> WatchedRun:
+    tmp = tmp_path_factory.mktemp("monitor")
+    log_dir = make_broker_logdir(tmp, partitions=PARTITIONS)
     plan = build_plan(PlanRequest(log_dirs=(str(log_dir),), task_bytes=1))
-    engine = DaskEngine(n_workers=1, processes=False, dashboard_address="127.0.0.1:0", progress=False)
-    try:
-        assert pipeline.execute(plan, engine).ok
-        base = engine.dashboard_link.rsplit("/", 1)[0]
-        status = json.loads(fetch(f"{base}/migration/status.json"))
-        assert status["plan"]["plan_id"] == plan.plan_id
-        assert status["stages"]["convert"] == {"done": len(plan.tasks), "erred": 0}
-        assert status["stages"]["prepare"]["done"] == 1 and status["stages"]["swap"]["done"] == 1
-        assert "kafka-log-migrate" in fetch(f"{base}/migration")
-        metrics = fetch(f"{base}/metrics")
-        assert 'kafka_log_migrate_tasks_total{stage="convert",state="done"}' in metrics
-    finally:
-        engine.close()
+    corrupt_in_place(log_dir / CORRUPT[0] / f"{CORRUPT[1]:020d}.log", 60)
+    fed: list[SegmentOutcome] = []
+    engine = DaskEngine(
+        n_workers=1, processes=False, dashboard_address="127.0.0.1:0", progress=False, on_segment=fed.append
+    )
+    base = engine.dashboard_link.rsplit("/", 1)[0]
+    finished: list[SegmentOutcome] = []
+    held, release = threading.Event(), threading.Event()
+    real = convert_stage.convert_and_verify
+
+    def convert_and_verify(*args):
+        if len(finished) == PAUSE_AFTER:
+            held.set()
+            release.wait(120)
+        outcome = real(*args)
+        finished.append(outcome)
+        return outcome
+
+    outcome: dict[str, ExecuteReport] = {}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(convert_stage, "convert_and_verify", convert_and_verify)
+        worker = threading.Thread(target=lambda: outcome.setdefault("report", pipeline.execute(plan, engine)))
+        worker.start()
+        try:
+            assert held.wait(120), "the run never reached the pause"
+            done = finished[:PAUSE_AFTER]
+            mid_status = wait_for(
+                lambda: (s := status_json(base))["totals"]["converted"]["segments"] == len(done) and s,
+                "the first segments' events",
+            )
+            mid_metrics = samples(base)
+            mid_dask_status = fetch(f"{base}/status")
+        finally:
+            release.set()
+            worker.join(300)
+    after_dask_status = fetch(f"{base}/status")
+    yield WatchedRun(
+        plan,
+        str(log_dir),
+        base,
+        outcome["report"],
+        finished,
+        fed,
+        mid_status,
+        mid_metrics,
+        mid_dask_status,
+        after_dask_status,
+    )
+    engine.close()
+
+
+def figures(outcomes: list[SegmentOutcome]) -> dict[str, int]:
+    ok = [o for o in outcomes if o.outcome in (Outcome.VERIFIED, Outcome.UNCHANGED)]
+    return {
+        "verified": len(ok),
+        "verified_bytes": sum(o.source_bytes for o in ok),
+        "failed": sum(1 for o in outcomes if o.outcome in (Outcome.REFUSED, Outcome.FAILED)),
+        "output_bytes": sum(o.output_bytes for o in ok),
+        "records": sum(o.records for o in ok),
+    }
+
+
+def test_the_printed_address_serves_dasks_own_bokeh_status_page_with_a_link_to_ours(run):
+    for page in (run.mid_dask_status, run.after_dask_status):
+        assert "Dask needs bokeh" not in page
+        assert "Bokeh" in page and "static/js/bokeh" in page  # Dask's bokeh application, not a placeholder
+        assert '<a href="migration">Migration</a>' in page  # our page in Dask's navigation bar
+    assert "migration/status.json" in fetch(f"{run.base}/migration")
+
+
+def test_status_json_half_way_counts_the_segments_done_so_far(run):
+    s = run.mid_status
+    done = figures(run.finished[:PAUSE_AFTER])
+    planned_bytes = sum(seg.size for p in run.plan.log_dirs[0].partitions for seg in p.segments)
+    assert s["plan"]["plan_id"] == run.plan.plan_id
+    assert s["totals"]["planned"] == {"segments": run.plan.estimates.segments, "bytes": planned_bytes}
+    assert s["totals"]["verified"] == {"segments": done["verified"], "bytes": done["verified_bytes"]}
+    assert s["totals"]["output_bytes"] == done["output_bytes"] and s["totals"]["records"] == done["records"]
+    assert s["totals"]["swapped"]["segments"] == 0  # nothing is live before every segment is converted
+    assert 0 < s["totals"]["pending"]["bytes"] < planned_bytes
+    assert s["rate"]["mb_per_s"] > 0 and s["rate"]["eta_seconds"] > 0 and s["rate"]["series"]
+    assert s["stage"] == "convert"
+    by_partition = {p["partition"]: p for p in s["partitions"]}
+    for o in run.finished[:PAUSE_AFTER]:
+        assert by_partition[o.partition]["state"] in ("converting", "ready", "failed")
+
+
+def test_metrics_half_way_equal_the_segments_done_so_far(run):
+    done = figures(run.finished[:PAUSE_AFTER])
+    labels = (("log_dir", run.log_dir), ("outcome", "verified"), ("stage", "convert"))
+    m = run.mid_metrics
+    assert m[("kafka_log_migrate_segments_total", labels)] == done["verified"]
+    assert m[("kafka_log_migrate_source_bytes_total", labels)] == done["verified_bytes"]
+    assert m[("kafka_log_migrate_output_bytes_total", labels)] == done["output_bytes"]
+    assert m[("kafka_log_migrate_eta_seconds", ())] > 0
+    assert m[("kafka_log_migrate_planned_segments", (("log_dir", run.log_dir),))] == run.plan.estimates.segments
+
+
+def test_status_json_after_the_run_equals_its_results(run):
+    report, s = run.report, status_json(run.base)
+    assert not report.ok  # the corrupted partition is not migrated; the three others are
+    totals = report.totals
+    assert s["totals"]["verified"] == {"segments": totals.verified + totals.unchanged, "bytes": totals.bytes_in}
+    assert s["totals"]["output_bytes"] == totals.bytes_out and s["totals"]["records"] == totals.records
+    assert s["totals"]["failed"]["segments"] == totals.refused + totals.failed == 1
+    assert s["totals"]["skipped"]["segments"] == totals.skipped == 2  # the refused partition's other segments
+    assert s["totals"]["pending"] == {"segments": 0, "bytes": 0}
+    states = {p["partition"]: p["state"] for p in s["partitions"]}
+    assert states == {"plain-v0-1": "migrated", "gzip-v0-0": "migrated", "lz4-v1-1": "migrated", "plain-v1-0": "failed"}
+    migrated = [p for p in run.plan.log_dirs[0].partitions if p.name != CORRUPT[0]]
+    assert s["totals"]["swapped"] == {
+        "segments": sum(len(p.segments) for p in migrated),
+        "bytes": sum(p.bytes for p in migrated),
+    }
+    for p in s["partitions"]:  # per partition: exactly the run's outcomes of that partition
+        mine = figures([o for o in run.finished if o.partition == p["partition"]])
+        assert (p["verified"]["segments"], p["verified"]["bytes"], p["records"]) == (
+            mine["verified"],
+            mine["verified_bytes"],
+            mine["records"],
+        )
+    (problem,) = report.problems
+    (failure,) = s["failures"]
+    assert failure["file"] == problem.problem.path == str(Path(run.log_dir) / CORRUPT[0] / f"{CORRUPT[1]:020d}.log")
+    assert failure["position"] == problem.problem.position is not None
+    assert failure["kind"] == problem.problem.kind and failure["partition"] == CORRUPT[0]
+    assert s["log_dirs"][0]["partitions"] == {"failed": 1, "migrated": 3}
+
+
+def test_metrics_after_the_run_equal_its_results(run):
+    totals, m = run.report.totals, samples(run.base)
+    convert = (("log_dir", run.log_dir), ("outcome", "verified"), ("stage", "convert"))
+    refused = (("log_dir", run.log_dir), ("outcome", "refused"), ("stage", "convert"))
+    skipped = (("log_dir", run.log_dir), ("outcome", "skipped"), ("stage", "convert"))
+    swapped = (("log_dir", run.log_dir), ("outcome", "swapped"), ("stage", "swap"))
+    assert m[("kafka_log_migrate_segments_total", convert)] == totals.verified
+    assert m[("kafka_log_migrate_source_bytes_total", convert)] == totals.bytes_in
+    assert m[("kafka_log_migrate_output_bytes_total", convert)] == totals.bytes_out
+    assert m[("kafka_log_migrate_records_total", convert)] == totals.records
+    assert m[("kafka_log_migrate_segments_total", refused)] == totals.refused == 1
+    assert m[("kafka_log_migrate_segments_total", skipped)] == totals.skipped
+    assert m[("kafka_log_migrate_segments_total", swapped)] == totals.verified
+    assert m[("kafka_log_migrate_partitions", (("log_dir", run.log_dir), ("state", "migrated")))] == 3
+    assert m[("kafka_log_migrate_partitions", (("log_dir", run.log_dir), ("state", "failed")))] == 1
+    assert m[("kafka_log_migrate_eta_seconds", ())] == 0
+    assert m[("kafka_log_migrate_tasks_total", (("stage", "convert"), ("state", "done")))] == len(run.plan.tasks)
+    assert ("kafka_log_migrate_plan_info", (("plan_id", run.plan.plan_id), ("version", "0.1.0"))) in m
+    assert not [name for name, _ in m if name.startswith("kafka_log_migrate") and name.endswith("_created")]
+
+
+def test_the_client_subscription_delivered_every_segment_as_it_finished(run):
+    key = lambda o: (o.partition, o.base_offset, o.outcome, o.source_bytes, o.output_bytes)  # noqa: E731
+    assert sorted(map(key, run.fed)) == sorted(map(key, run.finished))
+
+
+def find_chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def test_the_migration_page_renders_the_runs_figures_in_chromium(run, tmp_path):
+    chromium = find_chromium()
+    if chromium is None:
+        pytest.skip("chromium is not installed (.ci/run installs Debian's chromium package)")
+    proc = subprocess.run(
+        [
+            chromium,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={tmp_path / 'profile'}",
+            "--virtual-time-budget=5000",  # the page's own fetch of status.json completes before the DOM is dumped
+            "--dump-dom",
+            f"{run.base}/migration",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    dom = proc.stdout
+    assert f'data-plan="{run.plan.plan_id}"' in dom, proc.stderr[-2000:]
+    assert f"plan {run.plan.plan_id}: 4 partitions, {run.plan.estimates.segments} segments" in dom
+    assert "1 failed" in dom and str(Path(run.log_dir) / CORRUPT[0] / f"{CORRUPT[1]:020d}.log") in dom
+    assert "<polyline" in dom  # the MB/s chart was drawn
+
+
+# --- the plugin's arithmetic, without a cluster ----------------------------------------------------------------
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 5000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def event_of(plan: Plan, partition: str, index: int, outcome: Outcome = Outcome.VERIFIED) -> dict:
+    from migrate.monitor import segment_event
+
+    d = plan.log_dirs[0]
+    seg = d.partition_by_name[partition].segments[index]
+    done = outcome in (Outcome.VERIFIED, Outcome.UNCHANGED)
+    o = SegmentOutcome(
+        d.log_dir,
+        partition,
+        seg.base_offset,
+        outcome,
+        source_bytes=seg.size if done else 0,
+        output_bytes=seg.size * 2 if done else 0,
+        records=10 if done else 0,
+    )
+    return segment_event(o, plan)
+
+
+@pytest.fixture
+def small_plan(tmp_path) -> Plan:
+    log_dir = make_broker_logdir(tmp_path, partitions=["plain-v0-1", "gzip-v0-0"])
+    return build_plan(PlanRequest(log_dirs=(str(log_dir),), task_bytes=1))
+
+
+def test_rate_and_eta_follow_the_last_half_minute_of_work(small_plan):
+    from migrate.monitor import RunProgress, plan_event
+
+    clock = Clock()
+    run = RunProgress(small_plan.plan_id, clock)
+    run.plan(plan_event(small_plan))
+    sizes = {(p.name, i): s.size for p in small_plan.log_dirs[0].partitions for i, s in enumerate(p.segments)}
+    run.segment(event_of(small_plan, "gzip-v0-0", 0))
+    clock.now += 40  # the first segment leaves the window
+    run.segment(event_of(small_plan, "gzip-v0-0", 1))
+    clock.now += 10
+    rate = sizes[("gzip-v0-0", 1)] / 30  # one segment in the last 30 s
+    assert run.rate() == pytest.approx(rate, rel=0.05)
+    pending = small_plan.estimates.bytes - sizes[("gzip-v0-0", 0)] - sizes[("gzip-v0-0", 1)]
+    assert run.eta_seconds() == pytest.approx(pending / rate, rel=0.05)
+    series = run.series()
+    assert series[0][0] == 0 and series[-1][0] == pytest.approx(40, abs=1)
+    assert sum(mbps for _, mbps in series) * 1e6 == pytest.approx(sizes[("gzip-v0-0", 0)] + sizes[("gzip-v0-0", 1)])
+
+
+def test_a_resumed_run_counts_earlier_work_as_skipped_and_takes_the_stores_word_for_states(small_plan):
+    from migrate.monitor import RunProgress, plan_event
+
+    run = RunProgress(small_plan.plan_id, Clock())
+    run.plan(plan_event(small_plan))
+    log_dir = small_plan.log_dirs[0].log_dir
+    gzip = small_plan.log_dirs[0].partition_by_name["gzip-v0-0"]
+    run.stage(
+        {
+            "kind": "skipped",
+            "log_dir": log_dir,
+            "segments": [["gzip-v0-0", s.base_offset, s.size] for s in gzip.segments],
+        }
+    )
+    refused = event_of(small_plan, "plain-v0-1", 0, Outcome.REFUSED)
+    refused["outcome"]["problem"] = {
+        "kind": "corrupt",
+        "message": "CRC\ntrace",
+        "path": "/x.log",
+        "position": 77,
+        "offset": 3,
+    }
+    run.segment(refused)
+    assert run.status()["totals"]["skipped"] == {"segments": 2, "bytes": gzip.bytes}
+    assert {p["partition"]: p["state"] for p in run.status()["partitions"]} == {
+        "gzip-v0-0": "ready",
+        "plain-v0-1": "failed",
+    }
+    run.stage(
+        {"kind": "status", "log_dir": log_dir, "partitions": [["gzip-v0-0", "migrated"], ["plain-v0-1", "failed"]]}
+    )
+    s = run.status()
+    assert {p["partition"]: p["state"] for p in s["partitions"]} == {"gzip-v0-0": "migrated", "plain-v0-1": "failed"}
+    assert s["totals"]["swapped"] == {"segments": 2, "bytes": gzip.bytes}  # migrated by the earlier run
+    assert [(f["file"], f["position"], f["message"]) for f in s["failures"]] == [("/x.log", 77, "CRC")]
+    assert s["partitions"][0]["partition"] == "plain-v0-1"  # failed partitions first
+    assert run.figures[(log_dir, "convert", "skipped")].segments == 2
+    assert (log_dir, "swap", "swapped") not in run.figures  # this run swapped nothing

@@ -15,12 +15,20 @@ from migrate.scan import scan_log_dirs
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("demo", help="generate a legacy log dir and migrate it (scan, plan, execute, verify)")
+    p = sub.add_parser(
+        "demo",
+        help="generate a legacy log dir and migrate it (scan, plan, execute, verify)",
+        description="Write a broker log dir of legacy (v0/v1) segments in every codec, as a 0.10 broker leaves "
+        "it, then scan it, plan, execute (on a Dask LocalCluster by default), verify and scan again; --rollback then "
+        "puts every original back. Touches nothing but --dir.",
+    )
     p.add_argument(
         "--dir", default="demo-kafka-logs", help="where to write the demo log dir (default ./demo-kafka-logs)"
     )
     p.add_argument("--records", type=int, default=3000, help="records per partition (default 3000)")
-    p.add_argument("--engine", choices=["dask", "serial"], default="dask")
+    p.add_argument(
+        "--engine", choices=["dask", "serial"], default="dask", help="a Dask LocalCluster (default) or this process"
+    )
     p.add_argument("--rollback", action="store_true", help="roll back at the end, proving the originals come back")
     p.set_defaults(handler=run)
 

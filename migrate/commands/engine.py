@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
-from migrate.commands.output import note
 from migrate.engines import Engine, SerialEngine
+from migrate.model import SegmentOutcome
+from migrate.runlog import note
 
 
 def add_engine_options(p: argparse.ArgumentParser, full: bool) -> None:
@@ -26,7 +28,13 @@ def add_engine_options(p: argparse.ArgumentParser, full: bool) -> None:
             help="LocalCluster dashboard address (default 127.0.0.1:8787: loopback only; give :8787 to expose it)",
         )
         g.add_argument("--master", default="local[*]", help="Spark master URL for --engine spark (default local[*])")
-    g.add_argument("--scheduler", help="address of a running Dask scheduler (default: a LocalCluster, or this process)")
+    g.add_argument(
+        "--scheduler",
+        help="address of a running Dask scheduler (default: a LocalCluster)"
+        if full
+        else "address of a running Dask scheduler whose workers reach the plan's log dirs on other hosts (default: "
+        "this process reads them)",
+    )
     if not full:
         p.set_defaults(engine="serial")
 
@@ -40,16 +48,20 @@ def accelerator_state() -> str:
     return "active" if status.active else status.reason
 
 
-def make_engine(args: argparse.Namespace) -> tuple[Engine, str]:
-    """The engine, and the C accelerator's state ("active", or why the slower fallback runs)."""
+def make_engine(
+    args: argparse.Namespace, on_segment: Callable[[SegmentOutcome], None] | None = None
+) -> tuple[Engine, str]:
+    """The engine, and the C accelerator's state ("active", or why the slower fallback runs). ``on_segment`` is
+    called as each segment finishes, where the engine can tell (serial: in this process; Dask: from the workers'
+    events); the caller's progress line replaces the engines' own per-task counters."""
     accelerator = accelerator_state()
     engine_name = "dask" if getattr(args, "scheduler", None) and args.engine == "serial" else args.engine
     if engine_name == "serial":
-        return SerialEngine(), accelerator
+        return SerialEngine(on_segment=on_segment), accelerator
     if engine_name == "spark":
         from migrate.engines.spark import SparkEngine
 
-        engine = SparkEngine(master=args.master)
+        engine = SparkEngine(master=args.master, progress=False if on_segment is not None else None)
         note(f"Spark UI: {engine.ui_url}")
         return engine, accelerator
     from migrate.engines.dask import DaskEngine
@@ -58,6 +70,8 @@ def make_engine(args: argparse.Namespace) -> tuple[Engine, str]:
         scheduler=args.scheduler,
         n_workers=getattr(args, "workers", None),
         dashboard_address=getattr(args, "dashboard_address", "127.0.0.1:0"),
+        progress=False if on_segment is not None else None,
+        on_segment=on_segment,
     )
-    note(f"Dask dashboard: {engine.dashboard_link}")
+    note(f"Dask dashboard: {engine.dashboard_link} (the migration's own page: {engine.migration_link})")
     return engine, accelerator

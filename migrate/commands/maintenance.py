@@ -6,9 +6,9 @@ import argparse
 
 from migrate import pipeline
 from migrate.commands.engine import add_engine_options, make_engine
-from migrate.commands.output import emit
 from migrate.model import LogDirStatus, to_json
 from migrate.plan import load_plan
+from migrate.runlog import WatchedEngine, result
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -30,7 +30,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="put every original file back (bytes and mtimes)",
         description="Check every live file of every planned partition first; then restore the original segment "
         "files from the backups and remove everything the migration added. Refuses, before renaming anything, if a "
-        "live file changed after the swap (a broker ran) unless --force. Running it again after a crash finishes it.",
+        "live file changed after the swap (a broker ran) unless --force. Running it again after a crash finishes it. "
+        "Keeps a run log beside the plan (<plan>.logs/).",
     )
     p.add_argument("--plan", required=True, help="the plan file written by `plan`")
     p.add_argument(
@@ -38,14 +39,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     add_engine_options(p, full=False)
-    p.set_defaults(handler=run_rollback)
+    p.set_defaults(handler=run_rollback, run_log=True)
 
     p = sub.add_parser(
         "finalize",
         help="delete the originals (no rollback after this)",
         description="Delete the backups of the originals and any staging, once the migrated data has been checked "
         "(verify) and the broker runs well on it. Refused while a planned partition is not migrated, unless "
-        "--partial.",
+        "--partial. Keeps a run log beside the plan (<plan>.logs/).",
     )
     p.add_argument("--plan", required=True, help="the plan file written by `plan`")
     p.add_argument(
@@ -55,7 +56,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     add_engine_options(p, full=False)
-    p.set_defaults(handler=run_finalize)
+    p.set_defaults(handler=run_finalize, run_log=True)
 
 
 def status_lines(d: LogDirStatus, every: bool) -> list[str]:
@@ -80,7 +81,7 @@ def run_status(args: argparse.Namespace) -> int:
     lines = [line for d in report.log_dirs for line in status_lines(d, args.all)]
     lines += [f"{d}: not started (run `execute --plan {args.plan}`)" for d in report.not_started]
     lines += [f"error: {e.log_dir}: {e.message}" for e in report.errors]
-    emit(to_json(report), args.json, "\n".join(lines))
+    result(to_json(report), args.json, "\n".join(lines))
     return 1 if report.errors else 0
 
 
@@ -88,7 +89,7 @@ def run_rollback(args: argparse.Namespace) -> int:
     plan = load_plan(args.plan)
     engine, _ = make_engine(args)
     try:
-        report = pipeline.rollback(plan, engine, args.plan, args.force)
+        report = pipeline.rollback(plan, WatchedEngine(engine), args.plan, args.force)
     finally:
         engine.close()
     lines = [f"{r.log_dir}: {r.phase.value}, {len(r.restored)} partitions restored" for r in report.rollbacks]
@@ -101,7 +102,9 @@ def run_rollback(args: argparse.Namespace) -> int:
         lines.append("Stop the broker; `rollback --force` puts the originals back and loses what it wrote since.")
     lines += [f"error: {e.log_dir}: {e.message}" for e in report.errors]
     lines += [f"state archived: {a}" for a in report.archived]
-    emit(to_json(report), args.json, "\n".join(lines))
+    if report.archived:
+        lines.append(f"the run's report stays available: kafka-log-migrate report --plan {args.plan}")
+    result(to_json(report), args.json, "\n".join(lines))
     return 0 if report.ok else 1
 
 
@@ -109,7 +112,7 @@ def run_finalize(args: argparse.Namespace) -> int:
     plan = load_plan(args.plan)
     engine, _ = make_engine(args)
     try:
-        report = pipeline.finalize(plan, engine, args.plan, args.partial)
+        report = pipeline.finalize(plan, WatchedEngine(engine), args.plan, args.partial)
     finally:
         engine.close()
     lines = []
@@ -119,5 +122,7 @@ def run_finalize(args: argparse.Namespace) -> int:
             lines.append(f"  {len(r.left_legacy)} partitions left as they were, e.g. {r.left_legacy[0]}")
     lines += [f"error: {e.log_dir}: {e.message}" for e in report.errors]
     lines += [f"state archived: {a}" for a in report.archived]
-    emit(to_json(report), args.json, "\n".join(lines))
+    if report.archived:
+        lines.append(f"the run's report stays available: kafka-log-migrate report --plan {args.plan}")
+    result(to_json(report), args.json, "\n".join(lines))
     return 0 if report.ok else 1

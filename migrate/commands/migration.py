@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
-from migrate import pipeline
+from migrate import pipeline, report
 from migrate.commands.engine import add_engine_options, make_engine
-from migrate.commands.output import emit, human_bytes, note
+from migrate.commands.output import human_bytes
+from migrate.compaction import CompactionRule, parse_bytes, parse_duration_ms
 from migrate.errors import MigrateError
 from migrate.model import DEFAULT_MAX_MESSAGE_BYTES, Codec, ConvertOptions, ExecuteReport, TimestampPolicy, to_json
 from migrate.plan import PlanRequest, build_plan, load_plan, write_plan
+from migrate.runlog import Progress, WatchedEngine, note, output, result
 
 EXIT_VERIFY_FAILED = 3
 
@@ -68,6 +71,30 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="drop a torn last entry from a partition's last segment (listed in the plan; the original is kept "
         "until finalize). Damage anywhere else is always refused.",
     )
+    p.add_argument(
+        "--compact",
+        action="append",
+        default=[],
+        metavar="TOPIC_REGEX=offset|timestamp|header:NAME",
+        help="compact the partitions of topics whose whole name matches during their migration, keeping per key the "
+        "record with the highest offset, timestamp (ties: offset) or big-endian 8-byte value of header NAME (ties: "
+        "offset; a record with the header beats one without) (KIP-280); the record at the log end always stays. "
+        "Every partition of such a topic is planned, v2-only ones too, and read in full by `plan`, which shows the "
+        "records and bytes kept. Repeatable: the first matching rule applies.",
+    )
+    p.add_argument(
+        "--drop-tombstones-older-than",
+        metavar="DURATION",
+        help="with --compact: drop deletes (null value, or the KIP-87 flag) whose timestamp (a v0 record's: its "
+        "segment's mtime) is older than DURATION (7d, 36h, 90m) before the partition's newest; default: keep them "
+        "all, as the cleaner does until delete.retention.ms",
+    )
+    p.add_argument(
+        "--compact-memory-limit",
+        metavar="BYTES",
+        help="with --compact: refuse a partition whose pass one needs more than this (512M, 2G): 24 bytes per "
+        "distinct key for offset, 32 for timestamp, 33 for header, up to 9 more with --drop-tombstones-older-than",
+    )
     p.add_argument("--allow-unclean", action="store_true", help="plan even without a clean-shutdown marker")
     p.add_argument("--host-map", default="", help="log dir to Dask worker host: /data/a=10.0.0.5,/data/b=10.0.0.6")
     p.add_argument("--task-bytes", type=int, default=64 << 20, help="segment bytes per engine task (default 64 MiB)")
@@ -82,24 +109,27 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Convert every planned segment into staging and verify it from disk, then swap each ready "
         "partition in under a fence (originals kept as hard links). A refused segment fails its own partition only. "
         "Exits 0 only when every planned partition is migrated; running it again continues with what remains, "
-        "after a crash too.",
+        "after a crash too. Progress (bytes done of the total, MB/s, ETA, failures) is a line rewritten on a "
+        "terminal and a line every few seconds otherwise; every message goes to a run log beside the plan "
+        "(<plan>.logs/), and the run ends with its summary and the next steps.",
     )
     p.add_argument("--plan", required=True, help="the plan file written by `plan`")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     add_engine_options(p, full=True)
-    p.set_defaults(handler=run_execute)
+    p.set_defaults(handler=run_execute, run_log=True)
 
     p = sub.add_parser(
         "verify",
         help="re-check the live segments against what execute swapped in",
         description="Re-read every migrated segment's live files: each must still be the file that was swapped in, "
         "hold the source's records (content digest), pass every CRC and have the indexes Kafka's recovery would "
-        "build. Exits 3 on differences, 1 while planned partitions are not migrated.",
+        "build. Exits 3 on differences, 1 while planned partitions are not migrated. Changes nothing; keeps a run "
+        "log beside the plan.",
     )
     p.add_argument("--plan", required=True, help="the plan file written by `plan`")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     add_engine_options(p, full=True)
-    p.set_defaults(handler=run_verify)
+    p.set_defaults(handler=run_verify, run_log=True)
 
 
 def run_plan(args: argparse.Namespace) -> int:
@@ -118,6 +148,11 @@ def run_plan(args: argparse.Namespace) -> int:
             max_message_bytes=args.max_message_bytes,
             truncate_tail=args.truncate_tail,
         )
+        compact = tuple(CompactionRule.parse(text) for text in args.compact)
+        drop_after = (
+            parse_duration_ms(args.drop_tombstones_older_than) if args.drop_tombstones_older_than is not None else None
+        )
+        memory_limit = parse_bytes(args.compact_memory_limit) if args.compact_memory_limit is not None else None
     except ValueError as exc:
         raise SystemExit(_usage(str(exc))) from None
     request = PlanRequest(
@@ -131,6 +166,9 @@ def run_plan(args: argparse.Namespace) -> int:
         task_bytes=args.task_bytes,
         task_segments=args.task_segments,
         free_bytes_cap=args.assume_free_bytes,
+        compact=compact,
+        drop_tombstones_older_than_ms=drop_after,
+        compact_memory_limit=memory_limit,
     )
     plan = build_plan(request)
     write_plan(plan, args.output)
@@ -150,7 +188,7 @@ def run_plan(args: argparse.Namespace) -> int:
         f"Review it, then: kafka-log-migrate execute --plan {args.output}",
     ]
     summary = {"plan_id": plan.plan_id, "path": args.output, **to_json(est), "warnings": list(plan.warnings)}
-    emit(summary, args.json, "\n".join(text))
+    result(summary, args.json, "\n".join(text))
     return 0
 
 
@@ -161,28 +199,36 @@ def _usage(message: str) -> int:
 
 def run_execute(args: argparse.Namespace) -> int:
     plan = load_plan(args.plan)
-    engine, accelerator = make_engine(args)
+    progress = Progress(plan, output(), tty=sys.stderr.isatty())
+    engine, accelerator = make_engine(args, on_segment=progress.segment)
+    watched = WatchedEngine(engine, progress)
     try:
-        report = pipeline.execute(plan, engine, accelerator=accelerator)
+        with progress:
+            outcome = pipeline.execute(plan, watched, accelerator=accelerator)
+        rows, _ = report.collect(plan, watched, args.plan)
     finally:
         engine.close()
-    emit(to_json(report), args.json, execute_text(report, args.plan))
-    return 0 if report.ok else 1
+    summary = report.summarize(report.build_table(plan, rows, args.plan)) if rows else None
+    body = to_json(outcome)
+    if summary is not None:
+        body["summary"] = report.summary_json(summary)
+    result(body, args.json, execute_text(outcome, args.plan, summary))
+    return 0 if outcome.ok else 1
 
 
-def execute_text(report: ExecuteReport, plan_path: str) -> str:
-    t = report.totals
+def execute_text(report_: ExecuteReport, plan_path: str, summary: report.Summary | None = None) -> str:
+    t = report_.totals
     growth = f" ({(t.bytes_out - t.bytes_in) / t.bytes_in:+.0%})" if t.bytes_in else ""
     lines = [
-        f"plan {report.plan_id}: {t.verified} segments converted and verified, {t.skipped} already done or skipped, "
+        f"plan {report_.plan_id}: {t.verified} segments converted and verified, {t.skipped} already done or skipped, "
         f"{t.refused} refused, {t.failed} failed; {t.records} records, {human_bytes(t.bytes_in)} -> "
         f"{human_bytes(t.bytes_out)}{growth}"
     ]
-    if report.accelerator and report.accelerator != "active":
+    if report_.accelerator and report_.accelerator != "active":
         lines.append(
-            f"warning: the C accelerator is not running ({report.accelerator}); conversion is several times slower"
+            f"warning: the C accelerator is not running ({report_.accelerator}); conversion is several times slower"
         )
-    for d in report.log_dirs:
+    for d in report_.log_dirs:
         migrated = sum(1 for p in d.partitions if p.state.value == "migrated")
         lines.append(
             f"{d.log_dir}: {migrated} of {len(d.partitions)} partitions migrated; "
@@ -193,26 +239,33 @@ def execute_text(report: ExecuteReport, plan_path: str) -> str:
             lines.append(f"  {p.state.value.upper():<12} {p.partition}{why}")
         if len(d.unmigrated) > 50:
             lines.append(f"  ... and {len(d.unmigrated) - 50} more (`status --plan {plan_path}` lists them all)")
-    for e in report.errors:
+    for e in report_.errors:
         lines.append(f"error in {e.stage} of {e.log_dir}: {e.message}")
-    mixed = [p.partition for d in report.log_dirs for p in d.partitions if p.state.mixed]
-    if report.ok:
-        lines.append(
-            f"Every planned partition is migrated; the originals are kept. Check with `kafka-log-migrate verify --plan "
-            f"{plan_path}`, start the broker, and once satisfied `kafka-log-migrate finalize --plan {plan_path}` "
-            f"(or `rollback --plan {plan_path}` to put the originals back)."
-        )
+    if summary is not None:
+        lines += report.summary_lines(summary)
+    mixed = [p.partition for d in report_.log_dirs for p in d.partitions if p.state.mixed]
+    report_cmd = f"`kafka-log-migrate report --plan {plan_path}` writes the Parquet table and HTML report of the run"
+    if report_.ok:
+        lines += [
+            "Every planned partition is migrated; the originals are kept. Next:",
+            f"  1. check the live data: kafka-log-migrate verify --plan {plan_path}",
+            "  2. start the broker and watch it (clients, replication, retention)",
+            f"  3. once satisfied, delete the originals: kafka-log-migrate finalize --plan {plan_path}",
+            f"     (or put them back: kafka-log-migrate rollback --plan {plan_path})",
+            f"  {report_cmd}.",
+        ]
     elif mixed:
         lines.append(
             f"{len(mixed)} partition(s) are mid-swap, so the fence stays up and no broker can start. Fix the cause "
             f"above, then run `execute --plan {plan_path}` again to finish, or `rollback --plan {plan_path}`."
         )
     else:
-        left = len(report.unmigrated)
+        left = len(report_.unmigrated)
         lines.append(
-            f"Not migrated: {left} planned partition(s){' and log dirs with errors' if report.errors else ''}. Every "
+            f"Not migrated: {left} planned partition(s){' and log dirs with errors' if report_.errors else ''}. Every "
             "partition is wholly old or wholly new. Fix the causes above and run "
-            f"`execute --plan {plan_path}` again (it continues with what remains), or `rollback --plan {plan_path}`."
+            f"`execute --plan {plan_path}` again (it continues with what remains), or `rollback --plan {plan_path}`. "
+            f"{report_cmd}."
         )
     return "\n".join(lines)
 
@@ -221,7 +274,7 @@ def run_verify(args: argparse.Namespace) -> int:
     plan = load_plan(args.plan)
     engine, _ = make_engine(args)
     try:
-        report = pipeline.verify_live(plan, engine)
+        report = pipeline.verify_live(plan, WatchedEngine(engine))
     finally:
         engine.close()
     lines = []
@@ -232,7 +285,7 @@ def run_verify(args: argparse.Namespace) -> int:
         if c.unmigrated:
             lines.append(f"  {len(c.unmigrated)} planned partitions are not migrated, e.g. {c.unmigrated[0]}")
     lines += [f"error: {e.message}" for e in report.errors]
-    emit(to_json(report), args.json, "\n".join(lines))
+    result(to_json(report), args.json, "\n".join(lines))
     if report.errors:
         raise MigrateError("verification could not run: " + report.errors[0].message)
     if any(c.problems for c in report.log_dirs):

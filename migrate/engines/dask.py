@@ -3,10 +3,17 @@
 Task keys are ``<stage>-<hash of plan id and arguments>``: deterministic, so the dashboard and Prometheus show one
 series per stage (convert-, verify-, swap-) and resubmitting the same work is recognised. Tasks restricted to a
 host that has no worker fail after ``no-workers-timeout`` instead of waiting forever.
+
+Watching (``migrate.monitor``): workers publish each finished segment, and what each stage call changed, to the
+scheduler's event log, where ``MigrationPlugin`` turns them into the /migration page, status.json and Prometheus
+metrics; ``on_segment`` subscribes this client to the same events (the command line's progress lines). Warnings and
+errors of the workers (Dask's "Compute Failed" among them) reach this client as events too and go to its loggers,
+which the command line points at the run log, so a LocalCluster's workers print nothing between the tool's messages.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -17,10 +24,9 @@ from typing import Any
 import dask
 from distributed import Client, LocalCluster, as_completed
 
-from migrate import progress
+from migrate import monitor, progress
 from migrate.engines import CallResult, StageCall
-from migrate.model import Plan, SegmentOutcome, to_json
-from migrate.monitor import EVENT_TOPIC, METADATA_KEY, PLUGIN_NAME, MigrationPlugin
+from migrate.model import Plan, SegmentOutcome
 
 NO_WORKERS_TIMEOUT = "60s"
 MONITOR = "migrate.monitor"
@@ -35,22 +41,23 @@ def _key(stage: str, call: StageCall) -> str:
     return f"{stage}-{hashlib.sha1(rest.encode()).hexdigest()[:16]}"
 
 
-def _segment_event(outcome: SegmentOutcome) -> dict[str, Any]:
-    event = to_json(outcome)
-    event.pop("result", None)  # the full result travels back with the task's return value, not per event
-    return event
-
-
 def _on_worker(fn: Callable[..., Any], *args: Any) -> Any:
-    """Run a stage on a worker, publishing each finished segment to the scheduler's event log as it happens."""
+    """Run a stage on a worker, publishing each finished segment to the scheduler's event log as it happens, and
+    what the call changed once it returns."""
     from distributed import get_worker
 
     worker = get_worker()
-    previous = progress.set_sink(lambda o: worker.log_event(EVENT_TOPIC, _segment_event(o)))
+    plan = args[0] if args and isinstance(args[0], Plan) else None
+    previous = progress.set_sink(lambda o: worker.log_event(monitor.SEGMENT_TOPIC, monitor.segment_event(o, plan)))
     try:
-        return fn(*args)
+        value = fn(*args)
     finally:
         progress.set_sink(previous)
+    if plan is not None:
+        event = monitor.stage_event(plan, value)
+        if event is not None:
+            worker.log_event(monitor.STAGE_TOPIC, event)
+    return value
 
 
 class DaskEngine:
@@ -63,6 +70,7 @@ class DaskEngine:
         dashboard_address: str = ":8787",
         processes: bool = True,
         progress: bool | None = None,
+        on_segment: Callable[[SegmentOutcome], None] | None = None,
     ) -> None:
         routes = dask.config.get("distributed.scheduler.http.routes")
         dask.config.set(
@@ -84,7 +92,14 @@ class DaskEngine:
                 dashboard_address=dashboard_address,
             )
             self.client = Client(self.cluster)
-        self.client.register_plugin(MigrationPlugin(), name=PLUGIN_NAME)
+        self.client.register_plugin(monitor.MigrationPlugin(), name=monitor.PLUGIN_NAME)  # idempotent: see the class
+        # a LocalCluster's workers print on our terminal: their records come here instead (a remote one keeps its own)
+        self.client.register_plugin(monitor.ForwardWorkerLogs(silence=self.cluster is not None))
+        self.client.subscribe_topic(monitor.LOG_TOPIC, monitor.reemit_worker_log)
+        self._topics = [monitor.LOG_TOPIC]
+        if on_segment is not None:
+            self.client.subscribe_topic(monitor.SEGMENT_TOPIC, lambda event: on_segment(monitor.outcome_of(event[1])))
+            self._topics.append(monitor.SEGMENT_TOPIC)
         self.progress = sys.stderr.isatty() if progress is None else progress
         self._scattered: dict[str, Any] = {}
 
@@ -95,7 +110,7 @@ class DaskEngine:
             return call.args
         if plan.plan_id not in self._scattered:
             self._scattered[plan.plan_id] = self.client.scatter(plan, broadcast=True, hash=False)
-            self.client.set_metadata(METADATA_KEY, {"plan_id": plan.plan_id, **to_json(plan.estimates)})
+            self.client.log_event(monitor.PLAN_TOPIC, monitor.plan_event(plan))
         return (self._scattered[plan.plan_id], *call.args[1:])
 
     @property
@@ -105,6 +120,11 @@ class DaskEngine:
         if self.cluster is not None and host:
             return f"http://{host}:{self.cluster.scheduler.http_server.port}/status"
         return self.client.dashboard_link
+
+    @property
+    def migration_link(self) -> str:
+        """The migration's own page, beside Dask's on the same server."""
+        return self.dashboard_link.rsplit("/", 1)[0] + "/migration"
 
     def map(self, stage: str, fn: Callable[..., Any], calls: list[StageCall]) -> list[CallResult]:
         futures = []
@@ -139,6 +159,12 @@ class DaskEngine:
         return out
 
     def close(self) -> None:
+        # no progress line or log record after the report; a remote cluster's workers stop forwarding to us
+        with contextlib.suppress(Exception):  # a scheduler already gone must not keep us from closing
+            for topic in self._topics:
+                self.client.unsubscribe_topic(topic)
+            if self.cluster is None:
+                self.client.unregister_worker_plugin(monitor.ForwardWorkerLogs.name)
         self.client.close()
         if self.cluster is not None:
             self.cluster.close()

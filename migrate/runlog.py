@@ -1,0 +1,437 @@
+"""The record of a run: every message it printed, timestamped, in a file beside the plan; and its progress lines.
+
+``RunLog`` is what ``execute``, ``verify``, ``rollback`` and ``finalize`` write through: each message goes to the
+terminal (stderr for messages and progress, stdout for the result) and, with a UTC timestamp, to
+``<plan>.logs/<verb>-<time>.log``, which the first and the last line of the output name. The loggers of Dask,
+Tornado, Bokeh and the tool go to that file only while the run lasts (a LocalCluster's worker records reach them
+through ``migrate.monitor.ForwardWorkerLogs``), so the terminal carries the tool's own messages, and an unexpected
+error's traceback is in the file, never lost.
+
+``Progress`` turns finished segments into a line: bytes done of the total, MB/s, ETA and failures so far. On a
+terminal one line is rewritten in place; without one (nohup, systemd, CI) a line is printed every few seconds. It is
+fed as segments finish (the serial engine's ``on_segment``; on Dask, the client's subscription to the workers'
+segment events) and, after each stage, by the outcomes the stage returned, so an engine without a live feed (Spark)
+still advances it; a segment counts once however it arrives.
+
+``WatchedEngine`` wraps an engine: each stage is logged with its duration and errors, the progress line names it,
+and every call runs inside ``Traced``, which logs the traceback of an unexpected exception where it happens (the
+worker's records travel to the run log) before the engine reports the error as a message.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+import threading
+import time
+import traceback
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, TextIO
+
+from migrate import __version__
+from migrate.commands.output import human_bytes
+from migrate.engines import CallResult, Engine, StageCall
+from migrate.errors import MigrateError
+from migrate.model import Outcome, Plan, SegmentOutcome
+
+CAPTURED_LOGGERS = ("distributed", "tornado", "bokeh", "migrate", "py.warnings")
+PROGRESS_INTERVAL_SECONDS = 5.0  # without a terminal: one line this often
+TTY_REFRESH_SECONDS = 0.5
+RATE_WINDOW_SECONDS = 30.0
+
+_current: RunLog | None = None
+
+
+def current() -> RunLog | None:
+    """The run log of the command running in this process, if it keeps one."""
+    return _current
+
+
+def note(message: str) -> None:
+    """A message for the operator: stderr, and the run log when there is one."""
+    if _current is not None:
+        _current.note(message)
+    else:
+        print(message, file=sys.stderr, flush=True)
+
+
+def emit(text: str) -> None:
+    """The command's result on stdout, and in the run log when there is one."""
+    if _current is not None:
+        _current.emit(text)
+    else:
+        print(text, flush=True)
+
+
+def stamp(at: float | None = None) -> str:
+    at = time.time() if at is None else at
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(at)) + f".{int(at % 1 * 1000):03d}Z"
+
+
+def run_log_path(plan_path: str | Path, verb: str, at: float | None = None) -> Path:
+    at = time.time() if at is None else at
+    return Path(f"{plan_path}.logs") / f"{verb}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(at))}.log"
+
+
+def _captured_names() -> list[str]:
+    """Our loggers, and those below them that have handlers of their own (Dask configures several)."""
+    children = [
+        name
+        for name, log in list(logging.root.manager.loggerDict.items())
+        if isinstance(log, logging.Logger)
+        and log.handlers
+        and any(name.startswith(prefix + ".") for prefix in CAPTURED_LOGGERS)
+    ]
+    return [*CAPTURED_LOGGERS, *sorted(children)]
+
+
+class _FileHandler(logging.Handler):
+    def __init__(self, log: RunLog) -> None:
+        super().__init__(logging.NOTSET)
+        self.log = log
+        self.setFormatter(logging.Formatter("%(message)s"))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.log.write(f"{record.levelname} {record.name}: {self.format(record)}", at=record.created)
+        except Exception:
+            self.handleError(record)
+
+
+class RunLog:
+    """Messages to the terminal and, timestamped, to ``path``; Dask's and our loggers to ``path`` only."""
+
+    def __init__(
+        self,
+        path: Path,
+        command: str,
+        argv: list[str] | None = None,
+        stdout: TextIO | None = None,
+        stderr: TextIO | None = None,
+    ) -> None:
+        self.path = path
+        self.command = command
+        self.argv = argv if argv is not None else [command]
+        self._stdout = stdout
+        self._stderr = stderr
+        self._file: TextIO | None = None
+        self._lock = threading.Lock()
+        self._saved: dict[str, tuple[list[logging.Handler], bool, int]] = {}
+        self._previous: RunLog | None = None
+        self._handler = _FileHandler(self)
+
+    @classmethod
+    def beside(cls, plan_path: str | Path, verb: str, argv: list[str] | None = None) -> RunLog:
+        return cls(run_log_path(plan_path, verb), verb, argv)
+
+    @property
+    def stdout(self) -> TextIO:
+        return self._stdout or sys.stdout  # looked up late: a test harness replaces sys.stdout
+
+    @property
+    def stderr(self) -> TextIO:
+        return self._stderr or sys.stderr
+
+    def write(self, message: str, at: float | None = None) -> None:
+        """The file only: one timestamped line per line of ``message``."""
+        with self._lock:
+            if self._file is None:
+                return
+            when = stamp(at)
+            for line in message.splitlines() or [""]:
+                self._file.write(f"{when} {line}\n")
+            self._file.flush()
+
+    def note(self, message: str) -> None:
+        print(message, file=self.stderr, flush=True)
+        self.write(message)
+
+    def emit(self, text: str) -> None:
+        print(text, file=self.stdout, flush=True)
+        self.write(text)
+
+    def rewrite(self, line: str, final: bool = False) -> None:
+        """A terminal's progress line, rewritten in place (the file gets ``note``'s lines, less often)."""
+        print(f"\r{line}\033[K", end="\n" if final else "", file=self.stderr, flush=True)
+
+    def exception(self, message: str, exc: BaseException) -> None:
+        """An unexpected error: its traceback in the file, where it can be read and reported."""
+        self.write(message + "\n" + "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).rstrip())
+
+    def __enter__(self) -> RunLog:
+        global _current
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(self.path, "a", encoding="utf-8")
+        self.write(f"kafka-log-migrate {' '.join(self.argv)} (version {__version__})")
+        with contextlib.suppress(ImportError):
+            # importing distributed gives its loggers stderr handlers: import it first, then take them over
+            import distributed.config  # noqa: F401
+        for name in _captured_names():
+            log = logging.getLogger(name)
+            self._saved[name] = (list(log.handlers), log.propagate, log.level)
+            # terminal handlers give way to the file; others (Dask's in-memory ones for its dashboard) stay
+            for h in list(log.handlers):
+                if isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler):
+                    log.removeHandler(h)
+            if name in CAPTURED_LOGGERS or not log.propagate:
+                log.addHandler(self._handler)
+                log.propagate = False
+        logging.getLogger("migrate").setLevel(logging.INFO)
+        logging.captureWarnings(True)  # Python warnings (Dask's "port in use" ...) go to py.warnings, so to the file
+        self._previous, _current = _current, self
+        self.note(f"run log: {self.path}")
+        return self
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        global _current
+        if exc is not None and not isinstance(exc, (MigrateError, KeyboardInterrupt, SystemExit)):
+            self.exception("unexpected error", exc)
+        self.note(f"run log: {self.path}")
+        _current = self._previous
+        logging.captureWarnings(False)
+        for name, (handlers, propagate, level) in self._saved.items():
+            log = logging.getLogger(name)
+            for h in list(log.handlers):
+                log.removeHandler(h)
+            for h in handlers:
+                log.addHandler(h)
+            log.propagate = propagate
+            log.setLevel(level)
+        self._saved.clear()
+        with self._lock:
+            if self._file is not None:
+                self._file.close()
+                self._file = None
+
+
+# --- progress ---------------------------------------------------------------------------------------------------
+
+
+def human_seconds(s: float) -> str:
+    s = round(s)
+    if s >= 3600:
+        return f"{s // 3600} h {s % 3600 // 60:02d} min"
+    if s >= 60:
+        return f"{s // 60} min {s % 60:02d} s"
+    return f"{s} s"
+
+
+class ProgressOutput(Protocol):
+    def note(self, message: str) -> None: ...  # a line of its own, on stderr and in the run log
+
+    def write(self, message: str) -> None: ...  # the run log only
+
+    def rewrite(self, line: str, final: bool = False) -> None: ...  # a terminal's line, rewritten in place
+
+
+class Progress:
+    """Finished segments of a plan, as a line: bytes done of the total, MB/s, ETA, failures so far.
+
+    Without a terminal, a line of its own every ``interval`` seconds; on a terminal, one line rewritten in place
+    (and a line in the run log every ``interval``). Thread-safe: segments arrive on the Dask client's event thread
+    while the ticker prints. ``clock`` is injectable so that tests drive time instead of waiting for it."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        out: ProgressOutput,
+        tty: bool = False,
+        interval: float = PROGRESS_INTERVAL_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.plan = plan
+        self.out = out
+        self.tty = tty
+        self.interval = interval
+        self.clock = clock
+        self.total_bytes = plan.estimates.bytes
+        self.total_segments = plan.estimates.segments
+        self.stage_name = ""
+        self.done_bytes = 0  # every finished segment's planned bytes, whatever its outcome: what is left is the ETA's
+        self.done_segments = 0
+        self.worked: deque[tuple[float, int]] = deque()  # (when, bytes) converted by this run, for the rate
+        self.failed = 0
+        self.seen: set[tuple[str, str, int]] = set()
+        self.started = clock()
+        self.last_line = -float("inf")
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def planned_bytes(self, o: SegmentOutcome) -> int:
+        try:
+            return self.plan.partition(o.log_dir, o.partition).segment_by_base[o.base_offset].size
+        except (KeyError, ValueError):
+            return o.source_bytes
+
+    def segment(self, o: SegmentOutcome) -> None:
+        key = (o.log_dir, o.partition, o.base_offset)
+        size = self.planned_bytes(o)
+        now = self.clock()
+        with self._lock:
+            if key in self.seen:
+                return
+            self.seen.add(key)
+            self.done_bytes += size
+            self.done_segments += 1
+            if o.outcome in (Outcome.REFUSED, Outcome.FAILED):
+                self.failed += 1
+            if o.outcome != Outcome.SKIPPED:
+                self.worked.append((now, size))
+
+    def outcomes(self, results: list[CallResult]) -> None:
+        """A stage's returned outcomes: what a live feed missed (Spark has none; skipped segments are not fed)."""
+        for r in results:
+            if r.ok and isinstance(r.value, list):
+                for o in r.value:
+                    if isinstance(o, SegmentOutcome):
+                        self.segment(o)
+
+    def stage(self, name: str) -> None:
+        with self._lock:
+            if name == "convert" and not self.worked:
+                self.started = self.clock()  # the rate is the conversion's, not the engine's start-up's
+            self.stage_name = name
+
+    def rate(self, now: float) -> float:
+        """Bytes per second over the last ``RATE_WINDOW_SECONDS`` of work, or since the run started."""
+        with self._lock:
+            while self.worked and self.worked[0][0] < now - RATE_WINDOW_SECONDS:
+                self.worked.popleft()
+            recent = sum(b for _, b in self.worked)
+        span = min(RATE_WINDOW_SECONDS, now - self.started)
+        return recent / span if span > 0 else 0.0
+
+    def line(self, now: float | None = None) -> str:
+        now = self.clock() if now is None else now
+        rate = self.rate(now)
+        with self._lock:
+            left = max(0, self.total_bytes - self.done_bytes)
+            share = self.done_bytes / self.total_bytes if self.total_bytes else 1.0
+            eta = "ETA unknown" if rate <= 0 and left else f"ETA {human_seconds(left / rate if left else 0)}"
+            return (
+                f"{self.stage_name or 'starting'}: {human_bytes(self.done_bytes)} of {human_bytes(self.total_bytes)} "
+                f"({share:.0%}), {self.done_segments} of {self.total_segments} segments, {rate / 1e6:.1f} MB/s, "
+                f"{eta}, {self.failed} failed"
+            )
+
+    def tick(self, final: bool = False) -> None:
+        """Show the line: on a terminal at every tick; as a line of its own (in the run log too) every ``interval``
+        seconds, and once more at the end."""
+        now = self.clock()
+        due = final or now - self.last_line >= self.interval
+        if not (due or self.tty):
+            return
+        line = self.line(now)
+        if self.tty:
+            self.out.rewrite(line, final)
+        if due:
+            self.last_line = now
+            if self.tty:
+                self.out.write(line)
+            else:
+                self.out.note(line)
+
+    def _run(self) -> None:
+        while not self._stop.wait(TTY_REFRESH_SECONDS if self.tty else min(self.interval, 1.0)):
+            self.tick()
+
+    def __enter__(self) -> Progress:
+        self.last_line = self.clock()  # the first line after one interval, not at once
+        self._thread = threading.Thread(target=self._run, name="kafka-log-migrate-progress", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self.stage("finished")
+        self.tick(final=True)
+
+
+# --- engines, watched -------------------------------------------------------------------------------------------
+
+logger = logging.getLogger("migrate.run")
+
+
+@dataclass(frozen=True)
+class Traced:
+    """A stage function that logs an unexpected exception's traceback where it happens, then raises it on (the
+    engine reports it as a message). A refusal (MigrateError) says everything in its message."""
+
+    fn: Callable[..., Any]
+    stage: str
+
+    def __call__(self, *args: Any) -> Any:
+        try:
+            return self.fn(*args)
+        except MigrateError:
+            raise
+        except Exception:
+            logging.getLogger("migrate.stages").exception("unexpected error in stage %s", self.stage)
+            raise
+
+
+class WatchedEngine:
+    """``engine``, with each stage logged (calls, seconds, errors), named on the progress line, and traced."""
+
+    def __init__(self, engine: Engine, progress: Progress | None = None) -> None:
+        self.engine = engine
+        self.name = engine.name
+        self.progress = progress
+
+    def map(self, stage: str, fn: Callable[..., Any], calls: list[StageCall]) -> list[CallResult]:
+        if self.progress is not None:
+            self.progress.stage(stage)
+        logger.info("stage %s: %d call(s)", stage, len(calls))
+        started = time.perf_counter()
+        results = self.engine.map(stage, Traced(fn, stage), calls)
+        failed = [r for r in results if not r.ok]
+        logger.info(
+            "stage %s: %d of %d call(s) ok in %.1f s",
+            stage,
+            len(results) - len(failed),
+            len(results),
+            time.perf_counter() - started,
+        )
+        for r in failed:
+            logger.warning("stage %s: %s: %s", stage, r.error_type or "error", r.error)
+        if self.progress is not None:
+            self.progress.outcomes(results)
+        return results
+
+    def close(self) -> None:
+        self.engine.close()
+
+    def __getattr__(self, name: str) -> Any:  # dashboard_link and the like
+        return getattr(self.engine, name)
+
+
+def result(data: Any, as_json: bool, text: str) -> None:
+    """A command's result: JSON for machines or text for people, on stdout (and in the run log)."""
+    import json
+
+    emit(json.dumps(data, indent=2) if as_json else text)
+
+
+class _Terminal:
+    """Progress output when no run log is kept: the terminal only."""
+
+    def note(self, message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    def write(self, message: str) -> None:
+        pass
+
+    def rewrite(self, line: str, final: bool = False) -> None:
+        print(f"\r{line}\033[K", end="\n" if final else "", file=sys.stderr, flush=True)
+
+
+def output() -> ProgressOutput:
+    """Where progress lines go: the run log of this command, or the terminal alone."""
+    return _current if _current is not None else _Terminal()

@@ -1,0 +1,221 @@
+"""The record of a run: progress lines without a terminal, the run log beside the plan, refusals as the tool's message
+alone and unexpected errors' tracebacks in the run log; and every verb's --help."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+import pytest
+from kafka_layout import lock_held_by_other_process, make_broker_logdir
+
+from migrate import pipeline
+from migrate.cli import build_parser, main
+from migrate.model import Outcome, Plan, SegmentOutcome
+from migrate.plan import PlanRequest, build_plan, load_plan
+from migrate.runlog import Progress
+
+STAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z ")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.lines: list[str] = []  # lines of their own (stderr and run log)
+        self.file: list[str] = []  # run log only
+        self.rewrites: list[tuple[str, bool]] = []  # a terminal's line, rewritten
+
+    def note(self, message: str) -> None:
+        self.lines.append(message)
+
+    def write(self, message: str) -> None:
+        self.file.append(message)
+
+    def rewrite(self, line: str, final: bool = False) -> None:
+        self.rewrites.append((line, final))
+
+
+@pytest.fixture
+def plan(tmp_path) -> Plan:
+    log_dir = make_broker_logdir(tmp_path, partitions=["plain-v0-1", "gzip-v0-0"])
+    return build_plan(PlanRequest(log_dirs=(str(log_dir),)))
+
+
+def outcome(plan: Plan, partition: str, index: int, kind: Outcome = Outcome.VERIFIED) -> SegmentOutcome:
+    d = plan.log_dirs[0]
+    seg = d.partition_by_name[partition].segments[index]
+    return SegmentOutcome(d.log_dir, partition, seg.base_offset, kind, source_bytes=seg.size, output_bytes=seg.size)
+
+
+def size(plan: Plan, partition: str, index: int) -> int:
+    return plan.log_dirs[0].partition_by_name[partition].segments[index].size
+
+
+def test_without_a_terminal_a_line_every_interval_with_bytes_rate_eta_and_failures(plan):
+    clock, out = Clock(), Recorder()
+    progress = Progress(plan, out, tty=False, interval=5.0, clock=clock)
+    total = plan.estimates.bytes
+    first = size(plan, "gzip-v0-0", 0)
+    progress.stage("convert")  # the rate counts from here
+    clock.now += 2
+    progress.segment(outcome(plan, "gzip-v0-0", 0))
+    progress.tick()
+    rate = first / 2
+    assert out.lines == [
+        f"convert: {first / 1000:.1f} KB of {total / 1000:.1f} KB ({first / total:.0%}), 1 of 4 segments, "
+        f"{rate / 1e6:.1f} MB/s, ETA {round((total - first) / rate)} s, 0 failed"
+    ]
+    clock.now += 4
+    progress.segment(outcome(plan, "gzip-v0-0", 1, Outcome.REFUSED))
+    progress.segment(outcome(plan, "gzip-v0-0", 0))  # fed twice (live, then the stage's results): counted once
+    progress.tick()
+    assert len(out.lines) == 1  # 4 s since the last line: not yet
+    clock.now += 1
+    progress.tick()
+    assert len(out.lines) == 2 and out.lines[1].endswith(", 1 failed") and "2 of 4 segments" in out.lines[1]
+    progress.__exit__(None, None, None)
+    assert out.lines[-1].startswith("finished: ") and out.rewrites == [] and out.file == []
+
+
+def test_on_a_terminal_the_line_is_rewritten_and_the_run_log_gets_one_every_interval(plan):
+    clock, out = Clock(), Recorder()
+    progress = Progress(plan, out, tty=True, interval=5.0, clock=clock)
+    progress.stage("convert")
+    progress.last_line = clock.now
+    for _ in range(3):
+        clock.now += 2
+        progress.tick()
+    assert len(out.rewrites) == 3 and not any(final for _, final in out.rewrites)
+    assert out.file == [out.rewrites[2][0]] and out.lines == []  # at +6 s, once; nothing on lines of its own
+    progress.__exit__(None, None, None)
+    assert out.rewrites[-1][1] and out.rewrites[-1][0].startswith("finished: ")
+
+
+def run_log_of(err: str) -> Path:
+    lines = [line for line in err.splitlines() if line.strip()]
+    first, last = lines[0], lines[-1]
+    assert first.startswith("run log: ") and last == first, (first, last)
+    return Path(first.removeprefix("run log: "))
+
+
+def test_execute_without_a_terminal_prints_progress_and_keeps_every_message_in_the_run_log(tmp_path, capsys):
+    log_dir = make_broker_logdir(tmp_path, partitions=["plain-v0-1", "lz4-v1-1"])
+    plan = tmp_path / "plan.json"
+    assert main(["plan", "--log-dirs", str(log_dir), "-o", str(plan)]) == 0
+    capsys.readouterr()
+    assert main(["execute", "--plan", str(plan), "--engine", "serial"]) == 0
+    captured = capsys.readouterr()
+    log = run_log_of(captured.err)
+    assert log.parent == Path(f"{plan}.logs") and log.name.startswith("execute-")
+    total = load_plan(plan).estimates.bytes
+    assert f"finished: {total / 1000:.1f} KB of {total / 1000:.1f} KB (100%), 4 of 4 segments" in captured.err
+    text = log.read_text().splitlines()
+    assert all(STAMP.match(line) for line in text)
+    logged = [STAMP.sub("", line) for line in text]
+    for line in captured.out.splitlines() + [x for x in captured.err.splitlines() if x]:
+        assert line in logged, line
+    assert logged[0] == f"kafka-log-migrate execute --plan {plan} --engine serial (version 0.1.0)"
+    tasks = len(load_plan(plan).tasks)
+    assert any(f"INFO migrate.run: stage convert: {tasks} of {tasks} call(s) ok" in line for line in logged)
+
+
+def test_a_refusal_prints_the_tools_message_alone(tmp_path, capsys):
+    log_dir = make_broker_logdir(tmp_path, partitions=["plain-v0-1"])
+    plan = tmp_path / "plan.json"
+    main(["plan", "--log-dirs", str(log_dir), "-o", str(plan)])
+    capsys.readouterr()
+    with lock_held_by_other_process(log_dir):
+        assert main(["execute", "--plan", str(plan), "--engine", "serial"]) == 1
+    captured = capsys.readouterr()
+    assert f"error in prepare of {log_dir}: {log_dir}: process" in captured.out
+    assert "Traceback" not in captured.out + captured.err
+    assert "Traceback" not in run_log_of(captured.err).read_text()  # a refusal is not a bug
+
+
+def test_an_unexpected_error_in_a_stage_is_a_message_with_its_traceback_in_the_run_log(tmp_path, capsys, monkeypatch):
+    log_dir = make_broker_logdir(tmp_path, partitions=["plain-v0-1"])
+    plan = tmp_path / "plan.json"
+    main(["plan", "--log-dirs", str(log_dir), "-o", str(plan)])
+    capsys.readouterr()
+
+    def broken_swap(*args):
+        raise RuntimeError("swap went wrong")
+
+    monkeypatch.setattr(pipeline, "swap_log_dir", broken_swap)
+    assert main(["execute", "--plan", str(plan), "--engine", "serial"]) == 1
+    captured = capsys.readouterr()
+    assert f"error in swap of {log_dir}: swap went wrong" in captured.out
+    assert "Traceback" not in captured.out + captured.err
+    logged = run_log_of(captured.err).read_text()
+    assert "unexpected error in stage swap" in logged and "Traceback (most recent call last)" in logged
+    assert "in broken_swap" in logged and "RuntimeError: swap went wrong" in logged
+
+
+def test_an_unexpected_error_of_the_command_itself_names_the_run_log(tmp_path, capsys, monkeypatch):
+    log_dir = make_broker_logdir(tmp_path, partitions=["plain-v0-1"])
+    plan = tmp_path / "plan.json"
+    main(["plan", "--log-dirs", str(log_dir), "-o", str(plan)])
+    capsys.readouterr()
+    from migrate import report
+
+    def broken(*args):
+        raise KeyError("no such column")
+
+    monkeypatch.setattr(report, "collect", broken)
+    assert main(["execute", "--plan", str(plan), "--engine", "serial"]) == 1
+    captured = capsys.readouterr()
+    log = run_log_of(captured.err)
+    assert f"unexpected KeyError: 'no such column'. This is a bug in kafka-log-migrate; its traceback is in {log}" in (
+        captured.err
+    )
+    assert "Traceback" not in captured.err and "Traceback (most recent call last)" in log.read_text()
+
+
+def test_dask_worker_failures_go_to_the_run_log_not_between_the_tools_messages(tmp_path, capfd):
+    """A LocalCluster of worker processes: their "Compute Failed" would print on our terminal (file descriptor 2)."""
+    log_dir = make_broker_logdir(tmp_path, partitions=["plain-v0-1"])
+    plan = tmp_path / "plan.json"
+    main(["plan", "--log-dirs", str(log_dir), "-o", str(plan)])
+    capfd.readouterr()
+    with lock_held_by_other_process(log_dir):
+        code = main(["execute", "--plan", str(plan), "--workers", "1", "--dashboard-address", "127.0.0.1:0"])
+    captured = capfd.readouterr()
+    assert code == 1 and f"error in prepare of {log_dir}" in captured.out
+    assert "Compute Failed" not in captured.err and "Traceback" not in captured.err, captured.err
+    logged = run_log_of(captured.err).read_text()
+    assert "Compute Failed" in logged and "LogDirLockedError" in logged
+    assert "Dask dashboard: http://127.0.0.1:" in captured.err and "/migration)" in captured.err
+
+
+def subcommands() -> dict[str, argparse.ArgumentParser]:
+    parser = build_parser()
+    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return dict(sub.choices)
+
+
+VERBS = ["scan", "plan", "execute", "verify", "status", "rollback", "finalize", "report", "dump", "rehearse", "demo"]
+
+
+@pytest.mark.parametrize("verb", VERBS)
+def test_help_describes_the_verb_and_every_option(verb, capsys):
+    parser = subcommands()[verb]
+    assert parser.description and len(parser.description) > 40
+    undocumented = [a.option_strings or a.dest for a in parser._actions if not a.help]
+    assert undocumented == []
+    assert main([verb, "--help"]) == 0
+    assert parser.description.split()[0] in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("verb", ["status", "rollback", "finalize", "report"])
+def test_verbs_that_convert_nothing_offer_no_engine_choice(verb):
+    options = {o for a in subcommands()[verb]._actions for o in a.option_strings}
+    assert not options & {"--engine", "--workers", "--dashboard-address", "--master"}
+    assert "--plan" in options and "--scheduler" in options  # a plan's remote log dirs are reached through Dask
