@@ -245,13 +245,22 @@ class FilesystemSpace:
 
 @dataclass(frozen=True)
 class LogDirPlan:
-    log_dir: str
+    """One log dir of one broker. ``key`` names it in the plan: its path on a one-host plan, ``broker-<id>:<path>`` on
+    a cluster plan, where every broker may keep its data at the same path."""
+
+    key: str
+    log_dir: str  # the path on its host
     mtime_ns: int  # restored after a rollback (the fence and the state change it)
     host: str | None  # the Dask worker host that owns it; None: the machine that runs the command
     broker_id: int | None
     cluster_id: str | None
     partitions: tuple[PartitionPlan, ...]
     filesystems: tuple[FilesystemSpace, ...] = ()
+
+    @property
+    def label(self) -> str:
+        """How messages name it: the path, with the broker on a cluster plan."""
+        return self.log_dir if self.key == self.log_dir else f"broker {self.broker_id} {self.log_dir}"
 
     @cached_property
     def partition_by_name(self) -> dict[str, PartitionPlan]:
@@ -270,7 +279,7 @@ class TaskPlan:
     scheduler, so tasks hold up to --task-bytes and --task-segments."""
 
     id: str
-    log_dir: str
+    log_dir: str  # the key of its LogDirPlan
     segments: tuple[SegmentRef, ...]
     bytes: int
 
@@ -297,14 +306,22 @@ class Plan:
     warnings: tuple[str, ...] = ()
 
     @cached_property
-    def log_dir_by_path(self) -> dict[str, LogDirPlan]:
-        return {d.log_dir: d for d in self.log_dirs}
+    def log_dir_by_key(self) -> dict[str, LogDirPlan]:
+        return {d.key: d for d in self.log_dirs}
 
-    def log_dir(self, path: str) -> LogDirPlan:
+    def log_dir(self, key: str) -> LogDirPlan:
+        """The log dir named ``key`` (its path on a one-host plan)."""
         try:
-            return self.log_dir_by_path[path]
+            return self.log_dir_by_key[key]
         except KeyError:
-            raise ModelError(f"log dir {path} is not in plan {self.plan_id}") from None
+            raise ModelError(f"log dir {key} is not in plan {self.plan_id}") from None
+
+    @property
+    def is_cluster(self) -> bool:
+        return any(d.key != d.log_dir for d in self.log_dirs)
+
+    def brokers(self) -> list[int | None]:
+        return sorted({d.broker_id for d in self.log_dirs}, key=lambda b: (b is None, b or 0))
 
     def partition(self, log_dir: str, name: str) -> PartitionPlan:
         try:
@@ -312,8 +329,8 @@ class Plan:
         except KeyError:
             raise ModelError(f"partition {name} of {log_dir} is not in plan {self.plan_id}") from None
 
-    def tasks_of(self, log_dir: str) -> list[TaskPlan]:
-        return [t for t in self.tasks if t.log_dir == log_dir]
+    def tasks_of(self, key: str) -> list[TaskPlan]:
+        return [t for t in self.tasks if t.log_dir == key]
 
     @cached_property
     def tasks_by_id(self) -> dict[str, TaskPlan]:
@@ -1004,7 +1021,7 @@ class StatusReport:
         migrated = {
             (d.log_dir, p.partition) for d in self.log_dirs for p in d.partitions if p.state == PartitionState.MIGRATED
         }
-        return all((d.log_dir, p.name) in migrated for d in plan.log_dirs for p in d.partitions)
+        return all((d.key, p.name) in migrated for d in plan.log_dirs for p in d.partitions)
 
 
 @dataclass(frozen=True)

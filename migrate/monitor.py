@@ -73,7 +73,7 @@ def plan_event(plan: Plan) -> dict[str, Any]:
         "options": to_json(plan.options),
         "log_dirs": [
             {
-                "log_dir": d.log_dir,
+                "log_dir": d.key,  # the key outcomes carry: the path on a one-host plan
                 "host": d.host,
                 "broker_id": d.broker_id,
                 "partitions": [[p.name, p.topic, len(p.segments), p.bytes] for p in d.partitions],

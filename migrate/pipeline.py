@@ -41,10 +41,9 @@ from migrate.stages.swap import swap_log_dir
 from migrate.state import StateStore
 
 
-def _per_log_dir(plan: Plan, log_dirs: list[str] | None = None, *extra: Any) -> list[StageCall]:
-    return [
-        StageCall((plan, d.log_dir, *extra), d.host) for d in plan.log_dirs if log_dirs is None or d.log_dir in log_dirs
-    ]
+def _per_log_dir(plan: Plan, keys: list[str] | None = None, *extra: Any) -> list[StageCall]:
+    """A call per log dir (named by its key), pinned to the host that owns it."""
+    return [StageCall((plan, d.key, *extra), d.host) for d in plan.log_dirs if keys is None or d.key in keys]
 
 
 def _errors(stage: str, calls: list[StageCall], results: list[CallResult]) -> list[StageError]:
@@ -139,8 +138,8 @@ def archive_dir(plan_path: str | Path) -> Path:
     return Path(f"{plan_path}.state")
 
 
-def archive_path(plan_path: str | Path, log_dir: str) -> Path:
-    return archive_dir(plan_path) / (log_dir.strip("/").replace("/", "_") + ".db")
+def archive_path(plan_path: str | Path, key: str) -> Path:
+    return archive_dir(plan_path) / (key.strip("/").replace("/", "_").replace(":", "_") + ".db")
 
 
 def _archive(plan: Plan, engine: Engine, plan_path: str | Path | None, log_dirs: list[str]) -> list[str]:
@@ -195,8 +194,7 @@ def rollback(plan: Plan, engine: Engine, plan_path: str | Path | None = None, fo
         if plan_path is not None:
             engine.map("forget", forget_log_dir, _per_log_dir(plan, done))
     # last, once our lock file is gone too: the log dir's own mtime as it was planned
-    calls = [StageCall((d, plan.log_dir(d).mtime_ns), plan.log_dir(d).host) for d in done]
-    engine.map("mtime", set_dir_mtime, calls)
+    engine.map("mtime", set_dir_mtime, _per_log_dir(plan, done))
     # NEW: no state of this plan here (never executed, or rolled back and archived already): nothing to put back
     ok = (
         not errors

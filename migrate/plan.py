@@ -130,6 +130,7 @@ def build_plan(request: PlanRequest) -> Plan:
                 partitions.append(planned)
         log_dir_plans.append(
             LogDirPlan(
+                key=str(log_dir),
                 log_dir=str(log_dir),
                 mtime_ns=log_dir.stat().st_mtime_ns,
                 host=request.host_of(raw, log_dir),
@@ -384,10 +385,10 @@ def make_tasks(log_dirs: list[LogDirPlan], task_bytes: int, task_segments: int) 
                 current.append(SegmentRef(p.name, s.base_offset))
                 size += s.size
                 if size >= task_bytes or len(current) >= task_segments:
-                    tasks.append(TaskPlan(f"t{len(tasks):05d}", d.log_dir, tuple(current), size))
+                    tasks.append(TaskPlan(f"t{len(tasks):05d}", d.key, tuple(current), size))
                     current, size = [], 0
         if current:
-            tasks.append(TaskPlan(f"t{len(tasks):05d}", d.log_dir, tuple(current), size))
+            tasks.append(TaskPlan(f"t{len(tasks):05d}", d.key, tuple(current), size))
     return tuple(tasks)
 
 

@@ -107,12 +107,13 @@ class StateRows:
         )
 
 
-def state_rows(plan: Plan, log_dir: str) -> StateRows | None:
+def state_rows(plan: Plan, key: str) -> StateRows | None:
     """Stage function: the report's rows of one log dir's state, None if no run of the plan has state there."""
+    log_dir = plan.log_dir(key).log_dir
     if not StateStore.exists(log_dir, plan.plan_id):
         return None
     with StateStore.open(log_dir, plan.plan_id) as store:
-        return StateRows.of(store, log_dir)
+        return StateRows.of(store, key)
 
 
 def archived_rows(plan_path: str | Path, log_dir: str) -> StateRows | None:
@@ -128,7 +129,7 @@ def archived_rows(plan_path: str | Path, log_dir: str) -> StateRows | None:
 def collect(plan: Plan, engine: Engine, plan_path: str | Path | None = None) -> tuple[list[StateRows], list[str]]:
     """Every log dir's rows (from the log dir, else the archive beside the plan), and the errors of those that
     could be read neither way."""
-    calls = [StageCall((plan, d.log_dir), d.host) for d in plan.log_dirs]
+    calls = [StageCall((plan, d.key), d.host) for d in plan.log_dirs]
     results = engine.map("report", state_rows, calls)
     rows: list[StateRows] = []
     errors: list[str] = []
@@ -212,7 +213,7 @@ def build_table(plan: Plan, rows: list[StateRows], plan_path: str | Path | None 
                 at = finished.get(key)
                 row = {
                     "plan_id": plan.plan_id,
-                    "log_dir": d.log_dir,
+                    "log_dir": d.label,
                     "host": d.host,
                     "broker_id": d.broker_id,
                     "topic": p.topic,

@@ -275,7 +275,7 @@ def test_zero_filled_region_stops_the_dump_where_kafkas_reader_throws(
 def test_deep_iteration_reports_offset_gaps_on_stderr_like_kafka(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(capsys, "dump", "--deep-iteration", COMPACTED)
     assert code == 0  # compaction gaps are not damage
-    assert err.splitlines()[:2] == [f"Non-consecutive offsets in {COMPACTED.resolve()}", "  105 is followed by 109"]
+    assert err.splitlines()[:2] == [f"Non-consecutive offsets in {COMPACTED}", "  105 is followed by 109"]
 
 
 def test_empty_segment_prints_only_its_header(capsys: pytest.CaptureFixture[str]) -> None:

@@ -8,7 +8,15 @@ from pathlib import Path
 
 from migrate.errors import MigrateError
 from migrate.logdir import LogDirLock
+from migrate.model import LogDirPlan, Plan
 from migrate.state import StateStore
+
+
+def locate(plan: Plan, key: str) -> tuple[LogDirPlan, str]:
+    """The log dir a stage call names by its key, and its path, which must exist on this host."""
+    entry = plan.log_dir(key)
+    require_local(entry.log_dir)
+    return entry, entry.log_dir
 
 
 def require_local(log_dir: str) -> None:

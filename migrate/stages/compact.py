@@ -36,7 +36,7 @@ from migrate.compaction import (
 from migrate.compaction_reference import reference_survivors
 from migrate.errors import LocatedError, SourceChangedError
 from migrate.model import Outcome, PartitionPlan, PartitionState, Plan, Problem, SegmentOutcome, SegmentState
-from migrate.stages.common import require_local
+from migrate.stages.common import locate
 from migrate.state import StateStore
 from migrate.workspace import fsync_dir, segment_file, work_dir
 
@@ -87,12 +87,13 @@ def stored_survivors_intact(part: PartitionPlan, plan_id: str) -> bool:
 
 
 def compact_partition(plan: Plan, log_dir: str, partition: str) -> CompactionReport:
-    require_local(log_dir)
+    """``log_dir``: the log dir's key in the plan."""
+    _, path = locate(plan, log_dir)
     part = plan.partition(log_dir, partition)
     if part.compaction is None:
         return CompactionReport(log_dir, partition, Outcome.SKIPPED)
     started = time.perf_counter()
-    with StateStore.open(log_dir, plan.plan_id) as store:
+    with StateStore.open(path, plan.plan_id) as store:
         state = store.partition_states().get(partition)
         planned = [
             base for (_, base), s in sorted(store.segment_states([partition]).items()) if s == SegmentState.PLANNED

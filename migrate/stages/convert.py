@@ -33,7 +33,7 @@ from migrate.model import (
 )
 from migrate.segment.convert import convert_segment
 from migrate.segment.verify import verify_segment
-from migrate.stages.common import require_local
+from migrate.stages.common import locate
 from migrate.stages.compact import survivors_path
 from migrate.state import StateStore
 from migrate.workspace import segment_file, staging_dir, sync_filesystem
@@ -59,8 +59,8 @@ def segment_task(plan: Plan, log_dir: str, partition: str, base_offset: int) -> 
 
 def convert_task(plan: Plan, task_id: str) -> list[SegmentOutcome]:
     task = plan.tasks_by_id[task_id]
-    require_local(task.log_dir)
-    with StateStore.open(task.log_dir, plan.plan_id) as store:
+    _, path = locate(plan, task.log_dir)
+    with StateStore.open(path, plan.plan_id) as store:
         partitions = {ref.partition for ref in task.segments}
         segment_states = store.segment_states(partitions)
         partition_states = {n: s for n, s in store.partition_states().items() if n in partitions}
@@ -69,9 +69,9 @@ def convert_task(plan: Plan, task_id: str) -> list[SegmentOutcome]:
         if converted:
             try:
                 faults.point("before:syncfs")
-                sync_filesystem(task.log_dir)
+                sync_filesystem(path)
             except OSError as exc:
-                raise StateWriteError(f"cannot make the staged segments of {task.log_dir} durable: {exc}") from exc
+                raise StateWriteError(f"cannot make the staged segments of {path} durable: {exc}") from exc
         store.record_outcomes(outcomes)
     return outcomes
 

@@ -10,19 +10,19 @@ from __future__ import annotations
 from migrate import fence
 from migrate.errors import MigrateError
 from migrate.model import EventKind, FinalizeReport, LogDirPhase, PartitionState, Plan
-from migrate.stages.common import kafka_lock, require_local, restore_dir_mtimes
+from migrate.stages.common import kafka_lock, locate, restore_dir_mtimes
 from migrate.stages.rollback import remove_work_dir
 from migrate.state import StateStore, remove_state_files
 from migrate.workspace import sync_filesystem
 
 
-def finalize_log_dir(plan: Plan, log_dir: str, partial: bool = False) -> FinalizeReport:
-    require_local(log_dir)
+def finalize_log_dir(plan: Plan, key: str, partial: bool = False) -> FinalizeReport:
+    _, log_dir = locate(plan, key)
     if not StateStore.exists(log_dir, plan.plan_id):
         raise MigrateError(f"{log_dir}: no run of plan {plan.plan_id} here to finalize (run `execute` first)")
     with StateStore.open(log_dir, plan.plan_id) as store:
         if store.phase == LogDirPhase.FINALIZED:
-            return FinalizeReport(log_dir, store.phase, ())
+            return FinalizeReport(key, store.phase, ())
         states = store.partition_states()
         mixed = sorted(n for n, s in states.items() if s.mixed)
         if mixed or store.phase in (LogDirPhase.ROLLING_BACK, LogDirPhase.ROLLED_BACK):
@@ -42,24 +42,24 @@ def finalize_log_dir(plan: Plan, log_dir: str, partial: bool = False) -> Finaliz
             )
         with kafka_lock(log_dir, store):
             for name in migrated + others:
-                remove_work_dir(plan.partition(log_dir, name).dir, plan.plan_id)
+                remove_work_dir(plan.partition(key, name).dir, plan.plan_id)
             sync_filesystem(log_dir)
             store.set_phase(LogDirPhase.FINALIZED, EventKind.FINALIZED, migrated=len(migrated), left=len(others))
             if fence.lower_fence(log_dir):
                 store.record_event(EventKind.FENCE_DOWN)
-        return FinalizeReport(log_dir, LogDirPhase.FINALIZED, tuple(migrated), tuple(others))
+        return FinalizeReport(key, LogDirPhase.FINALIZED, tuple(migrated), tuple(others))
 
 
-def state_snapshot(plan: Plan, log_dir: str) -> bytes:
+def state_snapshot(plan: Plan, key: str) -> bytes:
     """The log dir's state database, to archive beside the plan before it leaves the log dir."""
-    require_local(log_dir)
+    _, log_dir = locate(plan, key)
     with StateStore.open(log_dir, plan.plan_id) as store:
         return store.snapshot_bytes()
 
 
-def forget_log_dir(plan: Plan, log_dir: str) -> bool:
+def forget_log_dir(plan: Plan, key: str) -> bool:
     """Remove the state of a finalized or rolled-back run from the log dir, once the driver has archived it."""
-    require_local(log_dir)
+    _, log_dir = locate(plan, key)
     if not StateStore.exists(log_dir, plan.plan_id):
         return False
     with StateStore.open(log_dir, plan.plan_id) as store:
@@ -70,6 +70,7 @@ def forget_log_dir(plan: Plan, log_dir: str) -> bool:
     return True
 
 
-def set_dir_mtime(log_dir: str, mtime_ns: int) -> None:
-    require_local(log_dir)
-    restore_dir_mtimes({log_dir: mtime_ns})
+def set_dir_mtime(plan: Plan, key: str) -> None:
+    """The log dir's own mtime as it was planned: the last step of a rollback, after the run's lock file is gone."""
+    entry, log_dir = locate(plan, key)
+    restore_dir_mtimes({log_dir: entry.mtime_ns})

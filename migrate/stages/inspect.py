@@ -11,18 +11,18 @@ from migrate.errors import LocatedError
 from migrate.fileset import SegmentFiles
 from migrate.model import LiveCheck, LogDirPhase, LogDirStatus, PartitionState, Plan, SegmentState
 from migrate.segment.verify import verify_segment
-from migrate.stages.common import require_local
+from migrate.stages.common import locate
 from migrate.state import StateStore
 from migrate.workspace import segment_file
 
 
-def status_log_dir(plan: Plan, log_dir: str) -> LogDirStatus | None:
+def status_log_dir(plan: Plan, key: str) -> LogDirStatus | None:
     """Where every planned partition stands; None when no run of the plan has state in this log dir."""
-    require_local(log_dir)
+    _, log_dir = locate(plan, key)
     if not StateStore.exists(log_dir, plan.plan_id):
         return None
     with StateStore.open(log_dir, plan.plan_id) as store:
-        return status_from(store, log_dir, fence.is_up(log_dir))
+        return status_from(store, key, fence.is_up(log_dir))
 
 
 def status_from(store: StateStore, log_dir: str, fence_up: bool) -> LogDirStatus:
@@ -31,19 +31,19 @@ def status_from(store: StateStore, log_dir: str, fence_up: bool) -> LogDirStatus
     )
 
 
-def verify_live_log_dir(plan: Plan, log_dir: str) -> LiveCheck:
+def verify_live_log_dir(plan: Plan, key: str) -> LiveCheck:
     """Re-read every migrated segment's live files: they must still be what was swapped in (identity, digests, CRCs,
     indexes). Partitions not migrated are listed, not checked."""
-    require_local(log_dir)
+    entry, log_dir = locate(plan, key)
     if not StateStore.exists(log_dir, plan.plan_id):
-        return LiveCheck(log_dir, LogDirPhase.NEW, 0, (), tuple(p.name for p in plan.log_dir(log_dir).partitions))
+        return LiveCheck(key, LogDirPhase.NEW, 0, (), tuple(p.name for p in entry.partitions))
     problems: list[str] = []
     checked = 0
     with StateStore.open(log_dir, plan.plan_id) as store:
         states = store.partition_states()
         unmigrated = sorted(n for n, s in states.items() if s != PartitionState.MIGRATED)
         for name in sorted(n for n, s in states.items() if s == PartitionState.MIGRATED):
-            part = plan.partition(log_dir, name)
+            part = plan.partition(key, name)
             for row in store.segments_of(name):
                 if row.state != SegmentState.SWAPPED or row.result is None or not row.swap:
                     continue
@@ -65,4 +65,4 @@ def verify_live_log_dir(plan: Plan, log_dir: str) -> LiveCheck:
                     continue
                 problems += [f"{name}/{row.base}: {x}" for x in check.problems]
         phase = store.phase
-    return LiveCheck(log_dir, phase, checked, tuple(problems), tuple(unmigrated))
+    return LiveCheck(key, phase, checked, tuple(problems), tuple(unmigrated))

@@ -12,16 +12,15 @@ from pathlib import Path
 from migrate import fence
 from migrate.errors import MigrateError, SourceChangedError
 from migrate.fileset import SegmentFiles
-from migrate.model import EventKind, LogDirPhase, PartitionState, Plan, PrepareReport
-from migrate.stages.common import kafka_lock, require_local
+from migrate.model import EventKind, LogDirPhase, LogDirPlan, PartitionState, Plan, PrepareReport
+from migrate.stages.common import kafka_lock, locate
 from migrate.stages.rollback import restore_partitions
 from migrate.state import StateStore
 from migrate.workspace import other_states, segment_file
 
 
-def prepare_log_dir(plan: Plan, log_dir: str) -> PrepareReport:
-    require_local(log_dir)
-    entry = plan.log_dir(log_dir)
+def prepare_log_dir(plan: Plan, key: str) -> PrepareReport:
+    entry, log_dir = locate(plan, key)
     for other in other_states(log_dir, plan.plan_id):
         raise MigrateError(
             f"{log_dir}: {other.name} holds the state of another migration of this log dir; finish it (`execute`) or "
@@ -31,31 +30,32 @@ def prepare_log_dir(plan: Plan, log_dir: str) -> PrepareReport:
     if StateStore.exists(log_dir, plan.plan_id):
         with StateStore.open(log_dir, plan.plan_id) as store:
             if store.phase == LogDirPhase.FINALIZED:
-                return PrepareReport(log_dir, store.phase, resumed=True)
+                return PrepareReport(key, store.phase, resumed=True)
             new = not store.initialized  # a crash before the first commit leaves an empty database
     lock_existed = (Path(log_dir) / ".lock").exists()
     if new:
-        _refuse_changed_inputs(plan, log_dir)
+        _refuse_changed_inputs(entry)
     with StateStore.open(log_dir, plan.plan_id, create=True) as store:
         if new:
             store.initialize(plan.plan_id, entry, lock_existed)
         with kafka_lock(log_dir, store):
-            restored = _finish_interrupted_rollback(plan, log_dir, store)
+            restored = _finish_interrupted_rollback(plan, key, store)
             keep = [
                 (part, base)
                 for part, base, result in store.verified_results()
-                if SegmentFiles(Path(plan.partition(log_dir, part).dir), plan.plan_id, base).staged_intact(result)
+                if SegmentFiles(Path(plan.partition(key, part).dir), plan.plan_id, base).staged_intact(result)
             ]
             reset = store.reset_for_retry(keep) if not new else 0
             if fence.raise_fence(log_dir, plan.plan_id):
                 store.record_event(EventKind.FENCE_UP)
             store.record_event(EventKind.RUN_STARTED, verb="execute")
-        return PrepareReport(log_dir, store.phase, resumed=not new, reset_segments=reset, restored_partitions=restored)
+        return PrepareReport(key, store.phase, resumed=not new, reset_segments=reset, restored_partitions=restored)
 
 
-def _refuse_changed_inputs(plan: Plan, log_dir: str) -> None:
+def _refuse_changed_inputs(entry: LogDirPlan) -> None:
+    log_dir = entry.label
     changed = []
-    for p in plan.log_dir(log_dir).partitions:
+    for p in entry.partitions:
         for s in p.segments:
             live = segment_file(p.dir, s.base_offset, ".log")
             try:
@@ -76,12 +76,12 @@ def _refuse_changed_inputs(plan: Plan, log_dir: str) -> None:
         )
 
 
-def _finish_interrupted_rollback(plan: Plan, log_dir: str, store: StateStore) -> int:
+def _finish_interrupted_rollback(plan: Plan, key: str, store: StateStore) -> int:
     """execute after a crashed (or finished but not archived) rollback: restore what the rollback had begun, then
     plan those partitions again, so this run migrates every partition."""
     if store.phase not in (LogDirPhase.ROLLING_BACK, LogDirPhase.ROLLED_BACK):
         return 0
-    restore_partitions(plan, log_dir, store, store.partitions_in(PartitionState.ROLLING_BACK), force=False)
+    restore_partitions(plan, key, store, store.partitions_in(PartitionState.ROLLING_BACK), force=False)
     again = store.partitions_in(PartitionState.ROLLED_BACK)
     store.reset_rolled_back(again)
     store.set_phase(LogDirPhase.EXECUTING)

@@ -27,7 +27,7 @@ from migrate.model import (
     SegmentState,
     SwapReport,
 )
-from migrate.stages.common import kafka_lock, require_local
+from migrate.stages.common import kafka_lock, locate
 from migrate.state import StateStore, SwapFile
 from migrate.workspace import sync_filesystem
 
@@ -35,13 +35,13 @@ SWAP_BATCH_PARTITIONS = 256
 _ISOLATED_ERRNOS = (errno.EPERM, errno.EACCES)  # one file's attribute or permission: its partition only
 
 
-def swap_log_dir(plan: Plan, log_dir: str, swap_ready: bool = True) -> SwapReport:
+def swap_log_dir(plan: Plan, key: str, swap_ready: bool = True) -> SwapReport:
     """``swap_ready=False`` (the run stopped on an I/O error in this log dir): only finish partitions a crash left
     mid-swap and lower the fence if nothing is mixed; ready partitions wait for the next execute."""
-    require_local(log_dir)
+    _, log_dir = locate(plan, key)
     with StateStore.open(log_dir, plan.plan_id) as store:
         if store.phase in (LogDirPhase.FINALIZED, LogDirPhase.ROLLING_BACK, LogDirPhase.ROLLED_BACK):
-            return SwapReport(log_dir, (), (), (), fence.is_up(log_dir))
+            return SwapReport(key, (), (), (), fence.is_up(log_dir))
         migrated: list[str] = []
         failed: list[PartitionProblem] = []
         stopped: Problem | None = None
@@ -49,10 +49,10 @@ def swap_log_dir(plan: Plan, log_dir: str, swap_ready: bool = True) -> SwapRepor
             if fence.raise_fence(log_dir, plan.plan_id):
                 store.record_event(EventKind.FENCE_UP)
             try:
-                migrated += _finish_swapping(plan, log_dir, store)
+                migrated += _finish_swapping(plan, key, store)
                 ready = store.partitions_in(PartitionState.READY) if swap_ready else []
                 for i in range(0, len(ready), SWAP_BATCH_PARTITIONS):
-                    done, bad = _swap_batch(plan, log_dir, store, ready[i : i + SWAP_BATCH_PARTITIONS])
+                    done, bad = _swap_batch(plan, key, store, ready[i : i + SWAP_BATCH_PARTITIONS])
                     migrated += done
                     failed += bad
             except (OSError, StateWriteError) as exc:
@@ -69,34 +69,32 @@ def swap_log_dir(plan: Plan, log_dir: str, swap_ready: bool = True) -> SwapRepor
                 store.record_event(EventKind.RUN_ENDED, verb="execute", migrated=len(migrated), failed=len(failed))
             except (OSError, StateWriteError) as exc:  # a full disk may refuse the record; the fence is the truth
                 stopped = stopped or (Problem.of(exc) if isinstance(exc, OSError) else Problem("io-error", str(exc)))
-        return SwapReport(log_dir, tuple(migrated), tuple(failed), tuple(mixed), fence.is_up(log_dir), stopped)
+        return SwapReport(key, tuple(migrated), tuple(failed), tuple(mixed), fence.is_up(log_dir), stopped)
 
 
 def _files(plan: Plan, part: PartitionPlan, base: int) -> SegmentFiles:
     return SegmentFiles(Path(part.dir), plan.plan_id, base)
 
 
-def _finish_swapping(plan: Plan, log_dir: str, store: StateStore) -> list[str]:
+def _finish_swapping(plan: Plan, key: str, store: StateStore) -> list[str]:
     """Partitions a crash left mid-swap: every rename they planned is done (the state has each file's identity)."""
     names = store.partitions_in(PartitionState.SWAPPING)
     for name in names:
-        part = plan.partition(log_dir, name)
+        part = plan.partition(key, name)
         for row in store.segments_of(name):
             if row.swap:
                 _files(plan, part, row.base).swap_in(row.swap)
     if names:
-        sync_filesystem(log_dir)
+        sync_filesystem(plan.log_dir(key).log_dir)
         store.set_partitions(names, PartitionState.MIGRATED, EventKind.PARTITION_MIGRATED, SegmentState.SWAPPED)
     return names
 
 
-def _swap_batch(
-    plan: Plan, log_dir: str, store: StateStore, names: list[str]
-) -> tuple[list[str], list[PartitionProblem]]:
+def _swap_batch(plan: Plan, key: str, store: StateStore, names: list[str]) -> tuple[list[str], list[PartitionProblem]]:
     failed: list[PartitionProblem] = []
     batch: list[tuple[str, list[tuple[int, tuple[SwapFile, ...]]]]] = []
     for name in names:
-        part = plan.partition(log_dir, name)
+        part = plan.partition(key, name)
         try:
             segments = []
             for row in store.segments_of(name):
@@ -112,7 +110,7 @@ def _swap_batch(
     store.begin_swap(batch)
     done = []
     for name, segments in batch:
-        part = plan.partition(log_dir, name)
+        part = plan.partition(key, name)
         try:
             for base, files in segments:
                 _files(plan, part, base).swap_in(files)
@@ -123,7 +121,7 @@ def _swap_batch(
                 # a disk-wide failure: undo this partition if we can, then stop with the state recorded
                 _undo(plan, part, segments, store, problem)
                 if done:
-                    sync_filesystem(log_dir)
+                    sync_filesystem(plan.log_dir(key).log_dir)
                     store.set_partitions(
                         done, PartitionState.MIGRATED, EventKind.PARTITION_MIGRATED, SegmentState.SWAPPED
                     )
@@ -131,7 +129,7 @@ def _swap_batch(
             if _undo(plan, part, segments, store, problem):
                 failed.append(PartitionProblem(name, problem))
     faults.point("before:syncfs-swap")
-    sync_filesystem(log_dir)
+    sync_filesystem(plan.log_dir(key).log_dir)
     if done:
         store.set_partitions(done, PartitionState.MIGRATED, EventKind.PARTITION_MIGRATED, SegmentState.SWAPPED)
     return done, failed

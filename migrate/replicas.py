@@ -1,0 +1,138 @@
+"""Replica consistency: do the copies of one partition on different brokers hold the same records?
+
+Old Kafka versions (before leader epochs) let replicas diverge after an unclean leader election or a truncation
+race, and the one-shot migration reads every replica anyway: the cheapest moment to catch it. Each broker digests its
+replica over fixed offset buckets (``[k*B, (k+1)*B)``) of the range it holds, with the format-independent content
+digest (offset, key, value, headers: the same whatever the format, codec or batching, and without timestamps, which
+``--timestamps mtime`` takes from each broker's own segment mtimes). The client compares buckets that every replica
+holds completely, and names the first that differs.
+
+A replica's records are read from the files that will be live after the swap: a converted segment's staged output
+where there is one, the live file otherwise (segments already in v2 are not converted).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from migrate.format.digest import LogDigest
+from migrate.format.records import RecordColumns
+from migrate.segment.reader import read_file
+
+DEFAULT_BUCKET_OFFSETS = 10_000
+
+
+@dataclass(frozen=True)
+class ReplicaRange:
+    """The offsets one broker's replica of a partition holds (phase one: a shallow read of its first and last
+    segments)."""
+
+    broker_id: int | None
+    partition: str
+    first_offset: int | None
+    last_offset: int | None
+
+
+@dataclass(frozen=True)
+class ReplicaDigest:
+    """One broker's digests of one partition over the range all its replicas hold (phase two)."""
+
+    broker_id: int | None
+    partition: str
+    first_offset: int
+    last_offset: int
+    bucket_offsets: int
+    buckets: tuple[str, ...]  # digest of bucket k: offsets [first + k*B, first + (k+1)*B) within the range
+
+
+@dataclass(frozen=True)
+class Divergence:
+    partition: str
+    brokers: tuple[int | None, ...]
+    first_offset: int  # the first differing offset range: [first_offset, last_offset]
+    last_offset: int
+    digests: dict[str, str]  # broker id (as text) -> that range's digest
+
+
+def _slice(cols: RecordColumns, a: int, b: int) -> RecordColumns:
+    return RecordColumns(
+        cols.buffer,
+        cols.offsets[a:b],
+        cols.timestamps[a:b],
+        cols.key_pos[a:b],
+        cols.key_len[a:b],
+        cols.value_pos[a:b],
+        cols.value_len[a:b],
+        None if cols.headers is None else cols.headers[a:b],
+    )
+
+
+def _records(path: str):
+    for chunk in read_file(path):
+        for item in chunk.entries.items:
+            if len(item.records):
+                yield item.records
+
+
+def offset_range(segment_files: list[str], partition: str, broker_id: int | None) -> ReplicaRange:
+    """First and last record offsets: the first segment's first records and the last segment's last ones."""
+    files = [f for f in segment_files if os.path.getsize(f)]
+    if not files:
+        return ReplicaRange(broker_id, partition, None, None)
+    first = next((int(cols.offsets[0]) for cols in _records(files[0])), None)
+    last = None
+    for cols in _records(files[-1]):
+        last = int(cols.offsets[-1])
+    return ReplicaRange(broker_id, partition, first, last)
+
+
+def common_range(ranges: list[ReplicaRange]) -> tuple[int, int] | None:
+    """The offsets every replica holds, or None when they share none."""
+    if any(r.first_offset is None or r.last_offset is None for r in ranges):
+        return None
+    lo, hi = max(r.first_offset for r in ranges), min(r.last_offset for r in ranges)  # type: ignore[type-var]
+    return (lo, hi) if lo <= hi else None
+
+
+def digest_replica(
+    segment_files: list[str], partition: str, broker_id: int | None, lo: int, hi: int, bucket: int
+) -> ReplicaDigest:
+    """Digest the records with offsets in ``[lo, hi]`` per bucket of ``bucket`` offsets counted from ``lo``."""
+    count = (hi - lo) // bucket + 1
+    digests = [LogDigest(timed=False) for _ in range(count)]
+    for path in segment_files:
+        if not os.path.getsize(path):
+            continue
+        for cols in _records(path):
+            offsets = cols.offsets
+            keep = np.flatnonzero((offsets >= lo) & (offsets <= hi))
+            if not len(keep):
+                continue
+            a0, b0 = int(keep[0]), int(keep[-1]) + 1  # offsets increase: the kept records are one run
+            index = (offsets[a0:b0] - lo) // bucket
+            cuts = np.flatnonzero(np.diff(index)) + 1
+            for a, b in zip([0, *cuts.tolist()], [*cuts.tolist(), b0 - a0]):
+                digests[int(index[a])].update(_slice(cols, a0 + a, a0 + b))
+    return ReplicaDigest(broker_id, partition, lo, hi, bucket, tuple(d.hexdigests()[0] for d in digests))
+
+
+def compare(replicas: list[ReplicaDigest]) -> Divergence | None:
+    """The first offset bucket of the common range in which the replicas' records differ."""
+    if len(replicas) < 2:
+        return None
+    first = replicas[0]
+    for k in range(len(first.buckets)):
+        seen = {str(r.broker_id): r.buckets[k] for r in replicas}
+        if len(set(seen.values())) > 1:
+            lo = first.first_offset + k * first.bucket_offsets
+            return Divergence(
+                first.partition,
+                tuple(r.broker_id for r in replicas),
+                lo,
+                min(lo + first.bucket_offsets - 1, first.last_offset),
+                seen,
+            )
+    return None
