@@ -935,6 +935,41 @@ class LiveCheck:
     unmigrated: tuple[str, ...]
 
 
+# --- replicas of one partition on several brokers (migrate.replicas) ---
+
+
+@dataclass(frozen=True)
+class ReplicaRange:
+    """The offsets one broker's replica of a partition holds (phase one: a shallow read of its first and last
+    segments)."""
+
+    broker_id: int | None
+    partition: str
+    first_offset: int | None
+    last_offset: int | None
+
+
+@dataclass(frozen=True)
+class ReplicaDigest:
+    """One broker's digests of one partition over the range all its replicas hold (phase two)."""
+
+    broker_id: int | None
+    partition: str
+    first_offset: int
+    last_offset: int
+    bucket_offsets: int
+    buckets: tuple[str, ...]  # digest of bucket k: offsets [first + k*B, first + (k+1)*B) within the range
+
+
+@dataclass(frozen=True)
+class Divergence:
+    partition: str
+    brokers: tuple[int | None, ...]
+    first_offset: int  # the first differing offset range: [first_offset, last_offset]
+    last_offset: int
+    digests: dict[str, str]  # broker id (as text) -> that range's digest
+
+
 # --- what a command reports ------------------------------------------------------------------------------------
 
 
@@ -990,6 +1025,7 @@ class ExecuteReport:
     stage_seconds: dict[str, float] = field(default_factory=dict)
     problems: tuple[SegmentOutcome, ...] = ()  # refused and failed segments of this run
     accelerator: str = ""  # the C accelerator's state: "active", or why the slow path runs
+    divergent_replicas: tuple[Divergence, ...] = ()  # replicas of one partition whose records differ across brokers
 
     @property
     def unmigrated(self) -> list[PartitionStatus]:

@@ -14,8 +14,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from migrate.cluster import replicas
 from migrate.engines import CallResult, Engine, StageCall
 from migrate.model import (
+    Divergence,
     ExecuteReport,
     FinalizeReport,
     LeaveReport,
@@ -23,6 +25,8 @@ from migrate.model import (
     LogDirStatus,
     Outcome,
     Plan,
+    ReplicaDigest,
+    ReplicaRange,
     RollbackReport,
     SegmentOutcome,
     SegmentTotals,
@@ -30,12 +34,14 @@ from migrate.model import (
     StatusReport,
     VerifyReport,
 )
+from migrate.replicas import DEFAULT_BUCKET_OFFSETS, common_range, compare
 from migrate.runlock import RunLock
 from migrate.stages.compact import compact_partition
 from migrate.stages.convert import convert_task
 from migrate.stages.finalize import finalize_log_dir, forget_log_dir, set_dir_mtime, state_snapshot
 from migrate.stages.inspect import status_from, status_log_dir, verify_live_log_dir
 from migrate.stages.prepare import prepare_log_dir
+from migrate.stages.replicas import fail_divergent, replica_digests, replica_ranges
 from migrate.stages.rollback import rollback_check_log_dir, rollback_log_dir
 from migrate.stages.swap import swap_log_dir
 from migrate.state import StateStore
@@ -55,11 +61,14 @@ def _errors(stage: str, calls: list[StageCall], results: list[CallResult]) -> li
 
 
 def _local_log_dirs(plan: Plan) -> list[str]:
-    """Log dirs this process can see: their run lock is held here (a remote broker's, by its own worker)."""
-    return [d.log_dir for d in plan.log_dirs if os.path.isdir(d.log_dir)]
+    """Log dirs on this host, whose run lock this process holds for the whole run. A remote broker's log dir (its
+    host is named in the plan) is reached only through its worker; the same path here is another machine's."""
+    return [d.log_dir for d in plan.log_dirs if d.host is None and os.path.isdir(d.log_dir)]
 
 
-def execute(plan: Plan, engine: Engine, accelerator: str = "") -> ExecuteReport:
+def execute(
+    plan: Plan, engine: Engine, accelerator: str = "", require_consistent_replicas: bool = False
+) -> ExecuteReport:
     stage_seconds: dict[str, float] = {}
     clock = time.perf_counter()
 
@@ -109,6 +118,13 @@ def execute(plan: Plan, engine: Engine, accelerator: str = "") -> ExecuteReport:
             o.log_dir for o in outcomes if o.outcome == Outcome.FAILED and o.problem and o.problem.kind == "io-error"
         }
 
+        divergences = check_replicas(plan, engine, [d for d in ready if d not in stopped])
+        if divergences:
+            lap("replicas")
+            if require_consistent_replicas:
+                calls = _per_log_dir(plan, [d for d in ready if d not in stopped], list(divergences))
+                errors += _errors("replicas", calls, engine.map("replicas", fail_divergent, calls))
+
         calls = [StageCall((plan, d, d not in stopped), plan.log_dir(d).host) for d in ready]
         results = engine.map("swap", swap_log_dir, calls)
         lap("swap")
@@ -131,7 +147,39 @@ def execute(plan: Plan, engine: Engine, accelerator: str = "") -> ExecuteReport:
         stage_seconds=stage_seconds,
         problems=tuple(o for o in outcomes if o.outcome in (Outcome.REFUSED, Outcome.FAILED)),
         accelerator=accelerator,
+        divergent_replicas=tuple(divergences),
     )
+
+
+def check_replicas(
+    plan: Plan, engine: Engine, keys: list[str], bucket: int = DEFAULT_BUCKET_OFFSETS
+) -> list[Divergence]:
+    """Compare the replicas of every partition planned on several brokers: each broker's offset range first, then
+    digests of the range they all hold; a divergence names the partition, the brokers and the first differing
+    offsets."""
+    groups = {name: [d.key for d in holders if d.key in keys] for name, holders in replicas(plan).items()}
+    groups = {name: ks for name, ks in groups.items() if len(ks) > 1}
+    if not groups:
+        return []
+    per_key: dict[str, list[str]] = {}
+    for name, ks in groups.items():
+        for k in ks:
+            per_key.setdefault(k, []).append(name)
+    calls = [StageCall((plan, k, names), plan.log_dir(k).host) for k, names in per_key.items()]
+    ranges: dict[str, list[ReplicaRange]] = {}
+    for r in engine.map("replica-ranges", replica_ranges, calls):
+        for rr in r.value if r.ok else []:
+            ranges.setdefault(rr.partition, []).append(rr)
+    spans = {name: common_range(rs) for name, rs in ranges.items() if len(rs) == len(groups[name])}
+    calls = [
+        StageCall((plan, k, [(n, *spans[n]) for n in names if spans.get(n)], bucket), plan.log_dir(k).host)
+        for k, names in per_key.items()
+    ]
+    digests: dict[str, list[ReplicaDigest]] = {}
+    for r in engine.map("replica-digests", replica_digests, calls):
+        for rd in r.value if r.ok else []:
+            digests.setdefault(rd.partition, []).append(rd)
+    return [d for rs in digests.values() if (d := compare(rs)) is not None]
 
 
 def archive_dir(plan_path: str | Path) -> Path:

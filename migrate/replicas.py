@@ -14,47 +14,15 @@ where there is one, the live file otherwise (segments already in v2 are not conv
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 
 import numpy as np
 
 from migrate.format.digest import LogDigest
 from migrate.format.records import RecordColumns
+from migrate.model import Divergence, ReplicaDigest, ReplicaRange
 from migrate.segment.reader import read_file
 
 DEFAULT_BUCKET_OFFSETS = 10_000
-
-
-@dataclass(frozen=True)
-class ReplicaRange:
-    """The offsets one broker's replica of a partition holds (phase one: a shallow read of its first and last
-    segments)."""
-
-    broker_id: int | None
-    partition: str
-    first_offset: int | None
-    last_offset: int | None
-
-
-@dataclass(frozen=True)
-class ReplicaDigest:
-    """One broker's digests of one partition over the range all its replicas hold (phase two)."""
-
-    broker_id: int | None
-    partition: str
-    first_offset: int
-    last_offset: int
-    bucket_offsets: int
-    buckets: tuple[str, ...]  # digest of bucket k: offsets [first + k*B, first + (k+1)*B) within the range
-
-
-@dataclass(frozen=True)
-class Divergence:
-    partition: str
-    brokers: tuple[int | None, ...]
-    first_offset: int  # the first differing offset range: [first_offset, last_offset]
-    last_offset: int
-    digests: dict[str, str]  # broker id (as text) -> that range's digest
 
 
 def _slice(cols: RecordColumns, a: int, b: int) -> RecordColumns:

@@ -164,7 +164,17 @@ class BrokerCluster:
                 script = f"mount --bind {own} {self.data_path} && exec " + " ".join(worker)
                 worker = ["unshare", "-m", "--propagation", "private", "sh", "-c", script]
             self.procs.append(subprocess.Popen(worker, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        if self.brokers:
+            self._wait_for_workers(len(self.brokers))
         return self
+
+    def _wait_for_workers(self, n: int) -> None:
+        from distributed import Client
+
+        from migrate.security import TlsFiles
+
+        with Client(self.address, security=TlsFiles.from_dir(self.tls).security(), timeout=30) as client:
+            client.wait_for_workers(n, timeout=60)
 
     def __exit__(self, *exc: object) -> None:
         for p in self.procs:

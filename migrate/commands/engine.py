@@ -6,11 +6,14 @@ import argparse
 from collections.abc import Callable
 
 from migrate.engines import Engine, SerialEngine
-from migrate.model import SegmentOutcome
+from migrate.errors import MigrateError
+from migrate.model import Plan, SegmentOutcome
+from migrate.plan import load_plan
 from migrate.runlog import note
+from migrate.security import TlsFiles, check_scheduler_address
 
 
-def add_engine_options(p: argparse.ArgumentParser, full: bool) -> None:
+def add_engine_options(p: argparse.ArgumentParser, full: bool, brokers: bool = True) -> None:
     """``full``: the verbs that convert or re-read data (execute, verify) choose among all engines; the others run
     in this process, or on a Dask scheduler when the plan's log dirs live on other hosts."""
     g = p.add_argument_group("engine")
@@ -35,8 +38,44 @@ def add_engine_options(p: argparse.ArgumentParser, full: bool) -> None:
         else "address of a running Dask scheduler whose workers reach the plan's log dirs on other hosts (default: "
         "this process reads them)",
     )
+    add_cluster_options(g, brokers)
     if not full:
         p.set_defaults(engine="serial")
+
+
+def add_cluster_options(g: argparse._ArgumentGroup, brokers: bool = True) -> None:
+    g.add_argument(
+        "--tls-dir",
+        help="a cluster scheduler's TLS files: ca.pem, client.pem and client-key.pem (the README shows how to "
+        "make them)",
+    )
+    g.add_argument(
+        "--insecure",
+        action="store_true",
+        help="allow a scheduler on another host without TLS (anyone who reaches it can run code on the brokers)",
+    )
+    if brokers:
+        g.add_argument(
+            "--brokers",
+            help="only these brokers of a cluster plan, e.g. 1 (the canary) and later 2,3 (default: every broker)",
+        )
+
+
+def load_plan_for(args: argparse.Namespace) -> Plan:
+    """The plan file, restricted to ``--brokers`` where given."""
+    plan = load_plan(args.plan)
+    if getattr(args, "brokers", None):
+        from migrate.cluster import for_brokers
+
+        plan = for_brokers(plan, parse_brokers(args.brokers))
+    return plan
+
+
+def parse_brokers(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(b) for b in text.split(",") if b.strip())
+    except ValueError:
+        raise MigrateError(f"--brokers {text}: expected broker ids separated by commas, e.g. 1,3") from None
 
 
 def accelerator_state() -> str:
@@ -66,8 +105,14 @@ def make_engine(
         return engine, accelerator
     from migrate.engines.dask import DaskEngine
 
+    security = None
+    if args.scheduler:
+        tls = TlsFiles.from_dir(args.tls_dir) if getattr(args, "tls_dir", None) else None
+        check_scheduler_address(args.scheduler, tls, getattr(args, "insecure", False))
+        security = tls.security() if tls else None
     engine = DaskEngine(
         scheduler=args.scheduler,
+        security=security,
         n_workers=getattr(args, "workers", None),
         dashboard_address=getattr(args, "dashboard_address", "127.0.0.1:0"),
         progress=False if on_segment is not None else None,

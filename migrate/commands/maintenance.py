@@ -5,9 +5,8 @@ from __future__ import annotations
 import argparse
 
 from migrate import pipeline
-from migrate.commands.engine import add_engine_options, make_engine
+from migrate.commands.engine import add_engine_options, load_plan_for, make_engine
 from migrate.model import LogDirStatus, to_json
-from migrate.plan import load_plan
 from migrate.runlog import WatchedEngine, result
 
 
@@ -72,7 +71,7 @@ def status_lines(d: LogDirStatus, every: bool) -> list[str]:
 
 
 def run_status(args: argparse.Namespace) -> int:
-    plan = load_plan(args.plan)
+    plan = load_plan_for(args)
     engine, _ = make_engine(args)
     try:
         report = pipeline.status(plan, engine, args.plan)
@@ -86,7 +85,7 @@ def run_status(args: argparse.Namespace) -> int:
 
 
 def run_rollback(args: argparse.Namespace) -> int:
-    plan = load_plan(args.plan)
+    plan = load_plan_for(args)
     engine, _ = make_engine(args)
     try:
         report = pipeline.rollback(plan, WatchedEngine(engine), args.plan, args.force)
@@ -109,7 +108,7 @@ def run_rollback(args: argparse.Namespace) -> int:
 
 
 def run_finalize(args: argparse.Namespace) -> int:
-    plan = load_plan(args.plan)
+    plan = load_plan_for(args)
     engine, _ = make_engine(args)
     try:
         report = pipeline.finalize(plan, WatchedEngine(engine), args.plan, args.partial)

@@ -6,12 +6,20 @@ import argparse
 import sys
 
 from migrate import pipeline, report
-from migrate.commands.engine import add_engine_options, make_engine
+from migrate.commands.engine import add_cluster_options, add_engine_options, load_plan_for, make_engine, parse_brokers
 from migrate.commands.output import human_bytes
 from migrate.compaction import CompactionRule, parse_bytes, parse_duration_ms
 from migrate.errors import MigrateError
-from migrate.model import DEFAULT_MAX_MESSAGE_BYTES, Codec, ConvertOptions, ExecuteReport, TimestampPolicy, to_json
-from migrate.plan import PlanRequest, build_plan, load_plan, write_plan
+from migrate.model import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    Codec,
+    ConvertOptions,
+    ExecuteReport,
+    Plan,
+    TimestampPolicy,
+    to_json,
+)
+from migrate.plan import PlanRequest, build_plan, write_plan
 from migrate.runlog import Progress, WatchedEngine, note, output, result
 
 EXIT_VERIFY_FAILED = 3
@@ -26,7 +34,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "space on any filesystem) and write a plan of the segments that hold legacy data. Changes nothing. With "
         "--check it also decompresses and checks every entry, reporting everything execute would refuse.",
     )
-    p.add_argument("--log-dirs", required=True, help="comma-separated log dirs of one broker (its log.dirs)")
+    p.add_argument(
+        "--log-dirs",
+        help="comma-separated log dirs of one broker (its log.dirs); with --scheduler, each broker's own, at the same "
+        "paths on every broker",
+    )
     p.add_argument("-o", "--output", required=True, help="the plan file to write")
     p.add_argument("--check", action="store_true", help="read every entry deeply (decompress, check inner CRCs)")
     p.add_argument("--topics", help="only topics whose whole name matches this regular expression")
@@ -101,6 +113,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--task-segments", type=int, default=256, help="segments per engine task at most (default 256)")
     p.add_argument("--assume-free-bytes", type=int, help=argparse.SUPPRESS)
     p.add_argument("--json", action="store_true", help="print the plan summary as JSON")
+    g = p.add_argument_group(
+        "cluster",
+        "plan every broker at once on a Dask cluster with one worker per broker host: each worker plans its own "
+        "host's log dirs",
+    )
+    g.add_argument("--scheduler", help="address of the cluster's scheduler (tls://HOST:8786)")
+    g.add_argument(
+        "--broker-config",
+        help="path of server.properties on each broker host; its log.dirs are planned (instead of --log-dirs)",
+    )
+    g.add_argument(
+        "--brokers", help="the broker ids the cluster must have, e.g. 1,2,3: a broker without a worker is refused"
+    )
+    add_cluster_options(g, brokers=False)
     p.set_defaults(handler=run_plan)
 
     p = sub.add_parser(
@@ -116,6 +142,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--plan", required=True, help="the plan file written by `plan`")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     add_engine_options(p, full=True)
+    p.add_argument(
+        "--require-consistent-replicas",
+        action="store_true",
+        help="on a cluster plan, do not swap a partition whose replicas hold different records on different brokers "
+        "(default: report them and swap anyway)",
+    )
     p.set_defaults(handler=run_execute, run_log=True)
 
     p = sub.add_parser(
@@ -133,7 +165,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run_plan(args: argparse.Namespace) -> int:
-    log_dirs = args.log_dirs.split(",")
+    if not args.log_dirs and not (args.scheduler and args.broker_config):
+        raise SystemExit(_usage("give --log-dirs (or, with --scheduler, --broker-config)"))
+    log_dirs = args.log_dirs.split(",") if args.log_dirs else []
     if any(not d.strip() for d in log_dirs):
         raise SystemExit(_usage("--log-dirs holds an empty path (a doubled or trailing comma?)"))
     host_map = tuple(tuple(item.split("=", 1)) for item in args.host_map.split(",") if item)
@@ -170,7 +204,7 @@ def run_plan(args: argparse.Namespace) -> int:
         drop_tombstones_older_than_ms=drop_after,
         compact_memory_limit=memory_limit,
     )
-    plan = build_plan(request)
+    plan = _plan_cluster(args, request) if args.scheduler else build_plan(request)
     write_plan(plan, args.output)
     est = plan.estimates
     drops = [
@@ -192,19 +226,31 @@ def run_plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def _plan_cluster(args: argparse.Namespace, request: PlanRequest) -> Plan:
+    from migrate.cluster import plan_cluster
+
+    engine, _ = make_engine(argparse.Namespace(**{**vars(args), "engine": "dask"}))
+    try:
+        return plan_cluster(engine, request, args.broker_config, parse_brokers(args.brokers or ""))
+    finally:
+        engine.close()
+
+
 def _usage(message: str) -> int:
     note(f"kafka-log-migrate: error: {message}")
     return 2
 
 
 def run_execute(args: argparse.Namespace) -> int:
-    plan = load_plan(args.plan)
+    plan = load_plan_for(args)
     progress = Progress(plan, output(), tty=sys.stderr.isatty())
     engine, accelerator = make_engine(args, on_segment=progress.segment)
     watched = WatchedEngine(engine, progress)
     try:
         with progress:
-            outcome = pipeline.execute(plan, watched, accelerator=accelerator)
+            outcome = pipeline.execute(
+                plan, watched, accelerator=accelerator, require_consistent_replicas=args.require_consistent_replicas
+            )
         rows, _ = report.collect(plan, watched, args.plan)
     finally:
         engine.close()
@@ -241,6 +287,13 @@ def execute_text(report_: ExecuteReport, plan_path: str, summary: report.Summary
             lines.append(f"  ... and {len(d.unmigrated) - 50} more (`status --plan {plan_path}` lists them all)")
     for e in report_.errors:
         lines.append(f"error in {e.stage} of {e.log_dir}: {e.message}")
+    for d in report_.divergent_replicas:
+        lines.append(
+            f"warning: replicas of {d.partition} differ across brokers {', '.join(map(str, d.brokers))}: first in "
+            f"offsets {d.first_offset}..{d.last_offset} (digests: "
+            + ", ".join(f"broker {b} {h[:12]}" for b, h in d.digests.items())
+            + ")"
+        )
     if summary is not None:
         lines += report.summary_lines(summary)
     mixed = [p.partition for d in report_.log_dirs for p in d.partitions if p.state.mixed]
@@ -271,7 +324,7 @@ def execute_text(report_: ExecuteReport, plan_path: str, summary: report.Summary
 
 
 def run_verify(args: argparse.Namespace) -> int:
-    plan = load_plan(args.plan)
+    plan = load_plan_for(args)
     engine, _ = make_engine(args)
     try:
         report = pipeline.verify_live(plan, WatchedEngine(engine))

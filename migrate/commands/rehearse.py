@@ -91,7 +91,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--broker-bytes", metavar="SIZE", help="bytes to migrate per broker, with --brokers")
     g.add_argument("--brokers", type=int, help="number of brokers, with --broker-bytes")
     add_plan_options(p)
-    add_engine_options(p, full=True)
+    add_engine_options(p, full=True, brokers=False)  # a rehearsal is of one broker: --brokers sizes the cluster
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(handler=run, usage_error=p.error)
 

@@ -6,9 +6,8 @@ import argparse
 from pathlib import Path
 
 from migrate import report, runlog
-from migrate.commands.engine import add_engine_options, make_engine
+from migrate.commands.engine import add_engine_options, load_plan_for, make_engine
 from migrate.errors import MigrateError
-from migrate.plan import load_plan
 
 
 def default_paths(plan_path: str | Path) -> tuple[Path, Path]:
@@ -45,7 +44,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    plan = load_plan(args.plan)
+    plan = load_plan_for(args)
     html_default, parquet_default = default_paths(args.plan)
     engine, _ = make_engine(args)
     try:

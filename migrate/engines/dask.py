@@ -18,6 +18,7 @@ import hashlib
 import json
 import os
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -67,11 +68,14 @@ class DaskEngine:
         self,
         scheduler: str | None = None,
         n_workers: int | None = None,
-        dashboard_address: str = ":8787",
+        dashboard_address: str = "127.0.0.1:8787",
         processes: bool = True,
         progress: bool | None = None,
         on_segment: Callable[[SegmentOutcome], None] | None = None,
+        security: Any = None,
     ) -> None:
+        """``security``: a distributed.security.Security (TLS) for a remote scheduler; a LocalCluster listens on
+        127.0.0.1 only, and its dashboard on ``dashboard_address`` (loopback by default)."""
         routes = dask.config.get("distributed.scheduler.http.routes")
         dask.config.set(
             {
@@ -83,12 +87,13 @@ class DaskEngine:
         self.cluster = None
         self._dashboard_address = dashboard_address
         if scheduler:
-            self.client = Client(scheduler)
+            self.client = Client(scheduler, security=security)
         else:
             self.cluster = LocalCluster(
                 n_workers=n_workers or os.cpu_count() or 1,
                 threads_per_worker=1,
                 processes=processes,
+                host="127.0.0.1",
                 dashboard_address=dashboard_address,
             )
             self.client = Client(self.cluster)
@@ -120,6 +125,20 @@ class DaskEngine:
         if self.cluster is not None and host:
             return f"http://{host}:{self.cluster.scheduler.http_server.port}/status"
         return self.client.dashboard_link
+
+    @property
+    def address(self) -> str:
+        return self.client.scheduler.address
+
+    def workers(self, expect: int = 0, timeout: float = 60.0) -> list[str]:
+        """The address of every connected worker (on a cluster: one per broker host), after waiting up to
+        ``timeout`` seconds for ``expect`` of them: workers started with the scheduler may still be connecting."""
+        deadline = time.monotonic() + timeout
+        while True:
+            found = sorted(self.client.scheduler_info(n_workers=-1)["workers"])
+            if len(found) >= expect or time.monotonic() > deadline:
+                return found
+            time.sleep(0.5)
 
     @property
     def migration_link(self) -> str:

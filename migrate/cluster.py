@@ -1,0 +1,192 @@
+"""One plan for a whole cluster, planned on the brokers themselves.
+
+Every broker keeps its log dirs on its own disks, usually at the same path, so no machine can read them all. A Dask
+cluster with one worker per broker host (``dask worker`` on each broker) plans instead: ``survey_broker`` runs on
+each worker, reads that host's log dirs (given, or ``log.dirs`` of its ``server.properties``), their
+``meta.properties`` (cluster id, broker or node id) and Kafka's ``.lock``, and plans them there; the client merges the
+surveys into one plan whose log dirs are keyed ``broker-<id>:<path>`` and pinned to the worker's host. Refused, each
+naming the broker: brokers of different clusters, two workers claiming one broker id, a broker whose plan is refused
+(a held lock, damage, ...), and a broker of ``--brokers`` with no worker (with the command that starts one).
+
+The plan also knows every replica of every partition: the same topic-partition on several brokers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import socket
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from migrate.errors import MigrateError
+from migrate.logdir import _java_properties, read_meta_properties
+from migrate.model import Estimates, LogDirPlan, Plan, TaskPlan
+from migrate.plan import PlanRefusedError, PlanRequest, build_plan
+
+
+class ClusterPlanRefusedError(MigrateError):
+    """The brokers' surveys cannot make one safe plan; the message names each broker and what to do."""
+
+
+@dataclass(frozen=True)
+class BrokerSurvey:
+    """What one broker's worker found: its identity, and its own plan or why it refused to plan."""
+
+    worker: str
+    host: str
+    broker_id: int | None
+    cluster_id: str | None
+    log_dirs: tuple[str, ...]
+    plan: Plan | None = None
+    refusal: str | None = None
+
+
+def log_dirs_of(broker_config: str | Path) -> tuple[str, ...]:
+    """``log.dirs`` (else ``log.dir``) of a broker's server.properties, as Kafka reads it."""
+    props = {key: value for _, key, value in _java_properties(Path(broker_config))}
+    raw = props.get("log.dirs") or props.get("log.dir")
+    if not raw:
+        raise MigrateError(f"{broker_config}: no log.dirs (nor log.dir); give --log-dirs instead")
+    return tuple(d.strip() for d in raw.split(",") if d.strip())
+
+
+def survey_broker(request: PlanRequest, broker_config: str | None, worker: str) -> BrokerSurvey:
+    """Run on a broker's worker: who this broker is, and its plan (``request`` with this host's log dirs)."""
+    host = worker.split("://")[-1].rsplit(":", 1)[0] or socket.gethostname()
+    try:
+        log_dirs = log_dirs_of(broker_config) if broker_config else request.log_dirs
+    except (MigrateError, OSError) as exc:
+        return BrokerSurvey(worker, host, None, None, (), refusal=str(exc))
+    ids, clusters = set(), set()
+    for d in log_dirs:
+        try:
+            meta = read_meta_properties(d)
+        except (MigrateError, OSError) as exc:
+            return BrokerSurvey(worker, host, None, None, log_dirs, refusal=str(exc))
+        if meta is not None:
+            ids.add(meta.broker_id)
+            clusters.add(meta.cluster_id)
+    if len(ids) != 1 or None in ids:
+        why = "no meta.properties with a broker.id or node.id" if not ids or None in ids else f"broker ids {ids}"
+        return BrokerSurvey(worker, host, None, None, log_dirs, refusal=f"log dirs {', '.join(log_dirs)}: {why}")
+    broker_id, cluster_id = ids.pop(), (clusters.pop() if len(clusters) == 1 else None)
+    try:
+        plan = build_plan(replace(request, log_dirs=log_dirs, host_map=()))
+    except PlanRefusedError as exc:
+        return BrokerSurvey(worker, host, broker_id, cluster_id, log_dirs, refusal=str(exc))
+    return BrokerSurvey(worker, host, broker_id, cluster_id, log_dirs, plan=plan)
+
+
+def merge(surveys: list[BrokerSurvey], expected_brokers: tuple[int, ...], scheduler: str) -> Plan:
+    """One plan from every broker's survey, or a refusal naming each broker that stands in the way."""
+    refusals = []
+    by_id: dict[int | None, list[BrokerSurvey]] = {}
+    for s in surveys:
+        by_id.setdefault(s.broker_id, []).append(s)
+    for broker_id, claims in sorted(by_id.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)):
+        if broker_id is not None and len(claims) > 1:
+            refusals.append(
+                f"broker {broker_id} is claimed by {len(claims)} workers ({', '.join(c.worker for c in claims)}): "
+                "one worker per broker host, each seeing only its own broker's log dirs"
+            )
+    for s in surveys:
+        if s.refusal:
+            who = f"broker {s.broker_id}" if s.broker_id is not None else f"the worker on {s.host}"
+            refusals.append(f"{who} ({s.worker}): {s.refusal}")
+    clusters = {s.cluster_id for s in surveys if s.refusal is None}
+    if len(clusters) > 1:
+        members = "; ".join(
+            f"cluster {c}: brokers {', '.join(str(s.broker_id) for s in surveys if s.cluster_id == c)}"
+            for c in sorted(clusters, key=str)
+        )
+        refusals.append(f"the workers' brokers belong to different clusters ({members}): plan one cluster at a time")
+    missing = sorted(set(expected_brokers) - {s.broker_id for s in surveys})
+    for broker_id in missing:
+        refusals.append(
+            f"broker {broker_id} has no worker. On its host run: dask worker {scheduler} --name broker-{broker_id} "
+            "--nthreads 1 (with --tls-ca-file/--tls-cert/--tls-key on a TLS cluster), then plan again"
+        )
+    if not surveys:
+        refusals.append(f"the scheduler {scheduler} has no workers: start one `dask worker` on each broker host")
+    if refusals:
+        raise ClusterPlanRefusedError(
+            f"refusing to plan the cluster ({len(refusals)} problem{'s' if len(refusals) > 1 else ''}):\n  - "
+            + "\n  - ".join(refusals)
+        )
+    return _combine(sorted(surveys, key=lambda s: s.broker_id or 0))
+
+
+def _combine(surveys: list[BrokerSurvey]) -> Plan:
+    log_dirs: list[LogDirPlan] = []
+    tasks: list[TaskPlan] = []
+    warnings: list[str] = []
+    first = surveys[0].plan
+    assert first is not None
+    for s in surveys:
+        assert s.plan is not None
+        if s.plan.options != first.options:  # every worker got the same request: a guard, not an expected case
+            raise ClusterPlanRefusedError(f"broker {s.broker_id} planned with options other than the others'")
+        keys = {d.key: f"broker-{s.broker_id}:{d.log_dir}" for d in s.plan.log_dirs}
+        log_dirs += [replace(d, key=keys[d.key], host=s.host) for d in s.plan.log_dirs]
+        tasks += [replace(t, id=f"t{len(tasks) + i:05d}", log_dir=keys[t.log_dir]) for i, t in enumerate(s.plan.tasks)]
+        warnings += [f"broker {s.broker_id}: {w}" for w in s.plan.warnings]
+    parts = [p for d in log_dirs for p in d.partitions]
+    plan = dataclasses.replace(
+        first,
+        plan_id="",
+        planned_on=f"{len(surveys)} brokers",
+        log_dirs=tuple(log_dirs),
+        tasks=tuple(tasks),
+        estimates=Estimates(
+            partitions=len(parts),
+            segments=sum(len(p.segments) for p in parts),
+            bytes=sum(p.bytes for p in parts),
+            estimated_output_bytes=sum(p.estimated_output_bytes for p in parts),
+        ),
+        warnings=tuple(warnings),
+    )
+    return dataclasses.replace(plan, plan_id=plan.content_id())
+
+
+def plan_cluster(engine, request: PlanRequest, broker_config: str | None, expected_brokers: tuple[int, ...]) -> Plan:
+    """Survey every worker of a Dask cluster (one per broker host) and merge their plans. ``engine`` is a
+    DaskEngine connected to the cluster's scheduler."""
+    from migrate.engines import StageCall
+
+    workers = engine.workers(expect=len(expected_brokers))
+    calls = [StageCall((request, broker_config, address), address) for address in workers]
+    results = engine.map("survey", survey_broker, calls)
+    surveys = []
+    for call, r in zip(calls, results):
+        if r.ok:
+            surveys.append(r.value)
+        else:
+            address = call.host or "?"
+            surveys.append(BrokerSurvey(address, address, None, None, (), refusal=f"the survey failed: {r.error}"))
+    return merge(surveys, expected_brokers, engine.address)
+
+
+def replicas(plan: Plan) -> dict[str, list[LogDirPlan]]:
+    """Every partition planned on more than one broker, with the log dirs that hold its replicas."""
+    holders: dict[str, list[LogDirPlan]] = {}
+    for d in plan.log_dirs:
+        for p in d.partitions:
+            holders.setdefault(p.name, []).append(d)
+    return {name: ds for name, ds in sorted(holders.items()) if len({d.broker_id for d in ds}) > 1}
+
+
+def for_brokers(plan: Plan, brokers: tuple[int, ...]) -> Plan:
+    """The plan restricted to some brokers (``--brokers 1,3``: the canary first, then the rest). It keeps the plan's
+    id, since every broker's state is named by it."""
+    unknown = sorted(set(brokers) - {d.broker_id for d in plan.log_dirs})
+    if unknown:
+        raise MigrateError(
+            f"--brokers {','.join(map(str, brokers))}: broker(s) {', '.join(map(str, unknown))} are not in plan "
+            f"{plan.plan_id} (it has {', '.join(str(b) for b in plan.brokers())})"
+        )
+    keys = {d.key for d in plan.log_dirs if d.broker_id in brokers}
+    return dataclasses.replace(
+        plan,
+        log_dirs=tuple(d for d in plan.log_dirs if d.key in keys),
+        tasks=tuple(t for t in plan.tasks if t.log_dir in keys),
+    )

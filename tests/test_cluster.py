@@ -1,0 +1,187 @@
+"""One plan for a whole cluster, on a real Dask cluster: a TLS scheduler (the monitor preloaded) and three worker
+processes acting as brokers, each in its own mount namespace where its own data is bound onto the same path, as every
+broker of a real cluster keeps its data at one path. Plan, execute (the canary broker first, then the others),
+verify, rollback and finalize across them; replicas are compared across brokers."""
+
+from __future__ import annotations
+
+import json
+import struct
+import urllib.request
+import zlib
+from pathlib import Path
+
+import pytest
+from cluster_harness import BrokerCluster, can_unshare, make_tls
+from conftest import expected_summaries
+from kafka_layout import make_broker_logdir
+from runs import snapshot
+
+from migrate.cli import main
+from migrate.cluster import BrokerSurvey, ClusterPlanRefusedError, merge
+from migrate.format.entries import walk_entries
+from migrate.plan import load_plan
+
+pytestmark = pytest.mark.slow
+SUMMARIES = expected_summaries()
+# which fixture partitions each broker holds: replicas of plain-v0-0 and gzip-v0-0 on 1 and 2, of lz4-v1-1 on 2 and
+# 3, of plain-v0-1 on 1 and 3 (broker 3's copy diverges)
+HOLDINGS = {
+    1: ["plain-v0-0", "gzip-v0-0", "plain-v0-1"],
+    2: ["plain-v0-0", "gzip-v0-0", "lz4-v1-1"],
+    3: ["lz4-v1-1", "plain-v0-1"],
+}
+
+
+def diverge(segment: Path) -> int:
+    """Change the last value byte of the message holding offset 7 and fix its CRC-32 (every reader accepts it)."""
+    data = bytearray(segment.read_bytes())
+    walk = walk_entries(bytes(data))
+    for p, size in zip(walk.positions.tolist(), walk.sizes.tolist()):
+        if struct.unpack_from(">q", data, p)[0] == 7:
+            data[p + size - 1] ^= 0x01
+            struct.pack_into(">I", data, p + 12, zlib.crc32(bytes(data[p + 16 : p + size])) & 0xFFFFFFFF)
+            segment.write_bytes(bytes(data))
+            return 7
+    raise AssertionError("no offset 7")
+
+
+@pytest.fixture(scope="module")
+def tls(tmp_path_factory):
+    return make_tls(tmp_path_factory.mktemp("tls"))
+
+
+@pytest.fixture
+def brokers(tmp_path):
+    out = {}
+    for b, parts in HOLDINGS.items():
+        out[b] = make_broker_logdir(tmp_path / f"b{b}", partitions=parts, broker_id=b)
+    diverge(out[3] / "plain-v0-1" / "00000000000000000000.log")
+    return out
+
+
+def run(capsys, *argv: str) -> tuple[int, str]:
+    """Exit code, and stdout then stderr."""
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out + "\n" + captured.err
+
+
+def test_a_cluster_is_planned_on_its_brokers_and_migrated_canary_first(tls, brokers, tmp_path, capsys, oracle):
+    if not can_unshare():
+        pytest.skip(reason="brokers at one path need mount namespaces (unshare -m, as root); CI runs as root")
+    data = tmp_path / "data"
+    before = {b: snapshot(d) for b, d in brokers.items()}
+    with BrokerCluster(tls, brokers, data, preload="migrate.monitor") as cluster:
+        secure = ["--scheduler", cluster.address, "--tls-dir", str(tls)]
+        plan_path = tmp_path / "cluster-plan.json"
+        code, out = run(capsys, "plan", "--log-dirs", str(data), "--brokers", "1,2,3", "-o", str(plan_path), *secure)
+        assert code == 0, out
+        plan = load_plan(plan_path)
+        assert [(d.key, d.host, d.broker_id) for d in plan.log_dirs] == [
+            (f"broker-{b}:{data}", cluster.hosts[b], b) for b in (1, 2, 3)
+        ]
+        assert {p.name for p in plan.log_dir(f"broker-3:{data}").partitions} == set(HOLDINGS[3])
+
+        # the canary broker alone first: the others are not touched
+        code, out = run(capsys, "execute", "--plan", str(plan_path), "--brokers", "1", *secure)
+        assert code == 0, out
+        assert snapshot(brokers[2]) == before[2] and snapshot(brokers[3]) == before[3]
+        assert main(["status", "--plan", str(plan_path), "--json", *secure]) == 0
+        status = json.loads(capsys.readouterr().out)
+        assert [d["log_dir"] for d in status["log_dirs"]] == [f"broker-1:{data}"]
+        assert status["not_started"] == [f"broker-2:{data}", f"broker-3:{data}"]
+
+        code, out = run(capsys, "execute", "--plan", str(plan_path), *secure)
+        assert code == 0, out
+        assert "replicas of plain-v0-1 differ across brokers 1, 3: first in offsets 0..59" in out
+        code, out = run(capsys, "verify", "--plan", str(plan_path), *secure)
+        assert code == 0, out
+
+        # every broker's data is converted, as Kafka reads it; identical replicas became identical bytes
+        for b, parts in HOLDINGS.items():
+            for part in parts:
+                summary = oracle.summary(brokers[b] / part)[0]
+                assert summary["valid"] and set(summary["magics"]) == {"2"}, (b, part)
+                if (b, part) != (3, "plain-v0-1"):
+                    assert summary["sha256"] == SUMMARIES[part]["sha256"], (b, part)
+        for part in ("plain-v0-0", "gzip-v0-0"):
+            for log in sorted((brokers[1] / part).glob("*.log")):
+                assert log.read_bytes() == (brokers[2] / part / log.name).read_bytes(), log
+
+        # the migration page and metrics on the operator's own scheduler, with the tool's preload
+        info = json.loads((tls / "scheduler.json").read_text())
+        page = f"http://127.0.0.1:{info['services']['dashboard']}"
+        with urllib.request.urlopen(f"{page}/migration/status.json", timeout=10) as r:
+            live = json.loads(r.read())
+        assert live["plan"]["plan_id"] == plan.plan_id
+
+        code, out = run(capsys, "rollback", "--plan", str(plan_path), *secure)
+        assert code == 0, out
+        assert {b: snapshot(d) for b, d in brokers.items()} == before
+
+        assert run(capsys, "execute", "--plan", str(plan_path), "--require-consistent-replicas", *secure)[0] == 1
+        code, out = run(capsys, "status", "--plan", str(plan_path), *secure)
+        assert "plain-v0-1" in out and "replicas of plain-v0-1 differ across brokers 1, 3" in out
+        assert (brokers[1] / "plain-v0-1" / "00000000000000000000.log").read_bytes() == (
+            before_bytes := (tmp_path / "b1" / "kafka-logs" / "plain-v0-1" / "00000000000000000000.log").read_bytes()
+        )
+        assert before_bytes[16] == 0  # still magic 0: not swapped on any broker
+        assert run(capsys, "finalize", "--plan", str(plan_path), "--partial", *secure)[0] == 0
+        for d in brokers.values():
+            assert not list(d.glob("*/.kafka-log-migrate*")) and not list(d.glob(".kafka-log-migrate*"))
+
+
+def test_plan_time_refusals_name_the_broker(tls, brokers, tmp_path, capsys):
+    if not can_unshare():
+        pytest.skip(reason="brokers at one path need mount namespaces (unshare -m, as root); CI runs as root")
+    import subprocess
+    import sys
+
+    data = tmp_path / "data"
+    (brokers[3] / "meta.properties").write_text(
+        (brokers[3] / "meta.properties").read_text().replace("cluster.id=", "cluster.id=OTHER")
+    )
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl,sys,time; f=open(sys.argv[1],'a'); fcntl.lockf(f, fcntl.LOCK_EX); "
+            "print('locked', flush=True); time.sleep(120)",
+            str(brokers[2] / ".lock"),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with BrokerCluster(tls, brokers, data) as cluster:
+            code, out = run(
+                capsys,
+                "plan",
+                "--log-dirs",
+                str(data),
+                "--brokers",
+                "1,2,3,4",
+                "-o",
+                str(tmp_path / "p.json"),
+                "--scheduler",
+                cluster.address,
+                "--tls-dir",
+                str(tls),
+            )
+    finally:
+        holder.kill()
+        holder.wait()
+    assert code == 1 and not (tmp_path / "p.json").exists()
+    assert f"broker 2 ({cluster.address.split('://')[0]}://{cluster.hosts[2]}:" in out
+    assert f"process {holder.pid} holds the fcntl lock" in out
+    assert "different clusters" in out and "brokers 3" in out
+    assert "broker 4 has no worker. On its host run: dask worker" in out and "--name broker-4" in out
+
+
+def test_merge_refuses_two_workers_claiming_one_broker():
+    a = BrokerSurvey("tls://10.0.0.5:40000", "10.0.0.5", 1, "c", ("/data",))
+    b = BrokerSurvey("tls://10.0.0.6:40000", "10.0.0.6", 1, "c", ("/data",))
+    with pytest.raises(ClusterPlanRefusedError, match=r"broker 1 is claimed by 2 workers \(tls://10.0.0.5:40000, tls"):
+        merge([a, b], (1,), "tls://10.0.0.1:8786")
