@@ -121,11 +121,11 @@ def build_plan(request: PlanRequest) -> Plan:
         layout = inspect_log_dir(log_dir)
         found.warnings.extend(layout.warnings)
         meta = read_meta_properties(log_dir)
+        wanted = [p for p in layout.partitions if not topic_re or topic_re.fullmatch(p.topic)]
         partitions = []
-        for part in layout.partitions:
-            if topic_re and not topic_re.fullmatch(part.topic):
-                continue
-            planned = _plan_partition(part, request, found)
+        for planned, refusals, warnings in _plan_partitions(wanted, request):
+            found.refusals += refusals
+            found.warnings += warnings
             if planned is not None:
                 partitions.append(planned)
         log_dir_plans.append(
@@ -205,6 +205,39 @@ def _check_log_dir(log_dir: Path, request: PlanRequest, found: _Findings) -> Non
             f"{log_dir}: {state.name} holds the state of a migration that was not finalized or rolled back; run "
             "`execute`, `finalize` or `rollback` with its plan file first."
         )
+
+
+# Planning reads every byte of every segment; past this many segments the partitions are shared among processes,
+# one per core (starting one costs about half a second).
+PARALLEL_MIN_SEGMENTS = 2000
+PARALLEL_CHUNK = 64
+
+PartitionFindings = tuple[PartitionPlan | None, list[str], list[str]]
+
+
+def _plan_one(part: Partition, request: PlanRequest) -> PartitionFindings:
+    found = _Findings()
+    planned = _plan_partition(part, request, found)
+    return planned, found.refusals, found.warnings
+
+
+def _plan_chunk(parts: list[Partition], request: PlanRequest) -> list[PartitionFindings]:
+    return [_plan_one(p, request) for p in parts]
+
+
+def _plan_partitions(parts: list[Partition], request: PlanRequest) -> list[PartitionFindings]:
+    """Each partition's plan and findings, in order; on several processes for large log dirs."""
+    cores = os.cpu_count() or 1
+    if cores < 2 or sum(len(p.segments) for p in parts) < PARALLEL_MIN_SEGMENTS:
+        return _plan_chunk(parts, request)
+    import concurrent.futures
+    import multiprocessing
+
+    chunks = [parts[i : i + PARALLEL_CHUNK] for i in range(0, len(parts), PARALLEL_CHUNK)]
+    # spawn, not fork: the caller may hold threads (a Dask client) that a forked child would inherit half-locked
+    context = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(max_workers=cores, mp_context=context) as pool:
+        return [found for chunk in pool.map(_plan_chunk, chunks, [request] * len(chunks)) for found in chunk]
 
 
 def _plan_partition(part: Partition, request: PlanRequest, found: _Findings) -> PartitionPlan | None:

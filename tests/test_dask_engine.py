@@ -119,3 +119,22 @@ def test_execute_with_two_log_dirs_on_two_hosts(two_host_cluster, tmp_path):
     assert_scan_agrees(plan, report)
     assert report.totals.verified == plan.estimates.segments
     assert Path(a / "gzip-v0-0" / "00000000000000000000.index").exists()
+
+
+def where_am_i(seconds: float) -> int:
+    time.sleep(seconds)
+    return os.getpid()
+
+
+def test_this_hosts_calls_run_in_the_driver_while_the_local_cluster_starts():
+    engine = DaskEngine(n_workers=2, dashboard_address="127.0.0.1:0", progress=False)
+    try:
+        assert not engine._ready.is_set()  # the cluster starts in the background: nothing waits for it here
+        results = engine.map("probe", where_am_i, [StageCall((0.25,)) for _ in range(40)])
+        pids = [r.value for r in results]
+        assert all(r.ok for r in results)
+        ran_here = pids.count(os.getpid())
+        assert 0 < ran_here < len(pids), ran_here  # the driver took the first calls, the workers the rest
+        assert pids[0] == os.getpid()  # in order: what ran here came first
+    finally:
+        engine.close()

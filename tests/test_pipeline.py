@@ -211,3 +211,13 @@ def test_a_second_rollback_finds_nothing_to_do_and_says_so(broker, tmp_path):
     again = pipeline.rollback(plan, SerialEngine(), plan_path)
     assert again.ok and [r.phase.value for r in again.rollbacks] == ["new"] and not again.rollbacks[0].restored
     assert snapshot(broker) == before
+
+
+def test_a_plan_made_on_several_processes_equals_the_one_made_here(broker, monkeypatch):
+    from migrate import plan as planning
+
+    here = build_plan(PlanRequest(log_dirs=(str(broker),)))
+    monkeypatch.setattr(planning, "PARALLEL_MIN_SEGMENTS", 1)
+    monkeypatch.setattr(planning, "PARALLEL_CHUNK", 2)
+    shared = build_plan(PlanRequest(log_dirs=(str(broker),)))
+    assert shared.plan_id == here.plan_id and shared.log_dirs == here.log_dirs

@@ -117,6 +117,7 @@ def make_engine(
         dashboard_address=getattr(args, "dashboard_address", "127.0.0.1:0"),
         progress=False if on_segment is not None else None,
         on_segment=on_segment,
+        # printed once the cluster answers: meanwhile this host's first tasks already run here
+        on_ready=lambda e: note(f"Dask dashboard: {e.dashboard_link} (the migration's own page: {e.migration_link})"),
     )
-    note(f"Dask dashboard: {engine.dashboard_link} (the migration's own page: {engine.migration_link})")
     return engine, accelerator

@@ -18,6 +18,7 @@ import hashlib
 import json
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -33,12 +34,13 @@ NO_WORKERS_TIMEOUT = "60s"
 MONITOR = "migrate.monitor"
 
 
-def _key(stage: str, call: StageCall) -> str:
-    """Deterministic per stage, arguments and host; the plan, when it is the first argument, counts by its id."""
+def _key(stage: str, call: StageCall, position: int = 0) -> str:
+    """Deterministic per stage, arguments, host and position in the map (equal calls must stay distinct tasks:
+    Dask merges tasks with one key); the plan, when it is the first argument, counts by its id."""
     args = call.args
     if call.plan is not None:
         args = (call.plan.plan_id, *args[1:])
-    rest = json.dumps([call.host, *args], sort_keys=True, default=str)
+    rest = json.dumps([call.host, position, *args], sort_keys=True, default=str)
     return f"{stage}-{hashlib.sha1(rest.encode()).hexdigest()[:16]}"
 
 
@@ -62,6 +64,10 @@ def _on_worker(fn: Callable[..., Any], *args: Any) -> Any:
 
 
 class DaskEngine:
+    """Stages on a Dask cluster. A LocalCluster starts in the background: until its workers are up, calls whose
+    data is on this host run here, in the driver, so the start-up (about 2.5 s) costs no wall time when there is work
+    to do meanwhile; their progress events reach the scheduler's page once it is up."""
+
     name = "dask"
 
     def __init__(
@@ -73,9 +79,11 @@ class DaskEngine:
         progress: bool | None = None,
         on_segment: Callable[[SegmentOutcome], None] | None = None,
         security: Any = None,
+        on_ready: Callable[[DaskEngine], None] | None = None,
     ) -> None:
         """``security``: a distributed.security.Security (TLS) for a remote scheduler; a LocalCluster listens on
-        127.0.0.1 only, and its dashboard on ``dashboard_address`` (loopback by default)."""
+        127.0.0.1 only, and its dashboard on ``dashboard_address`` (loopback by default). ``on_ready`` is called
+        once the cluster answers (the CLI prints the dashboard's address then)."""
         routes = dask.config.get("distributed.scheduler.http.routes")
         dask.config.set(
             {
@@ -84,29 +92,66 @@ class DaskEngine:
                 "distributed.scheduler.http.routes": [*routes, *([] if MONITOR in routes else [MONITOR])],
             }
         )
-        self.cluster = None
+        self.cluster: LocalCluster | None = None
+        self._client: Client | None = None
         self._dashboard_address = dashboard_address
+        self._on_segment = on_segment
+        self._on_ready = on_ready
+        self._topics: list[str] = []
+        self._held_events: list[tuple[str, Any]] = []  # from calls run here before the scheduler was up
+        self._ready = threading.Event()
+        self._start_error: BaseException | None = None
+        self.progress = sys.stderr.isatty() if progress is None else progress
+        self._scattered: dict[str, Any] = {}
         if scheduler:
-            self.client = Client(scheduler, security=security)
+            self._start(lambda: Client(scheduler, security=security), remote=True)
         else:
-            self.cluster = LocalCluster(
+            local = lambda: LocalCluster(  # noqa: E731
                 n_workers=n_workers or os.cpu_count() or 1,
                 threads_per_worker=1,
                 processes=processes,
-                host="127.0.0.1",
+                # process workers listen on loopback only; in-process ones have no listener (inproc://) to bind
+                **({"host": "127.0.0.1"} if processes else {}),
                 dashboard_address=dashboard_address,
             )
-            self.client = Client(self.cluster)
-        self.client.register_plugin(monitor.MigrationPlugin(), name=monitor.PLUGIN_NAME)  # idempotent: see the class
-        # a LocalCluster's workers print on our terminal: their records come here instead (a remote one keeps its own)
-        self.client.register_plugin(monitor.ForwardWorkerLogs(silence=self.cluster is not None))
-        self.client.subscribe_topic(monitor.LOG_TOPIC, monitor.reemit_worker_log)
-        self._topics = [monitor.LOG_TOPIC]
-        if on_segment is not None:
-            self.client.subscribe_topic(monitor.SEGMENT_TOPIC, lambda event: on_segment(monitor.outcome_of(event[1])))
-            self._topics.append(monitor.SEGMENT_TOPIC)
-        self.progress = sys.stderr.isatty() if progress is None else progress
-        self._scattered: dict[str, Any] = {}
+            if processes:
+                threading.Thread(target=self._start, args=(local, False), name="dask-start", daemon=True).start()
+            else:  # in-process workers talk over an in-process transport that must be set up by this thread
+                self._start(local, remote=False)
+
+    def _start(self, make: Callable[[], Any], remote: bool) -> None:
+        try:
+            if remote:
+                client = make()
+            else:
+                self.cluster = make()
+                client = Client(self.cluster)
+            client.register_plugin(monitor.MigrationPlugin(), name=monitor.PLUGIN_NAME)  # idempotent: see the class
+            # a LocalCluster's workers print on our terminal: their records come here instead
+            client.register_plugin(monitor.ForwardWorkerLogs(silence=not remote))
+            client.subscribe_topic(monitor.LOG_TOPIC, monitor.reemit_worker_log)
+            self._topics = [monitor.LOG_TOPIC]
+            if self._on_segment is not None:
+                on_segment = self._on_segment
+                client.subscribe_topic(monitor.SEGMENT_TOPIC, lambda event: on_segment(monitor.outcome_of(event[1])))
+                self._topics.append(monitor.SEGMENT_TOPIC)
+            self._client = client
+        except BaseException as exc:  # reported by the first call that needs the cluster
+            self._start_error = exc
+        finally:
+            self._ready.set()
+        if self._start_error is not None and threading.current_thread() is threading.main_thread():
+            raise self._start_error
+        if self._client is not None and self._on_ready is not None:
+            self._on_ready(self)
+
+    @property
+    def client(self) -> Client:
+        self._ready.wait()
+        if self._start_error is not None:
+            raise self._start_error
+        assert self._client is not None
+        return self._client
 
     def _shared(self, call: StageCall) -> tuple[Any, ...]:
         """The plan is sent to the workers once, not with every task."""
@@ -121,10 +166,11 @@ class DaskEngine:
     @property
     def dashboard_link(self) -> str:
         """The dashboard URL; for a LocalCluster bound to one interface, that interface (Dask would name another)."""
+        client = self.client  # the cluster has started
         host = self._dashboard_address.rsplit(":", 1)[0]
         if self.cluster is not None and host:
             return f"http://{host}:{self.cluster.scheduler.http_server.port}/status"
-        return self.client.dashboard_link
+        return client.dashboard_link
 
     @property
     def address(self) -> str:
@@ -146,14 +192,54 @@ class DaskEngine:
         return self.dashboard_link.rsplit("/", 1)[0] + "/migration"
 
     def map(self, stage: str, fn: Callable[..., Any], calls: list[StageCall]) -> list[CallResult]:
+        out: list[CallResult | None] = [None] * len(calls)
+        for i, call in enumerate(calls):
+            if self._ready.is_set():
+                break
+            if call.host is None:  # this host's data: run it here while the cluster starts
+                out[i] = self._run_here(fn, call)
+        rest = [i for i, r in enumerate(out) if r is None]
+        if rest:
+            self._release_held_events()
+            for i, r in zip(rest, self._submit(stage, fn, [calls[i] for i in rest])):
+                out[i] = r
+        return [r for r in out if r is not None]
+
+    def _run_here(self, fn: Callable[..., Any], call: StageCall) -> CallResult:
+        plan = call.plan
+
+        def sink(o: SegmentOutcome) -> None:
+            if self._on_segment is not None:
+                self._on_segment(o)
+            self._held_events.append((monitor.SEGMENT_TOPIC, monitor.segment_event(o, plan)))
+
+        previous = progress.set_sink(sink)
+        try:
+            value = fn(*call.args)
+        except Exception as exc:  # reported per call, as the workers' are
+            return CallResult(False, error=str(exc), error_type=type(exc).__name__)
+        finally:
+            progress.set_sink(previous)
+        if plan is not None:
+            event = monitor.stage_event(plan, value)
+            if event is not None:
+                self._held_events.append((monitor.STAGE_TOPIC, event))
+        return CallResult(True, value)
+
+    def _release_held_events(self) -> None:
+        while self._held_events:
+            topic, event = self._held_events.pop(0)
+            self.client.log_event(topic, event)
+
+    def _submit(self, stage: str, fn: Callable[..., Any], calls: list[StageCall]) -> list[CallResult]:
         futures = []
-        for call in calls:
+        for position, call in enumerate(calls):
             futures.append(
                 self.client.submit(
                     _on_worker,
                     fn,
                     *self._shared(call),
-                    key=_key(stage, call),
+                    key=_key(stage, call, position),
                     workers=[call.host] if call.host else None,
                     allow_other_workers=False,
                     pure=False,
@@ -178,6 +264,11 @@ class DaskEngine:
         return out
 
     def close(self) -> None:
+        self._ready.wait()
+        if self._client is None:
+            if self.cluster is not None:
+                self.cluster.close()
+            return
         # no progress line or log record after the report; a remote cluster's workers stop forwarding to us
         with contextlib.suppress(Exception):  # a scheduler already gone must not keep us from closing
             for topic in self._topics:

@@ -75,16 +75,16 @@ def first_bad_checksum(buf: bytes | memoryview, positions: np.ndarray, sizes: np
     return int(np.argmax(bad)) if bad.any() else -1
 
 
-def _add(counts: dict[str, int], keys: np.ndarray, weights: np.ndarray | None = None) -> None:
-    if not len(keys):
+def _add(counts: dict[str, int], values: np.ndarray, weights: np.ndarray | None = None) -> None:
+    """Add per-value totals of small non-negative integers (magic bytes, codec ids): one bincount, no sort."""
+    if not len(values):
         return
-    values, inverse = np.unique(keys, return_inverse=True)
-    sums = np.bincount(inverse, weights=weights)
-    for value, n in zip(values.tolist(), sums.tolist()):
-        counts[str(value)] = counts.get(str(value), 0) + int(n)
+    sums = np.bincount(values, weights=weights)
+    for value in np.flatnonzero(sums).tolist():
+        counts[str(value)] = counts.get(str(value), 0) + int(sums[value])
 
 
-_CODEC_NAMES = np.array([c.label for c in Compression] + ["unknown"] * 3)
+_CODEC_NAMES = [c.label for c in Compression] + ["unknown"] * 3
 
 
 def _count(
@@ -93,6 +93,7 @@ def _count(
     """Entries, bytes and codecs by magic for a chunk's entries: array operations, no Python step per entry."""
     if not len(positions):
         return
+    magics = magics.astype(np.int64)
     _add(profile.entries_by_magic, magics)
     _add(profile.bytes_by_magic, magics, sizes)
     known = magics <= v2.MAGIC
@@ -100,7 +101,11 @@ def _count(
     # the byte holding the codec bits: the low byte of a v2 batch's int16 attributes, a legacy message's attributes
     at = np.where(mag == v2.MAGIC, v2.ATTRIBUTES_OFFSET + 1, legacy.ATTRIBUTES_OFFSET)
     codecs = (u8[pos + at] & 7).astype(np.int64)
-    _add(profile.compressions, _CODEC_NAMES[codecs])
+    by_codec: dict[str, int] = {}
+    _add(by_codec, codecs)
+    for codec, n in by_codec.items():
+        name = _CODEC_NAMES[int(codec)]
+        profile.compressions[name] = profile.compressions.get(name, 0) + n
     legacy_entries = mag < v2.MAGIC
     _add(profile.plain_legacy_by_magic, mag[legacy_entries & (codecs == Compression.NONE)])
     profile.wrappers += int((legacy_entries & (codecs != Compression.NONE)).sum())

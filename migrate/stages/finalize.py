@@ -11,7 +11,7 @@ from migrate import fence
 from migrate.errors import MigrateError
 from migrate.model import EventKind, FinalizeReport, LogDirPhase, PartitionState, Plan
 from migrate.stages.common import kafka_lock, locate, restore_dir_mtimes
-from migrate.stages.rollback import remove_work_dir
+from migrate.stages.rollback import remove_work_dirs
 from migrate.state import StateStore, remove_state_files
 from migrate.workspace import sync_filesystem
 
@@ -41,8 +41,7 @@ def finalize_log_dir(plan: Plan, key: str, partial: bool = False) -> FinalizeRep
                 "as they are."
             )
         with kafka_lock(log_dir, store):
-            for name in migrated + others:
-                remove_work_dir(plan.partition(key, name).dir, plan.plan_id)
+            remove_work_dirs([plan.partition(key, name).dir for name in migrated + others], plan.plan_id)
             sync_filesystem(log_dir)
             store.set_phase(LogDirPhase.FINALIZED, EventKind.FINALIZED, migrated=len(migrated), left=len(others))
             if fence.lower_fence(log_dir):
