@@ -537,6 +537,9 @@ class SegmentResult:
     digest: DigestAlgorithm = DigestAlgorithm.SHA256
     source_digest: str = ""  # offsets, keys, values, headers: must survive any conversion
     output_digest_ts: str = ""  # the same plus the timestamps the output must read back as
+    # converted in ranges: the first offset of every range after the first; both digests are then composite (the
+    # digest of the ranges' digests, migrate.format.digest), so a reader cuts the records at these offsets
+    digest_splits: tuple[int, ...] = ()
     mtime_ns: int = 0
     truncated_tail_bytes: int = 0
     seconds: float = 0.0
@@ -933,6 +936,7 @@ class LiveCheck:
     checked_segments: int
     problems: tuple[str, ...]
     unmigrated: tuple[str, ...]
+    history: tuple[str, ...] = ()  # the log dir's milestones ("... finalized migrated=12"), also after finalize
 
 
 # --- replicas of one partition on several brokers (migrate.replicas) ---

@@ -286,8 +286,13 @@ def status(plan: Plan, engine: Engine, plan_path: str | Path | None = None) -> S
     return StatusReport(plan.plan_id, tuple(statuses), tuple(not_started), tuple(_errors("status", calls, results)))
 
 
-def verify_live(plan: Plan, engine: Engine) -> VerifyReport:
-    calls = _per_log_dir(plan)
+def verify_live(plan: Plan, engine: Engine, plan_path: str | Path | None = None) -> VerifyReport:
+    """Re-check every log dir's live files; after finalize or rollback, against the state archived beside the plan."""
+    calls = []
+    for d in plan.log_dirs:
+        archived = archive_path(plan_path, d.key) if plan_path is not None else None
+        data = archived.read_bytes() if archived is not None and archived.exists() else None
+        calls.append(StageCall((plan, d.key, data), d.host))
     results = engine.map("verify", verify_live_log_dir, calls)
     checks = [r.value for r in results if r.ok]
     errors = _errors("verify", calls, results)

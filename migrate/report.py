@@ -518,7 +518,13 @@ def _svg_bars(labels: list[str], series: list[tuple[str, str, list[float]]], uni
 
 
 def _seconds(s: float) -> str:
-    return f"{s * 1000:.1f} ms" if s < 1 else f"{s:.1f} s" if s < 120 else f"{s / 60:.1f} min"
+    if s < 1:
+        return f"{s * 1000:.1f} ms"
+    if s < 120:
+        return f"{s:.1f} s"
+    if s < 2 * 3600:
+        return f"{s / 60:.1f} min"
+    return f"{s / 3600:.1f} h" if s < 2 * 86400 else f"{s / 86400:.1f} days"
 
 
 def _fmt(value: float, unit: str) -> str:
@@ -768,3 +774,98 @@ def write_html(text: str, path: str | Path) -> Path:
     partial.write_text(text, encoding="utf-8")
     os.replace(partial, target)
     return target
+
+
+def render_rehearsal(report: dict[str, Any]) -> str:
+    """The canary rehearsal's report (``rehearse -o``) as a self-contained page: the verdict, each step's duration
+    and throughput, growth, refusals with file and byte position, every reader's verdict, the fingerprint
+    comparisons and the cluster window projection. ``report`` is the rehearsal's JSON report."""
+    ok = bool(report.get("ok"))
+    verdict = f'<p class="{"ok" if ok else "bad"}" id="verdict">{_e(report.get("verdict"))}</p>'
+    steps = [
+        [
+            _e(s["name"]),
+            _e(s["status"]),
+            _seconds(float(s.get("seconds") or 0)),
+            f"{int(s.get('bytes') or 0):,}",
+            f"{s['bytes_per_second'] / 1e6:.1f} MB/s" if s.get("bytes_per_second") else "",
+            _e(s.get("message", "")),
+        ]
+        for s in report.get("steps", [])
+    ]
+    growth = report.get("growth") or {}
+    cards = "".join(
+        f'<div class="card"><span class="muted">{label}</span><b id="{ident}">{value}</b></div>'
+        for label, ident, value in [
+            ("bytes before", "rehearsal-before", f"{int(growth.get('bytes_in', 0)):,}"),
+            ("bytes after", "rehearsal-after", f"{int(growth.get('bytes_out', 0)):,}"),
+            ("growth", "rehearsal-growth", _growth(int(growth.get("bytes_in", 0)), int(growth.get("bytes_out", 0)))),
+            ("refusals", "rehearsal-refusals", str(len(report.get("refusals", [])))),
+        ]
+    )
+    refusals = [
+        [
+            _e(r["step"]),
+            _e(r.get("file") or ""),
+            _e(r.get("position") if r.get("position") is not None else ""),
+            _e(r.get("offset") if r.get("offset") is not None else ""),
+            _e(r["message"]),
+        ]
+        for r in report.get("refusals", [])
+    ]
+    readers = [
+        [
+            _e(r["reader"]),
+            _e(r["stage"]),
+            "not available" if not r["available"] else ("OK" if r["ok"] else "FAILED"),
+            _seconds(float(r.get("seconds") or 0)),
+            r.get("partitions", 0),
+            _e(r.get("detail", "")),
+        ]
+        for r in report.get("readers", [])
+    ]
+    prints = [
+        [
+            _e(f["what"]),
+            "identical" if f["identical"] else f"{f['total_changes']} changes",
+            f["entries_before"],
+            f["entries_after"],
+            _e("; ".join(f"{c.get('path')}: {c.get('change', '')}" for c in f.get("changes", [])[:5])),
+        ]
+        for f in report.get("fingerprints", [])
+    ]
+    projection = report.get("projection") or {}
+    windows = [
+        [
+            _e(b["broker"]),
+            f"{int(b['bytes']):,}",
+            _seconds(float(b["window_seconds"])),
+            _seconds(float(b["rollback_seconds"])) if b.get("rollback_seconds") is not None else "",
+        ]
+        for b in projection.get("brokers", [])
+    ]
+    cluster = ""
+    if projection.get("cluster_parallel_seconds") is not None:
+        cluster = (
+            f'<p>Cluster window: <b id="cluster-window">{_seconds(float(projection["cluster_parallel_seconds"]))}'
+            f"</b> with every broker at once, {_seconds(float(projection['cluster_serial_seconds'] or 0))} one "
+            f"broker after the other. {_e(projection.get('basis', ''))}</p>"
+        )
+    caveats = "".join(f"<li>{_e(c)}</li>" for c in projection.get("caveats", []))
+    events = "".join(f"<li>{_e(e)}</li>" for e in report.get("events", []))
+    refusal_table = _table(["step", "file", "byte position", "offset", "message"], refusals) if refusals else "None."
+    return f"""<!doctype html><html lang="en"><head><meta charset="utf-8">
+<title>kafka-log-migrate rehearsal {_e(report.get("id"))}</title><style>{STYLE}</style></head><body>
+<h1>Canary rehearsal {_e(report.get("id"))}</h1>
+<p class="muted">{_e(report.get("tool"))} on {_e(report.get("host"))}, {_e(report.get("started"))} to
+{_e(report.get("updated"))}; log dirs {_e(", ".join(report.get("log_dirs", [])))}</p>
+{verdict}<p>{_e(report.get("next_steps", ""))}</p>
+<div class="cards">{cards}</div>
+<h2>Steps</h2>{_table(["step", "status", "duration", "bytes", "throughput", "message"], steps)}
+<h2>Readers</h2><p>Kafka's own reader: {_e(report.get("oracle", ""))}</p>
+{_table(["reader", "stage", "verdict", "duration", "partitions", "detail"], readers)}
+<h2>Fingerprints</h2>{_table(["compared", "result", "entries before", "entries after", "first changes"], prints)}
+<h2>Refusals</h2>{refusal_table}
+<h2>Projection</h2>{cluster}{_table(["broker", "bytes", "window", "rollback"], windows)}<ul>{caveats}</ul>
+<h2>Events</h2><ul>{events}</ul>
+<script>{SCRIPT}</script></body></html>"""

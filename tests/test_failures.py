@@ -464,3 +464,17 @@ def test_a_hand_edited_plan_is_refused(broker, tmp_path, capsys):
     assert main(["execute", "--plan", str(plan_path), "--engine", "serial"]) == 1
     assert "was edited after it was made" in capsys.readouterr().err
     assert snapshot(broker) == before
+
+
+def test_an_entry_above_max_message_bytes_is_a_plan_warning_not_a_refusal(tmp_path):
+    from migrate.model import ConvertOptions
+
+    broker = make_broker_logdir(tmp_path, partitions=["gzip-v0-0"])
+    sizes = walk_entries((broker / "gzip-v0-0" / "00000000000000000000.log").read_bytes()).sizes
+    limit = int(sizes.max()) - 1
+    plan, _ = make_plan(tmp_path, broker, options=ConvertOptions(max_message_bytes=limit))
+    warning = next(w for w in plan.warnings if "larger than --max-message-bytes" in w and "00000000000000000000" in w)
+    assert f"an entry of {int(sizes.max())} bytes" in warning and "the topic's max.message.bytes is at least" in warning
+    report = pipeline.execute(plan, SerialEngine())  # the converted batches did not grow: nothing refused
+    assert report.ok, report
+    assert_scan_agrees(plan, report)

@@ -156,7 +156,10 @@ def test_execute_then_finalize_leaves_nothing_extra(broker, tmp_path):
     new_entries = set(after) - set(before)
     assert all(p.endswith((".index", ".timeindex")) for p in new_entries), new_entries
     assert not any(".kafka-log-migrate" in p or FENCE_NAME in p for p in after)
-    # the history stays beside the plan: status still tells what happened
+    # the history stays beside the plan: status and verify still tell what happened, and verify still checks
+    live = pipeline.verify_live(plan, engine, plan_path)
+    assert live.ok and live.log_dirs[0].phase.value == "finalized" and live.log_dirs[0].checked_segments > 0
+    assert "finalized" in live.log_dirs[0].history[-1] and "migrated=7" in live.log_dirs[0].history[-1]
     status = pipeline.status(plan, engine, plan_path)
     assert [d.phase.value for d in status.log_dirs] == ["finalized"]
     assert all(p.state == PartitionState.MIGRATED for p in status.log_dirs[0].partitions)
@@ -210,6 +213,9 @@ def test_a_second_rollback_finds_nothing_to_do_and_says_so(broker, tmp_path):
     assert pipeline.rollback(plan, SerialEngine(), plan_path).ok
     again = pipeline.rollback(plan, SerialEngine(), plan_path)
     assert again.ok and [r.phase.value for r in again.rollbacks] == ["new"] and not again.rollbacks[0].restored
+    live = pipeline.verify_live(plan, SerialEngine(), plan_path)  # the history is beside the plan
+    assert live.ok and live.log_dirs[0].phase.value == "rolled-back"
+    assert any(" rolled-back partitions=" in line for line in live.log_dirs[0].history)
     assert snapshot(broker) == before
 
 

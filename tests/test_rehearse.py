@@ -157,7 +157,12 @@ def test_rehearsal_of_every_fixture_passes_with_identical_fingerprints(broker, t
     assert p.cluster_serial_seconds == pytest.approx(sum(windows[b.broker].window_seconds for b in cluster))
     # the JSON report on disk is the same report
     on_disk = json.loads(paths.report.read_text())
-    assert on_disk["ok"] is True and on_disk["id"] == report.id and on_disk["html_report"] is None
+    assert on_disk["ok"] is True and on_disk["id"] == report.id
+    # and its HTML rendering beside it: the verdict, every step and the cluster window
+    page = Path(on_disk["html_report"]).read_text()
+    assert 'class="ok" id="verdict"' in page and report.verdict in page
+    assert all(f"<td>{s.name}</td>" in page for s in report.steps)
+    assert 'id="cluster-window"' in page
 
 
 def test_on_copy_leaves_every_original_inode_and_byte_alone(small, tmp_path):

@@ -327,7 +327,7 @@ def run_verify(args: argparse.Namespace) -> int:
     plan = load_plan_for(args)
     engine, _ = make_engine(args)
     try:
-        report = pipeline.verify_live(plan, WatchedEngine(engine))
+        report = pipeline.verify_live(plan, WatchedEngine(engine), args.plan)
     finally:
         engine.close()
     lines = []
@@ -337,6 +337,8 @@ def run_verify(args: argparse.Namespace) -> int:
         lines += [f"  {p}" for p in c.problems[:50]]
         if c.unmigrated:
             lines.append(f"  {len(c.unmigrated)} planned partitions are not migrated, e.g. {c.unmigrated[0]}")
+        if c.history and c.phase.value in ("finalized", "rolled-back"):
+            lines.append(f"  history: {c.history[-1]}")
     lines += [f"error: {e.message}" for e in report.errors]
     result(to_json(report), args.json, "\n".join(lines))
     if report.errors:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -31,38 +32,52 @@ def status_from(store: StateStore, log_dir: str, fence_up: bool) -> LogDirStatus
     )
 
 
-def verify_live_log_dir(plan: Plan, key: str) -> LiveCheck:
+def verify_live_log_dir(plan: Plan, key: str, archived: bytes | None = None) -> LiveCheck:
     """Re-read every migrated segment's live files: they must still be what was swapped in (identity, digests, CRCs,
-    indexes). Partitions not migrated are listed, not checked."""
+    indexes). Partitions not migrated are listed, not checked. After finalize or rollback the state has left the log
+    dir: ``archived`` (the copy beside the plan) tells what was done, and the live files are checked against it."""
     entry, log_dir = locate(plan, key)
-    if not StateStore.exists(log_dir, plan.plan_id):
+    if StateStore.exists(log_dir, plan.plan_id):
+        with StateStore.open(log_dir, plan.plan_id) as store:
+            return _check_live(plan, key, store)
+    if archived is None:
         return LiveCheck(key, LogDirPhase.NEW, 0, (), tuple(p.name for p in entry.partitions))
+    with tempfile.TemporaryDirectory() as scratch:  # a copy of the archive, never in the log dir
+        path = Path(scratch) / "state.db"
+        path.write_bytes(archived)
+        with StateStore.open_file(path) as store:
+            if store.phase == LogDirPhase.ROLLED_BACK:  # the originals are live again: nothing migrated to check
+                return LiveCheck(key, store.phase, 0, (), (), tuple(store.history()))
+            return _check_live(plan, key, store)
+
+
+def _check_live(plan: Plan, key: str, store: StateStore) -> LiveCheck:
     problems: list[str] = []
     checked = 0
-    with StateStore.open(log_dir, plan.plan_id) as store:
-        states = store.partition_states()
-        unmigrated = sorted(n for n, s in states.items() if s != PartitionState.MIGRATED)
-        for name in sorted(n for n, s in states.items() if s == PartitionState.MIGRATED):
-            part = plan.partition(key, name)
-            for row in store.segments_of(name):
-                if row.state != SegmentState.SWAPPED or row.result is None or not row.swap:
-                    continue
-                checked += 1
-                files = SegmentFiles(Path(part.dir), plan.plan_id, row.base)
-                changed = files.change(row.swap)
-                if changed:
-                    problems += changed
-                    continue
-                live = {sfx: str(segment_file(part.dir, row.base, sfx)) for sfx in row.result.outputs}
-                if any(not os.path.exists(p) for p in live.values()):
-                    problems.append(f"{name}/{row.base}: a live file is missing")
-                    continue
-                result = replace(row.result, outputs=live)
-                try:
-                    check = verify_segment(result, plan.options.for_partition(part.leader_epoch))
-                except (OSError, LocatedError) as exc:
-                    problems.append(f"{name}/{row.base}: {exc}")
-                    continue
-                problems += [f"{name}/{row.base}: {x}" for x in check.problems]
-        phase = store.phase
-    return LiveCheck(key, phase, checked, tuple(problems), tuple(unmigrated))
+    states = store.partition_states()
+    unmigrated = sorted(n for n, s in states.items() if s != PartitionState.MIGRATED)
+    for name in sorted(n for n, s in states.items() if s == PartitionState.MIGRATED):
+        part = plan.partition(key, name)
+        for row in store.segments_of(name):
+            if row.state != SegmentState.SWAPPED or row.result is None or not row.swap:
+                continue
+            checked += 1
+            files = SegmentFiles(Path(part.dir), plan.plan_id, row.base)
+            changed = files.change(row.swap)
+            if changed:
+                problems += changed
+                continue
+            live = {sfx: str(segment_file(part.dir, row.base, sfx)) for sfx in row.result.outputs}
+            if any(not os.path.exists(p) for p in live.values()):
+                problems.append(f"{name}/{row.base}: a live file is missing")
+                continue
+            result = replace(row.result, outputs=live)
+            try:
+                check = verify_segment(result, plan.options.for_partition(part.leader_epoch))
+            except (OSError, LocatedError) as exc:
+                problems.append(f"{name}/{row.base}: {exc}")
+                continue
+            problems += [f"{name}/{row.base}: {x}" for x in check.problems]
+    if store.phase == LogDirPhase.FINALIZED:
+        unmigrated = []  # finalize --partial left them as they were on purpose; the history says how many
+    return LiveCheck(key, store.phase, checked, tuple(problems), tuple(unmigrated), tuple(store.history()))
