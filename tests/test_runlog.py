@@ -179,8 +179,11 @@ def test_an_unexpected_error_of_the_command_itself_names_the_run_log(tmp_path, c
     assert "Traceback" not in captured.err and "Traceback (most recent call last)" in log.read_text()
 
 
-def test_dask_worker_failures_go_to_the_run_log_not_between_the_tools_messages(tmp_path, capfd):
+def test_dask_worker_failures_go_to_the_run_log_not_between_the_tools_messages(tmp_path, capfd, monkeypatch):
     """A LocalCluster of worker processes: their "Compute Failed" would print on our terminal (file descriptor 2)."""
+    from migrate.engines.dask import DaskEngine
+
+    monkeypatch.setattr(DaskEngine, "run_here_while_starting", False)  # prepare must fail on a worker, not here
     log_dir = make_broker_logdir(tmp_path, partitions=["plain-v0-1"])
     plan = tmp_path / "plan.json"
     main(["plan", "--log-dirs", str(log_dir), "-o", str(plan)])
