@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from migrate import __version__, faults, pipeline
+from migrate.compaction import CompactionRule
 from migrate.engines import Engine
 from migrate.errors import MigrateError
 from migrate.logdir import inspect_log_dir, lock_holder, validate_log_dir_path
@@ -294,6 +295,9 @@ class RehearsalConfig:
     task_bytes: int = 64 << 20
     task_segments: int = 256
     free_bytes_cap: int | None = None
+    compact: tuple[CompactionRule, ...] = ()  # plan --compact, as for `plan`
+    drop_tombstones_older_than_ms: int | None = None
+    compact_memory_limit: int | None = None
     oracle: str = ""  # path of shared/oracle/oracle; "" for none
     independent_reader: str = "kafka-python"  # or "none"
     cluster: tuple[BrokerBytes, ...] = ()
@@ -1373,6 +1377,9 @@ class Rehearsal:
             task_bytes=c.task_bytes,
             task_segments=c.task_segments,
             free_bytes_cap=c.free_bytes_cap,
+            compact=c.compact,
+            drop_tombstones_older_than_ms=c.drop_tombstones_older_than_ms,
+            compact_memory_limit=c.compact_memory_limit,
         )
         try:
             plan = build_plan(request)

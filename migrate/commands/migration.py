@@ -41,77 +41,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("-o", "--output", required=True, help="the plan file to write")
     p.add_argument("--check", action="store_true", help="read every entry deeply (decompress, check inner CRCs)")
-    p.add_argument("--topics", help="only topics whose whole name matches this regular expression")
-    p.add_argument("--target", choices=["v2", "v1"], default="v2", help="target message format (default v2)")
-    p.add_argument(
-        "--timestamps",
-        choices=[t.value for t in TimestampPolicy],
-        default=TimestampPolicy.MTIME.value,
-        help="timestamps for v0 records, which have none: 'mtime' = LogAppendTime at the segment's mtime, so time "
-        "retention and timestamp search keep working (default); 'none' = CreateTime -1, exactly what Kafka 4's "
-        "cleaner writes. v1 timestamps are always kept.",
-    )
-    p.add_argument(
-        "--leader-epoch",
-        type=int,
-        help="partition leader epoch of converted batches. Default: per partition, the first epoch of its "
-        "leader-epoch-checkpoint, else 0. -1 is what Kafka's cleaner writes, but a follower fetching such batches "
-        "fails (LeaderEpochFileCache rejects negative epochs).",
-    )
-    p.add_argument("--compression", choices=[c.value for c in Codec], help="recompress every batch with this codec")
-    p.add_argument(
-        "--pack-bytes",
-        type=int,
-        help="group uncompressed legacy messages into v2 batches of up to N bytes (much smaller output). Replicas "
-        "converted with different settings then differ in batch boundaries: use the same plan options on every "
-        "broker, or leave this off.",
-    )
-    p.add_argument(
-        "--tombstone-flag", action="store_true", help="KIP-87: mark null-value records with bit 5 of their attributes"
-    )
-    p.add_argument("--index-interval-bytes", type=int, default=4096, help="index.interval.bytes (default 4096)")
-    p.add_argument(
-        "--max-message-bytes",
-        type=int,
-        default=DEFAULT_MAX_MESSAGE_BYTES,
-        help="the topics' max.message.bytes (default 1048588): a converted batch larger than this and than its "
-        "source entry is refused",
-    )
-    p.add_argument(
-        "--truncate-tail",
-        action="store_true",
-        help="drop a torn last entry from a partition's last segment (listed in the plan; the original is kept "
-        "until finalize). Damage anywhere else is always refused.",
-    )
-    p.add_argument(
-        "--compact",
-        action="append",
-        default=[],
-        metavar="TOPIC_REGEX=offset|timestamp|header:NAME",
-        help="compact the partitions of topics whose whole name matches during their migration, keeping per key the "
-        "record with the highest offset, timestamp (ties: offset) or big-endian 8-byte value of header NAME (ties: "
-        "offset; a record with the header beats one without) (KIP-280); the record at the log end always stays. "
-        "Every partition of such a topic is planned, v2-only ones too, and read in full by `plan`, which shows the "
-        "records and bytes kept. Repeatable: the first matching rule applies.",
-    )
-    p.add_argument(
-        "--drop-tombstones-older-than",
-        metavar="DURATION",
-        help="with --compact: drop deletes (null value, or the KIP-87 flag) whose timestamp (a v0 record's: its "
-        "segment's mtime) is older than DURATION (7d, 36h, 90m) before the partition's newest; default: keep them "
-        "all, as the cleaner does until delete.retention.ms",
-    )
-    p.add_argument(
-        "--compact-memory-limit",
-        metavar="BYTES",
-        help="with --compact: refuse a partition whose pass one needs more than this (512M, 2G): 24 bytes per "
-        "distinct key for offset, 32 for timestamp, 33 for header, up to 9 more with --drop-tombstones-older-than",
-    )
-    p.add_argument("--allow-unclean", action="store_true", help="plan even without a clean-shutdown marker")
+    add_plan_options(p)
     p.add_argument("--host-map", default="", help="log dir to Dask worker host: /data/a=10.0.0.5,/data/b=10.0.0.6")
-    p.add_argument("--task-bytes", type=int, default=64 << 20, help="segment bytes per engine task (default 64 MiB)")
-    p.add_argument("--task-segments", type=int, default=256, help="segments per engine task at most (default 256)")
-    p.add_argument("--assume-free-bytes", type=int, help=argparse.SUPPRESS)
     p.add_argument("--json", action="store_true", help="print the plan summary as JSON")
     g = p.add_argument_group(
         "cluster",
@@ -164,46 +95,122 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run_verify, run_log=True)
 
 
+def add_plan_options(p: argparse.ArgumentParser) -> None:
+    """How segments are planned and converted: the options `plan` and `rehearse` share."""
+    g = p.add_argument_group("plan options")
+    g.add_argument("--topics", help="only topics whose whole name matches this regular expression")
+    g.add_argument("--target", choices=["v2", "v1"], default="v2", help="target message format (default v2)")
+    g.add_argument(
+        "--timestamps",
+        choices=[t.value for t in TimestampPolicy],
+        default=TimestampPolicy.MTIME.value,
+        help="timestamps for v0 records, which have none: 'mtime' = LogAppendTime at the segment's mtime, so time "
+        "retention and timestamp search keep working (default); 'none' = CreateTime -1, exactly what Kafka 4's "
+        "cleaner writes. v1 timestamps are always kept.",
+    )
+    g.add_argument(
+        "--leader-epoch",
+        type=int,
+        help="partition leader epoch of converted batches. Default: per partition, the first epoch of its "
+        "leader-epoch-checkpoint, else 0. -1 is what Kafka's cleaner writes, but a follower fetching such batches "
+        "fails (LeaderEpochFileCache rejects negative epochs).",
+    )
+    g.add_argument("--compression", choices=[c.value for c in Codec], help="recompress every batch with this codec")
+    g.add_argument(
+        "--pack-bytes",
+        type=int,
+        help="group uncompressed legacy messages into v2 batches of up to N bytes (much smaller output). Replicas "
+        "converted with different settings then differ in batch boundaries: use the same plan options on every "
+        "broker, or leave this off.",
+    )
+    g.add_argument(
+        "--tombstone-flag", action="store_true", help="KIP-87: mark null-value records with bit 5 of their attributes"
+    )
+    g.add_argument("--index-interval-bytes", type=int, default=4096, help="index.interval.bytes (default 4096)")
+    g.add_argument(
+        "--max-message-bytes",
+        type=int,
+        default=DEFAULT_MAX_MESSAGE_BYTES,
+        help="the topics' max.message.bytes (default 1048588): a converted batch larger than this and than its "
+        "source entry is refused",
+    )
+    g.add_argument(
+        "--truncate-tail",
+        action="store_true",
+        help="drop a torn last entry from a partition's last segment (listed in the plan; the original is kept "
+        "until finalize). Damage anywhere else is always refused.",
+    )
+    g.add_argument(
+        "--compact",
+        action="append",
+        default=[],
+        metavar="TOPIC_REGEX=offset|timestamp|header:NAME",
+        help="compact the partitions of topics whose whole name matches during their migration, keeping per key the "
+        "record with the highest offset, timestamp (ties: offset) or big-endian 8-byte value of header NAME (ties: "
+        "offset; a record with the header beats one without) (KIP-280); the record at the log end always stays. "
+        "Every partition of such a topic is planned, v2-only ones too, and read in full by `plan`, which shows the "
+        "records and bytes kept. Repeatable: the first matching rule applies.",
+    )
+    g.add_argument(
+        "--drop-tombstones-older-than",
+        metavar="DURATION",
+        help="with --compact: drop deletes (null value, or the KIP-87 flag) whose timestamp (a v0 record's: its "
+        "segment's mtime) is older than DURATION (7d, 36h, 90m) before the partition's newest; default: keep them "
+        "all, as the cleaner does until delete.retention.ms",
+    )
+    g.add_argument(
+        "--compact-memory-limit",
+        metavar="BYTES",
+        help="with --compact: refuse a partition whose pass one needs more than this (512M, 2G): 24 bytes per "
+        "distinct key for offset, 32 for timestamp, 33 for header, up to 9 more with --drop-tombstones-older-than",
+    )
+    g.add_argument("--allow-unclean", action="store_true", help="plan even without a clean-shutdown marker")
+    g.add_argument("--task-bytes", type=int, default=64 << 20, help="segment bytes per engine task (default 64 MiB)")
+    g.add_argument("--task-segments", type=int, default=256, help="segments per engine task at most (default 256)")
+    g.add_argument("--assume-free-bytes", type=int, help=argparse.SUPPRESS)
+
+
+def plan_request_from(args: argparse.Namespace, log_dirs: tuple[str, ...], check: bool) -> PlanRequest:
+    """The plan options of ``args`` as a PlanRequest; a bad value raises ValueError with the operator's message."""
+    options = ConvertOptions(
+        target_magic=2 if args.target == "v2" else 1,
+        timestamps=TimestampPolicy(args.timestamps),
+        compression=Codec(args.compression) if args.compression else None,
+        pack_bytes=args.pack_bytes,
+        tombstone_flag=args.tombstone_flag,
+        index_interval_bytes=args.index_interval_bytes,
+        max_message_bytes=args.max_message_bytes,
+        truncate_tail=args.truncate_tail,
+    )
+    return PlanRequest(
+        log_dirs=log_dirs,
+        options=options,
+        topics=args.topics,
+        leader_epoch=args.leader_epoch,
+        host_map=tuple(tuple(item.split("=", 1)) for item in getattr(args, "host_map", "").split(",") if item),  # type: ignore[misc]
+        allow_unclean=args.allow_unclean,
+        check=check,
+        task_bytes=args.task_bytes,
+        task_segments=args.task_segments,
+        free_bytes_cap=args.assume_free_bytes,
+        compact=tuple(CompactionRule.parse(text) for text in args.compact),
+        drop_tombstones_older_than_ms=(
+            parse_duration_ms(args.drop_tombstones_older_than) if args.drop_tombstones_older_than is not None else None
+        ),
+        compact_memory_limit=parse_bytes(args.compact_memory_limit) if args.compact_memory_limit is not None else None,
+    )
+
+
 def run_plan(args: argparse.Namespace) -> int:
     if not args.log_dirs and not (args.scheduler and args.broker_config):
         raise SystemExit(_usage("give --log-dirs (or, with --scheduler, --broker-config)"))
     log_dirs = args.log_dirs.split(",") if args.log_dirs else []
     if any(not d.strip() for d in log_dirs):
         raise SystemExit(_usage("--log-dirs holds an empty path (a doubled or trailing comma?)"))
-    host_map = tuple(tuple(item.split("=", 1)) for item in args.host_map.split(",") if item)
     try:
-        options = ConvertOptions(
-            target_magic=2 if args.target == "v2" else 1,
-            timestamps=TimestampPolicy(args.timestamps),
-            compression=Codec(args.compression) if args.compression else None,
-            pack_bytes=args.pack_bytes,
-            tombstone_flag=args.tombstone_flag,
-            index_interval_bytes=args.index_interval_bytes,
-            max_message_bytes=args.max_message_bytes,
-            truncate_tail=args.truncate_tail,
-        )
-        compact = tuple(CompactionRule.parse(text) for text in args.compact)
-        drop_after = (
-            parse_duration_ms(args.drop_tombstones_older_than) if args.drop_tombstones_older_than is not None else None
-        )
-        memory_limit = parse_bytes(args.compact_memory_limit) if args.compact_memory_limit is not None else None
+        request = plan_request_from(args, tuple(log_dirs), check=args.check)
     except ValueError as exc:
         raise SystemExit(_usage(str(exc))) from None
-    request = PlanRequest(
-        log_dirs=tuple(log_dirs),
-        options=options,
-        topics=args.topics,
-        leader_epoch=args.leader_epoch,
-        host_map=host_map,  # type: ignore[arg-type]
-        allow_unclean=args.allow_unclean,
-        check=args.check,
-        task_bytes=args.task_bytes,
-        task_segments=args.task_segments,
-        free_bytes_cap=args.assume_free_bytes,
-        compact=compact,
-        drop_tombstones_older_than_ms=drop_after,
-        compact_memory_limit=memory_limit,
-    )
     plan = _plan_cluster(args, request) if args.scheduler else build_plan(request)
     write_plan(plan, args.output)
     est = plan.estimates

@@ -8,9 +8,10 @@ from pathlib import Path
 
 from migrate import rehearse
 from migrate.commands.engine import add_engine_options, make_engine
+from migrate.commands.migration import add_plan_options, plan_request_from
 from migrate.commands.output import emit, note
 from migrate.engines import Engine
-from migrate.model import DEFAULT_MAX_MESSAGE_BYTES, Codec, ConvertOptions, TimestampPolicy, to_json
+from migrate.model import to_json
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -96,45 +97,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run, usage_error=p.error)
 
 
-def add_plan_options(p: argparse.ArgumentParser) -> None:
-    """The options of `plan` that shape the conversion, with its defaults (taken from the state on --resume)."""
-    g = p.add_argument_group("plan options (as for `plan`)")
-    g.add_argument("--topics", help="only topics whose whole name matches this regular expression")
-    g.add_argument("--target", choices=["v2", "v1"], default="v2", help="target message format (default v2)")
-    g.add_argument(
-        "--timestamps",
-        choices=[t.value for t in TimestampPolicy],
-        default=TimestampPolicy.MTIME.value,
-        help="timestamps for v0 records (default mtime; see `plan --help`)",
-    )
-    g.add_argument("--leader-epoch", type=int, help="partition leader epoch of converted batches (see `plan --help`)")
-    g.add_argument("--compression", choices=[c.value for c in Codec], help="recompress every batch with this codec")
-    g.add_argument("--pack-bytes", type=int, help="group uncompressed legacy messages into v2 batches of up to N bytes")
-    g.add_argument("--tombstone-flag", action="store_true", help="KIP-87: mark null-value records")
-    g.add_argument("--index-interval-bytes", type=int, default=4096, help="index.interval.bytes (default 4096)")
-    g.add_argument("--max-message-bytes", type=int, default=DEFAULT_MAX_MESSAGE_BYTES, help="the topics' limit")
-    g.add_argument("--truncate-tail", action="store_true", help="drop a torn last entry (restored by the rollback)")
-    g.add_argument("--allow-unclean", action="store_true", help="plan even without a clean-shutdown marker")
-    g.add_argument("--task-bytes", type=int, default=64 << 20, help="segment bytes per engine task (default 64 MiB)")
-    g.add_argument("--task-segments", type=int, default=256, help="segments per engine task at most (default 256)")
-    g.add_argument("--assume-free-bytes", type=int, help=argparse.SUPPRESS)
-
-
 def config_from_args(args: argparse.Namespace) -> rehearse.RehearsalConfig:
     """The rehearsal's configuration; raises ValueError with a message for the operator on bad values."""
     log_dirs = (args.log_dirs or "").split(",")
     if not args.log_dirs or any(not d.strip() for d in log_dirs):
         raise ValueError("--log-dirs is required and holds no empty path (a doubled or trailing comma?)")
-    options = ConvertOptions(
-        target_magic=2 if args.target == "v2" else 1,
-        timestamps=TimestampPolicy(args.timestamps),
-        compression=Codec(args.compression) if args.compression else None,
-        pack_bytes=args.pack_bytes,
-        tombstone_flag=args.tombstone_flag,
-        index_interval_bytes=args.index_interval_bytes,
-        max_message_bytes=args.max_message_bytes,
-        truncate_tail=args.truncate_tail,
-    )
+    request = plan_request_from(args, tuple(log_dirs), check=True)
     if args.cluster_bytes and (args.broker_bytes or args.brokers):
         raise ValueError("give either --cluster-bytes or --broker-bytes with --brokers, not both")
     if bool(args.broker_bytes) != bool(args.brokers):
@@ -151,13 +119,16 @@ def config_from_args(args: argparse.Namespace) -> rehearse.RehearsalConfig:
     return rehearse.RehearsalConfig(
         log_dirs=tuple(str(Path(d).resolve()) for d in log_dirs),
         on_copy=str(Path(args.on_copy).resolve()) if args.on_copy else None,
-        options=options,
-        topics=args.topics,
-        leader_epoch=args.leader_epoch,
-        allow_unclean=args.allow_unclean,
-        task_bytes=args.task_bytes,
-        task_segments=args.task_segments,
-        free_bytes_cap=args.assume_free_bytes,
+        options=request.options,
+        topics=request.topics,
+        leader_epoch=request.leader_epoch,
+        allow_unclean=request.allow_unclean,
+        task_bytes=request.task_bytes,
+        task_segments=request.task_segments,
+        free_bytes_cap=request.free_bytes_cap,
+        compact=request.compact,
+        drop_tombstones_older_than_ms=request.drop_tombstones_older_than_ms,
+        compact_memory_limit=request.compact_memory_limit,
         oracle="" if args.oracle == "none" else str(Path(args.oracle).resolve()),
         independent_reader=args.independent_reader,
         cluster=cluster,
