@@ -6,6 +6,7 @@ verification, and the share of worker time spent outside both (scheduling, state
 + SparkSession) is reported apart.
 
     python benchmarks/bench_pipeline.py [--total-mb 2048] [--partitions 8] [--value-bytes 100] [--no-spark]
+                                        [--digest sha256|xxh3-128]
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from gen_legacy import message_size, write_log_dir
 
 from migrate import pipeline
+from migrate.model import ConvertOptions
 from migrate.plan import PlanRequest, build_plan
 
 
@@ -53,6 +55,7 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=8)
     ap.add_argument("--value-bytes", type=int, default=100)
     ap.add_argument("--no-spark", action="store_true")
+    ap.add_argument("--digest", default="sha256", choices=["sha256", "xxh3-128"], help="the run's record digest")
     ap.add_argument("--dir", help="scratch directory (default: a temporary one)")
     args = ap.parse_args()
     from migrate.engines.dask import DaskEngine
@@ -62,7 +65,7 @@ def main() -> None:
         records = args.total_mb * 1_000_000 // message_size(10, args.value_bytes, 0) // args.partitions
         log_dir = Path(tmp) / "kafka-logs"
         write_log_dir(log_dir, records, partitions=args.partitions, value_bytes=args.value_bytes)
-        plan = build_plan(PlanRequest(log_dirs=(str(log_dir),)))
+        plan = build_plan(PlanRequest(log_dirs=(str(log_dir),), options=ConvertOptions(digest=args.digest)))
         for workers in (1, 2):
             engine = DaskEngine(n_workers=workers, dashboard_address="127.0.0.1:0", progress=False)
             try:

@@ -1,9 +1,10 @@
 """Fuzz the C accelerator's functions directly with random and hostile buffers, positions, lengths and arrays.
 
 Every case calls one function of ``migrate.format._speedups`` (walk, crc_ranges, single_record_batches,
-digest_stream, v2_records) with arguments derived from (seed, case number) alone: random or Kafka-shaped buffers,
-damaged or not, and position/length arrays that are mostly plausible, sometimes extreme (int64 limits, negative,
-past the end, ends before starts), sometimes of the wrong dtype, shape, contiguity, alignment or length. The outcome
+digest_stream, v2_records, v2_batches, legacy_run, index_entries) with arguments derived from (seed, case number)
+alone: random or Kafka-shaped buffers, damaged or not, and position/length arrays that are mostly plausible,
+sometimes extreme (int64 limits, negative, past the end, ends before starts), sometimes of the wrong dtype, shape,
+contiguity, alignment or length; for index_entries, batch sizes, an interval and a carried state. The outcome
 is checked against the function's Python reference (``migrate.format.accel`` names the twins):
 
 * a refusal must be TypeError, ValueError, OverflowError, MemoryError or BufferError, and only for arguments the
@@ -46,10 +47,20 @@ from migrate.format.digest import LogDigest
 from migrate.format.entries import _walk_positions
 from migrate.format.records import Compression, Record, RecordColumns
 from migrate.format.varint import decode_varint
+from migrate.segment.indexes import index_entries as index_entries_reference
 
 REFUSALS = (TypeError, ValueError, OverflowError, MemoryError, BufferError)
 INT64_EXTREMES = [0, 1, -1, -2, 2**31 - 1, 2**31, 2**32, 2**62, 2**63 - 1, -(2**63), -(2**63) + 1]
-FUNCTIONS = ["walk", "crc_ranges", "single_record_batches", "digest_stream", "v2_records"]
+FUNCTIONS = [
+    "walk",
+    "crc_ranges",
+    "single_record_batches",
+    "digest_stream",
+    "v2_records",
+    "v2_batches",
+    "legacy_run",
+    "index_entries",
+]
 
 
 class Mismatch(AssertionError):
@@ -161,32 +172,46 @@ def check_digest_stream(c: ModuleType, buf: Any, columns: list[Any], with_timest
     return "ok"
 
 
-def check_v2_records(c: ModuleType, buf: Any, positions: Any, sizes: Any) -> str:
+def check_v2_records(c: ModuleType, buf: Any, positions: Any, sizes: Any, checked: bool = False) -> str:
     """Each batch the accelerator decodes (status 0) must be what ``decode_batch`` reads, record for record; each it
     calls malformed (2) must make ``decode_batch`` raise; each ``decode_batch`` reads (uncompressed, no headers)
-    must be decoded. ``decode_batch`` checks the CRC, the accelerator leaves that to its caller: the reference reads
-    a copy of each batch with its CRC recomputed."""
-    got, err = _call(c.v2_records, buf, positions, sizes)
+    must be decoded. ``decode_batch`` checks the CRC; ``v2_records`` leaves that to its caller, so the reference
+    reads a copy of each batch with its CRC recomputed; ``v2_batches`` (``checked``) checks it too, and returns each
+    batch's last offset and max timestamp, which must be its header's."""
+    name = "v2_batches" if checked else "v2_records"
+    got, err = _call(getattr(c, name), buf, positions, sizes)
     if not (well_typed(positions) and well_typed(sizes) and len(positions) == len(sizes)):
         if err is None:
-            raise Mismatch("v2_records accepted arrays of the wrong type, shape, layout or length")
+            raise Mismatch(f"{name} accepted arrays of the wrong type, shape, layout or length")
         return _refused(err)
     data = bytes(memoryview(buf).cast("B"))
     inside = (positions >= 0) & (sizes >= 0) & (sizes <= len(data)) & (positions <= len(data) - sizes)
     if err is not None:
         if inside.all() and not isinstance(err, MemoryError):
-            raise Mismatch(f"v2_records refused batches inside the buffer: {err!r}")
+            raise Mismatch(f"{name} refused batches inside the buffer: {err!r}")
         return _refused(err)
     if not inside.all():
-        raise Mismatch("v2_records accepted a batch outside the buffer")
-    status, counts, *cols = got
+        raise Mismatch(f"{name} accepted a batch outside the buffer")
+    if checked:
+        status, counts, lasts, maxes, *cols = got
+        lasts, maxes = np.frombuffer(lasts, np.int64), np.frombuffer(maxes, np.int64)
+        for i, (p, s) in enumerate(zip(positions.tolist(), sizes.tolist())):
+            want = (0, 0)
+            if s >= v2.RECORD_BATCH_OVERHEAD:
+                base, delta, max_ts = struct.unpack_from(">q", data, p)[0], *struct.unpack_from(">i", data, p + 23), 0
+                max_ts = struct.unpack_from(">q", data, p + 35)[0]
+                want = ((base + delta + 2**63) % 2**64 - 2**63, max_ts)
+            if (int(lasts[i]), int(maxes[i])) != want:
+                raise Mismatch(f"v2_batches: batch {i} header fields {(int(lasts[i]), int(maxes[i]))} != {want}")
+    else:
+        status, counts, *cols = got
     counts = np.frombuffer(counts, np.int64)
     offsets, timestamps, key_pos, key_len, value_pos, value_len = (np.frombuffer(x, np.int64) for x in cols)
     r = 0
     outcome: Counter = Counter()
     for i, (p, s) in enumerate(zip(positions.tolist(), sizes.tolist())):
         one = bytearray(data[p : p + s])
-        if s >= v2.RECORD_BATCH_OVERHEAD:
+        if s >= v2.RECORD_BATCH_OVERHEAD and not checked:
             struct.pack_into(">I", one, v2.CRC_OFFSET, _crc32c.crc32c(bytes(one[v2.ATTRIBUTES_OFFSET :])))
         try:
             batch = v2.decode_batch(bytes(one), 0, s)
@@ -198,13 +223,11 @@ def check_v2_records(c: ModuleType, buf: Any, positions: Any, sizes: Any) -> str
         plain = batch is not None and batch.compression == 0 and batch.records.headers is None
         if status[i] == 0:
             if not plain:
-                raise Mismatch(
-                    f"v2_records decoded batch {i}, which the reader {'refuses' if batch is None else 'defers'}"
-                )
+                raise Mismatch(f"{name} decoded batch {i}, which the reader {'refuses' if batch is None else 'defers'}")
             rec = batch.records
             n = int(counts[i])
             if n != len(rec):
-                raise Mismatch(f"v2_records: batch {i} has {n} records, the reader {len(rec)}")
+                raise Mismatch(f"{name}: batch {i} has {n} records, the reader {len(rec)}")
             for j in range(n):
                 key = None if key_len[r + j] < 0 else data[key_pos[r + j] : key_pos[r + j] + key_len[r + j]]
                 value = None if value_len[r + j] < 0 else data[value_pos[r + j] : value_pos[r + j] + value_len[r + j]]
@@ -213,19 +236,93 @@ def check_v2_records(c: ModuleType, buf: Any, positions: Any, sizes: Any) -> str
                 if mine != theirs and not (
                     mine[::2] == theirs[::2] and mine[3] == theirs[3] and mine[1] == kafka_timestamp(one, j)
                 ):
-                    raise Mismatch(f"v2_records: batch {i} record {j}: {mine!r} vs the reader's {theirs!r}")
+                    raise Mismatch(f"{name}: batch {i} record {j}: {mine!r} vs the reader's {theirs!r}")
                 if mine != theirs:
                     outcome["varlong"] += 1
             r += n
         elif status[i] == 2 and batch is not None:
-            raise Mismatch(f"v2_records called batch {i} malformed; the reader reads it")
+            raise Mismatch(f"{name} called batch {i} malformed; the reader reads it")
         elif status[i] not in (1, 2) or plain:
-            raise Mismatch(f"v2_records: status {status[i]} for batch {i}, which the reader decodes")
+            raise Mismatch(f"{name}: status {status[i]} for batch {i}, which the reader decodes")
     if r != len(offsets):
-        raise Mismatch(f"v2_records returned {len(offsets)} records, {r} in decoded batches")
+        raise Mismatch(f"{name} returned {len(offsets)} records, {r} in decoded batches")
     if outcome["varlong"]:
         return "ok, Kafka's reading of an overlong varlong (not the Python reader's)"
     return "ok decoded" if outcome[0] else "ok declined"
+
+
+def check_v2_batches(c: ModuleType, buf: Any, positions: Any, sizes: Any) -> str:
+    return check_v2_records(c, buf, positions, sizes, checked=True)
+
+
+LEGACY_COLUMNS = [
+    "offsets",
+    "crcs",
+    "timestamps",
+    "key_pos",
+    "key_len",
+    "value_pos",
+    "value_len",
+    "magics",
+    "attributes",
+]
+
+
+def check_legacy_run(c: ModuleType, buf: Any, positions: Any, sizes: Any) -> str:
+    """Each message the accelerator reads (status 0) must be what ``decode_run_reference`` reads of it alone, field
+    for field; each it calls bad (1) must make the reference raise."""
+    got, err = _call(c.legacy_run, buf, positions, sizes)
+    if not (well_typed(positions) and well_typed(sizes) and len(positions) == len(sizes)):
+        if err is None:
+            raise Mismatch("legacy_run accepted arrays of the wrong type, shape, layout or length")
+        return _refused(err)
+    data = bytes(memoryview(buf).cast("B"))
+    inside = (positions >= 0) & (sizes >= 0) & (sizes <= len(data)) & (positions <= len(data) - sizes)
+    if err is not None:
+        if inside.all() and not isinstance(err, MemoryError):
+            raise Mismatch(f"legacy_run refused messages inside the buffer: {err!r}")
+        return _refused(err)
+    if not inside.all():
+        raise Mismatch("legacy_run accepted a message outside the buffer")
+    status, *raw = got
+    cols = [np.frombuffer(x, np.int64) for x in raw]
+    read = 0
+    for i, (p, s) in enumerate(zip(positions.tolist(), sizes.tolist())):
+        try:
+            run = legacy.decode_run_reference(data, np.array([p], np.int64), np.array([s], np.int64))
+        except (CorruptRecordError, ValueError, IndexError):
+            run = None
+        except Exception as exc:  # the reference itself must not crash either
+            raise Mismatch(f"decode_run_reference crashed on message {i}: {exc!r}") from exc
+        if (status[i] == 0) != (run is not None):
+            raise Mismatch(
+                f"legacy_run: status {status[i]} for message {i}, the reference {'reads' if run else 'refuses'} it"
+            )
+        if run is None:
+            continue
+        read += 1
+        rec = run.records
+        theirs = [rec.offsets, run.crcs, rec.timestamps, rec.key_pos, rec.key_len, rec.value_pos, rec.value_len]
+        theirs += [run.magics, run.attributes]
+        for name, mine, ref in zip(LEGACY_COLUMNS, cols, theirs):
+            if int(mine[i]) != int(ref[0]):
+                raise Mismatch(f"legacy_run: message {i} {name} {int(mine[i])}, the reference {int(ref[0])}")
+    return "ok read" if read else "ok declined"
+
+
+def check_index_entries(c: ModuleType, columns: list[Any], interval: int, state: list[int]) -> str:
+    got, err = _call(c.index_entries, *columns, interval, *state)
+    if not all(well_typed(a) for a in columns):
+        if err is None:
+            raise Mismatch("index_entries accepted arrays of the wrong type, shape or layout")
+        return _refused(err)
+    ref, ref_err = _call(index_entries_reference, *columns, interval, *state)
+    _same_refusal(err, ref_err, "index_entries")
+    if err is not None:
+        return _refused(err)
+    if got != ref:
+        raise Mismatch(f"index_entries: {got[2:]} and {len(got[0]) // 16} entries, reference {ref[2:]}")
+    return "ok indexed" if got[0] else "ok"
 
 
 def kafka_timestamp(batch: bytes | bytearray, j: int) -> int:
@@ -256,6 +353,9 @@ CHECKERS: dict[str, Callable[..., str]] = {
     "single_record_batches": check_single_record_batches,
     "digest_stream": check_digest_stream,
     "v2_records": check_v2_records,
+    "v2_batches": check_v2_batches,
+    "legacy_run": check_legacy_run,
+    "index_entries": check_index_entries,
 }
 
 
@@ -373,7 +473,12 @@ def random_case(rng: random.Random) -> tuple[str, tuple[Any, ...]]:
         ends = [p + n if rng.random() < 0.9 else rng.choice(INT64_EXTREMES) for p, n in pieces[: lengths[1]]]
         ends = [max(-(2**63), min(e, 2**63 - 1)) for e in ends]
         return name, (buf, hostile_array(rng, starts), hostile_array(rng, ends), rng.random() < 0.5)
-    if name == "v2_records":
+    if name == "index_entries":
+        return name, index_case(rng, lengths)
+    if name == "legacy_run" and rng.random() < 0.5:
+        buf = damage(rng, legacy_buffer(rng))
+        size = len(buf)
+    if name in ("v2_records", "v2_batches", "legacy_run"):
         walk = _walk_or_nothing(buf)
         positions, sizes = list(walk[0]), list(walk[1])
         if not positions or rng.random() < 0.3:
@@ -400,6 +505,38 @@ def random_case(rng: random.Random) -> tuple[str, tuple[Any, ...]]:
     attributes = hostile_array(rng, [rng.choice([0, 0x20, 0xFF]) for _ in range(lengths[7])], np.uint8)
     epoch = rng.choice([-1, 0, 7, 2**31 - 1, -(2**31)]) if rng.random() < 0.95 else rng.choice([2**31, -(2**31) - 1])
     return name, (buf, [hostile_array(rng, c) for c in cols], attributes, epoch)
+
+
+def legacy_buffer(rng: random.Random) -> bytes:
+    """Uncompressed magic 0/1 messages, now and then a compressed one among them."""
+    parts = []
+    for _ in range(rng.randint(1, 6)):
+        records = [r._replace(headers=()) for r in random_records(rng, rng.randint(1, 4))]
+        magic = rng.randint(0, 1)
+        if rng.random() < 0.15:
+            parts.append(legacy.encode_wrapper(records, magic, Compression.GZIP))
+        else:
+            parts.append(legacy.encode_messages([r._replace(timestamp=max(r.timestamp, -1)) for r in records], magic))
+    return b"".join(parts)
+
+
+def index_case(rng: random.Random, lengths: list[int]) -> tuple[Any, ...]:
+    """Batches (sizes, last offsets, max timestamps), an interval and a carried state: mostly what a segment gives,
+    now and then negative sizes, int64 extremes, a state whose last entry is past its valid bytes."""
+    sizes = [rng.choice([0, 61, 70, 200, 4000, rng.randrange(1, 600)]) for _ in range(lengths[0])]
+    if sizes and rng.random() < 0.08:
+        sizes[rng.randrange(len(sizes))] = rng.choice([-1, 2**62, 2**63 - 1, -(2**63)])
+    lasts = sorted(rng.randrange(0, 2**40) for _ in range(lengths[1]))
+    maxes = [rng.choice([-1, 0, 1500000000000 + rng.randrange(1000), 2**63 - 1, -(2**63)]) for _ in range(lengths[2])]
+    interval = rng.choice([0, 1, 100, 4096, 4096, -1, 2**63 - 1, -(2**63), rng.randrange(1, 10**6)])
+    valid = rng.choice([0, 0, 100, 5000, 2**62, 2**63 - 1, -1, rng.randrange(0, 10**6)])
+    last_entry = rng.choice([0, valid, valid + 1, max(valid - 4000, 0), -1])
+    max_ts = rng.choice([-1, 1500000000000, 2**63 - 1])
+    state = [valid, last_entry, max_ts, rng.choice([-1, 0, 12345]), rng.choice([-1, max_ts, 2**63 - 1])]
+    if rng.random() < 0.02:
+        state[rng.randrange(5)] = rng.choice([2**63, -(2**63) - 1])
+    cols = [hostile_array(rng, sizes), hostile_array(rng, lasts), hostile_array(rng, maxes)]
+    return cols, interval, state
 
 
 def _walk_or_nothing(buf: bytes) -> tuple[list[int], list[int]]:

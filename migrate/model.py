@@ -29,6 +29,7 @@ import dataclasses
 import enum
 import functools
 import hashlib
+import itertools
 import json
 import sys
 import types
@@ -44,6 +45,7 @@ MAX_SEGMENT_BYTES = 2**31 - 1  # FileRecords cannot open a larger .log
 DEFAULT_CHUNK_BYTES = 8 << 20
 DEFAULT_TASK_BYTES = 64 << 20
 DEFAULT_TASK_SEGMENTS = 256
+DEFAULT_RANGE_BYTES = 64 << 20  # a segment larger than this is converted in ranges of about this size, in parallel
 SEGMENT_SUFFIXES = (".log", ".index", ".timeindex")
 
 
@@ -274,14 +276,29 @@ class SegmentRef:
 
 
 @dataclass(frozen=True)
+class ByteRange:
+    """One of ``count`` ranges of a segment too large for one worker (``plan --range-bytes``): its task converts the
+    entries that start in ``[start, end)`` (to the end of the file for the last one); a join makes them one segment
+    (``migrate.segment.ranges``)."""
+
+    index: int
+    count: int
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
 class TaskPlan:
     """Segments of one log dir converted and verified by one engine task: a task per tiny segment would drown the
-    scheduler, so tasks hold up to --task-bytes and --task-segments."""
+    scheduler, so tasks hold up to --task-bytes and --task-segments. A task with ``byte_range`` converts one range
+    of its one segment."""
 
     id: str
     log_dir: str  # the key of its LogDirPlan
     segments: tuple[SegmentRef, ...]
     bytes: int
+    # left out of the JSON when None, so plans without ranges keep their bytes and ids
+    byte_range: ByteRange | None = field(default=None, metadata=OMIT_IF_NONE)
 
 
 @dataclass(frozen=True)
@@ -353,12 +370,29 @@ class Plan:
             for p in d.partitions:
                 if not p.dir.startswith(d.log_dir.rstrip("/") + "/") or "/" in p.dir[len(d.log_dir.rstrip("/")) + 1 :]:
                     raise ModelError(f"partition {p.name}: its dir {p.dir} is not a child of its log dir {d.log_dir}")
+        ranges: dict[tuple[str, str, int], list[ByteRange]] = {}
         for t in self.tasks:
             d = self.log_dir(t.log_dir)
             for ref in t.segments:
                 part = d.partition_by_name.get(ref.partition)
                 if part is None or ref.base_offset not in part.segment_by_base:
                     raise ModelError(f"task {t.id}: segment {ref.partition}/{ref.base_offset} is not in the plan")
+            if t.byte_range is not None:
+                if len(t.segments) != 1:
+                    raise ModelError(f"task {t.id}: a range task converts one segment, not {len(t.segments)}")
+                ref = t.segments[0]
+                ranges.setdefault((t.log_dir, ref.partition, ref.base_offset), []).append(t.byte_range)
+        for (key, name, base), found in ranges.items():
+            found.sort(key=lambda r: r.index)
+            size = self.partition(key, name).segment_by_base[base].size
+            if (
+                [r.index for r in found] != list(range(found[0].count))
+                or any(r.count != found[0].count for r in found)
+                or found[0].start != 0
+                or found[-1].end != size
+                or any(a.end != b.start or a.start >= a.end for a, b in itertools.pairwise(found))
+            ):
+                raise ModelError(f"segment {name}/{base}: its byte ranges do not cover 0..{size} in order")
 
 
 _VOLATILE_PLAN_FIELDS = ("plan_id", "created", "planned_on")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -36,10 +37,12 @@ from migrate.model import (
 )
 from migrate.replicas import DEFAULT_BUCKET_OFFSETS, common_range, compare
 from migrate.runlock import RunLock
+from migrate.segment.ranges import RangePart
 from migrate.stages.compact import compact_partition
 from migrate.stages.convert import convert_task
 from migrate.stages.finalize import finalize_log_dir, forget_log_dir, set_dir_mtime, state_snapshot
 from migrate.stages.inspect import status_from, status_log_dir, verify_live_log_dir
+from migrate.stages.join import join_segment
 from migrate.stages.prepare import prepare_log_dir
 from migrate.stages.replicas import fail_divergent, replica_digests, replica_ranges
 from migrate.stages.rollback import rollback_check_log_dir, rollback_log_dir
@@ -101,12 +104,17 @@ def execute(
             errors += _errors("compact", calls, results)
             refused = [r.value.refusal for r in results if r.ok and r.value.refusal is not None]
 
-        calls = [StageCall((plan, t.id), plan.log_dir(t.log_dir).host) for t in plan.tasks if t.log_dir in ready]
+        run = uuid.uuid4().hex[:12]  # names the files this run's range tasks share with their joins
+        calls = [StageCall((plan, t.id, run), plan.log_dir(t.log_dir).host) for t in plan.tasks if t.log_dir in ready]
         results = engine.map("convert", convert_task, calls)
         lap("convert")
         done = {(o.log_dir, o.partition, o.base_offset) for o in refused}  # convert reports them again, as skipped
         outcomes: list[SegmentOutcome] = refused + [
-            o for r in results if r.ok for o in r.value if (o.log_dir, o.partition, o.base_offset) not in done
+            o
+            for r in results
+            if r.ok and isinstance(r.value, list)
+            for o in r.value
+            if (o.log_dir, o.partition, o.base_offset) not in done
         ]
         stopped = {plan.tasks_by_id[c.args[1]].log_dir for c, r in zip(calls, results) if not r.ok}
         errors += [
@@ -114,6 +122,14 @@ def execute(
             for c, r in zip(calls, results)
             if not r.ok
         ]
+        # segments converted in ranges: one join each, once all their ranges are back, records the segment
+        calls = _join_calls(plan, calls, results, stopped, run)
+        if calls:
+            results = engine.map("join", join_segment, calls)
+            lap("join")
+            outcomes += [o for r in results if r.ok for o in r.value]
+            errors += [StageError("join", c.args[1], r.error, r.error_type) for c, r in zip(calls, results) if not r.ok]
+            stopped |= {c.args[1] for c, r in zip(calls, results) if not r.ok}
         stopped |= {
             o.log_dir for o in outcomes if o.outcome == Outcome.FAILED and o.problem and o.problem.kind == "io-error"
         }
@@ -149,6 +165,22 @@ def execute(
         accelerator=accelerator,
         divergent_replicas=tuple(divergences),
     )
+
+
+def _join_calls(
+    plan: Plan, calls: list[StageCall], results: list[CallResult], stopped: set[str], run: str
+) -> list[StageCall]:
+    """A join per segment whose every range came back, in a log dir that goes on."""
+    parts: dict[tuple[str, str, int], list[RangePart]] = {}
+    for call, r in zip(calls, results):
+        if r.ok and isinstance(r.value, RangePart):
+            ref = plan.tasks_by_id[call.args[1]].segments[0]
+            parts.setdefault((r.value.log_dir, ref.partition, ref.base_offset), []).append(r.value)
+    return [
+        StageCall((plan, key, name, base, found, run), plan.log_dir(key).host)
+        for (key, name, base), found in parts.items()
+        if key not in stopped and len(found) == found[0].count
+    ]
 
 
 def check_replicas(

@@ -38,9 +38,11 @@ from migrate.logdir import (
     validate_log_dir_path,
 )
 from migrate.model import (
+    DEFAULT_RANGE_BYTES,
     DEFAULT_TASK_BYTES,
     DEFAULT_TASK_SEGMENTS,
     PLAN_VERSION,
+    ByteRange,
     CompactionPlan,
     ConvertOptions,
     Estimates,
@@ -84,6 +86,7 @@ class PlanRequest:
     compact: tuple[CompactionRule, ...] = ()  # --compact: the first rule whose regex matches a topic applies to it
     drop_tombstones_older_than_ms: int | None = None  # --drop-tombstones-older-than (compacted partitions only)
     compact_memory_limit: int | None = None  # --compact-memory-limit: pass one's state per partition, at most
+    range_bytes: int | None = DEFAULT_RANGE_BYTES  # --range-bytes: larger segments convert in ranges; None: never
 
     def compaction_rule(self, topic: str) -> CompactionRule | None:
         return next((r for r in self.compact if r.matches(topic)), None)
@@ -154,7 +157,7 @@ def build_plan(request: PlanRequest) -> Plan:
         planned_on=socket.gethostname(),
         options=opts,
         log_dirs=tuple(log_dir_plans),
-        tasks=make_tasks(log_dir_plans, request.task_bytes, request.task_segments),
+        tasks=make_tasks(log_dir_plans, request.task_bytes, request.task_segments, request.range_bytes, opts),
         estimates=Estimates(
             partitions=len(parts),
             segments=sum(len(p.segments) for p in parts),
@@ -406,16 +409,34 @@ def _space(partitions: list[PartitionPlan], request: PlanRequest, found: _Findin
     return tuple(out)
 
 
-def make_tasks(log_dirs: list[LogDirPlan], task_bytes: int, task_segments: int) -> tuple[TaskPlan, ...]:
+def make_tasks(
+    log_dirs: list[LogDirPlan],
+    task_bytes: int,
+    task_segments: int,
+    range_bytes: int | None = DEFAULT_RANGE_BYTES,
+    options: ConvertOptions | None = None,
+) -> tuple[TaskPlan, ...]:
     """Group segments into tasks of about ``task_bytes`` and at most ``task_segments``: a task per tiny file would
-    drown the scheduler, one task per log dir would leave workers idle."""
+    drown the scheduler, one task per log dir would leave workers idle. A segment larger than ``range_bytes`` gets a
+    task per range of about that size instead (``ByteRange``), so that one large partition keeps every worker busy;
+    not in a compacted partition (its survivors are checked record by record, segment by segment) nor under
+    ``--pack-bytes`` (packing follows the entries a reader groups, so ranges would move batch boundaries)."""
+    split = range_bytes is not None and range_bytes > 0 and (options is None or options.pack_bytes is None)
     tasks: list[TaskPlan] = []
     for d in log_dirs:
         current: list[SegmentRef] = []
         size = 0
         for p in d.partitions:
             for s in p.segments:
-                current.append(SegmentRef(p.name, s.base_offset))
+                ref = SegmentRef(p.name, s.base_offset)
+                if split and s.size > range_bytes and p.compaction is None:  # type: ignore[operator]
+                    count = -(-s.size // range_bytes)  # type: ignore[operator]
+                    cuts = [s.size * i // count for i in range(count + 1)]
+                    for i in range(count):
+                        span = ByteRange(i, count, cuts[i], cuts[i + 1])
+                        tasks.append(TaskPlan(f"t{len(tasks):05d}", d.key, (ref,), span.end - span.start, span))
+                    continue
+                current.append(ref)
                 size += s.size
                 if size >= task_bytes or len(current) >= task_segments:
                     tasks.append(TaskPlan(f"t{len(tasks):05d}", d.key, tuple(current), size))

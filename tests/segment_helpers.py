@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 from migrate.model import ConvertOptions, SegmentResult, SegmentTask
@@ -17,3 +18,24 @@ def convert_logdir(logdir: Path, out: Path, options: ConvertOptions) -> dict[str
         task = SegmentTask(str(log), str(out / log.parent.name), int(log.stem), options)
         results[f"{log.parent.name}/{log.name}"] = convert_segment(task)
     return results
+
+
+def range_cuts(size: int, count: int) -> list[tuple[int, int]]:
+    """``count`` nominal byte ranges of a file of ``size`` bytes, as make_tasks cuts them."""
+    cuts = [size * i // count for i in range(count + 1)]
+    return list(itertools.pairwise(cuts))
+
+
+def convert_in_ranges(
+    task: SegmentTask, cuts: list[tuple[int, int]], run: str | None = None, order: list[int] | None = None
+) -> tuple[SegmentResult, list]:
+    """``task`` converted the way range tasks and their join do it: each nominal range on its own (in ``order``;
+    with ``run``, each placing what it can in the joined file), then joined. Returns the joined result and the parts
+    as the range tasks returned them."""
+    from migrate.segment.ranges import convert_range, join_parts
+
+    parts = {}
+    for i in order if order is not None else range(len(cuts)):
+        parts[i] = convert_range(task, i, len(cuts), *cuts[i], run=run)
+    ordered = [parts[i] for i in range(len(cuts))]
+    return join_parts(task, ordered, run), ordered

@@ -497,6 +497,174 @@ def test_v2_records_of_nothing():
     assert speedups.v2_records(b"", i64(), i64()) == (b"", b"", b"", b"", b"", b"", b"", b"")
 
 
+# --- v2_batches -------------------------------------------------------------------------------------------------
+
+
+def test_v2_batches_baseline_and_header_fields():
+    data, positions, sizes = v2_segment()
+    status, counts, lasts, maxes, offsets, *_ = speedups.v2_batches(data, positions, sizes)
+    assert list(status) == [0, 0] and np.frombuffer(counts, np.int64).tolist() == [2, 1]
+    assert np.frombuffer(lasts, np.int64).tolist() == [12, 13]
+    assert np.frombuffer(maxes, np.int64).tolist() == [6, -1]
+    assert np.frombuffer(offsets, np.int64).tolist() == [10, 12, 13]
+
+
+def test_v2_batches_call_a_bad_checksum_malformed_where_v2_records_does_not_look():
+    data, positions, sizes = v2_segment()
+    raw = bytearray(data)
+    raw[int(positions[1]) + 17] ^= 0x01  # the stored CRC-32C of the second batch
+    assert list(speedups.v2_records(bytes(raw), positions, sizes)[0]) == [0, 0]
+    assert list(speedups.v2_batches(bytes(raw), positions, sizes)[0]) == [0, 2]
+
+
+@pytest.mark.parametrize(("position", "size"), [(-1, 70), (0, -1), (I64_MAX, 70), (70, I64_MAX), ("end", 1)])
+def test_v2_batches_refuse_batches_outside_the_buffer(position, size):
+    data, positions, sizes = v2_segment()
+    p, s = positions.copy(), sizes.copy()
+    p[1] = len(data) if position == "end" else position
+    s[1] = size
+    with pytest.raises(ValueError, match="not inside"):
+        speedups.v2_batches(data, p, s)
+
+
+def test_v2_batches_shorter_than_a_header_have_no_header_fields():
+    data, positions, sizes = v2_segment()
+    status, _, lasts, maxes, *_ = speedups.v2_batches(data, positions, i64(60, int(sizes[1])))
+    assert status[0] == 2 and np.frombuffer(lasts, np.int64)[0] == 0 == np.frombuffer(maxes, np.int64)[0]
+
+
+# --- legacy_run -------------------------------------------------------------------------------------------------
+
+
+def legacy_segment() -> tuple[bytes, np.ndarray, np.ndarray]:
+    from migrate.format import legacy
+
+    messages = [
+        legacy.encode_messages([Record(7, -1, b"k", b"v")], 0),
+        legacy.encode_messages([Record(8, 1500000000000, None, b"")], 1),
+        legacy.encode_messages([Record(9, 5, b"", None)], 1),
+    ]
+    sizes = i64(*(len(m) for m in messages))
+    return b"".join(messages), np.cumsum(sizes) - sizes, sizes
+
+
+def test_legacy_run_baseline():
+    data, positions, sizes = legacy_segment()
+    status, offsets, _, timestamps, key_pos, key_len, value_pos, value_len, magics, _ = speedups.legacy_run(
+        data, positions, sizes
+    )
+    assert list(status) == [0, 0, 0]
+    assert np.frombuffer(offsets, np.int64).tolist() == [7, 8, 9]
+    assert np.frombuffer(timestamps, np.int64).tolist() == [-1, 1500000000000, 5]
+    assert np.frombuffer(key_len, np.int64).tolist() == [1, -1, 0]
+    assert np.frombuffer(value_len, np.int64).tolist() == [1, 0, -1]
+    assert np.frombuffer(magics, np.int64).tolist() == [0, 1, 1]
+    k, v = np.frombuffer(key_pos, np.int64)[0], np.frombuffer(value_pos, np.int64)[0]
+    assert (data[k : k + 1], data[v : v + 1]) == (b"k", b"v")
+
+
+@pytest.mark.parametrize(
+    ("what", "at", "value"),
+    [
+        ("crc", 12, 0x00),  # a stored CRC byte
+        ("magic", 16, 2),
+        ("compressed", 17, 1),
+        ("key length past the end", 18, 0x7F),
+        ("key length below -1", 18, 0xFF),  # -2 .. once the other bytes say so
+        ("value byte", -1, 0x55),
+    ],
+)
+def test_legacy_run_marks_a_bad_message_and_leaves_the_others(what, at, value):
+    data, positions, sizes = legacy_segment()
+    raw = bytearray(data)
+    where = int(positions[0]) + (at if at >= 0 else int(sizes[0]) + at)
+    raw[where] = value if raw[where] != value else value ^ 1
+    status = speedups.legacy_run(bytes(raw), positions, sizes)[0]
+    assert list(status) == [1, 0, 0], what
+
+
+@pytest.mark.parametrize("size", [0, 1, 17, 25, 33])
+def test_legacy_run_marks_messages_shorter_than_their_fixed_fields(size):
+    data, positions, sizes = legacy_segment()
+    s = sizes.copy()
+    s[1] = size  # a magic 1 message needs 34 bytes, a magic 0 one 26
+    assert list(speedups.legacy_run(data, positions, s)[0])[1] == 1
+
+
+@pytest.mark.parametrize(("position", "size"), [(-1, 30), (0, -1), (I64_MAX, 30), (30, I64_MAX), (I64_MIN, 0)])
+def test_legacy_run_refuses_messages_outside_the_buffer(position, size):
+    data, positions, sizes = legacy_segment()
+    p, s = positions.copy(), sizes.copy()
+    p[2], s[2] = position, size
+    with pytest.raises(ValueError, match="not inside"):
+        speedups.legacy_run(data, p, s)
+
+
+def test_legacy_run_refuses_wrong_arrays():
+    data, positions, sizes = legacy_segment()
+    for _, bad in wrong_arrays(positions):
+        with pytest.raises(REFUSED):
+            speedups.legacy_run(data, bad, sizes)
+        with pytest.raises(REFUSED):
+            speedups.legacy_run(data, positions, bad)
+    with pytest.raises(ValueError, match="items"):
+        speedups.legacy_run(data, positions, sizes[:2])
+
+
+def test_legacy_run_of_nothing():
+    status, *cols = speedups.legacy_run(b"", i64(), i64())
+    assert status == b"" and all(c == b"" for c in cols)
+
+
+# --- index_entries ----------------------------------------------------------------------------------------------
+
+STATE = (0, 0, -1, -1, -1)
+
+
+def test_index_entries_baseline():
+    offsets, times, *state = speedups.index_entries(i64(100, 100, 100), i64(5, 6, 7), i64(10, 30, 20), 150, *STATE)
+    assert np.frombuffer(offsets, np.int64).tolist() == [7, 200]  # the batch at 200 is the first past 150 bytes
+    assert np.frombuffer(times, np.int64).tolist() == [30, 6]
+    assert state == [300, 200, 30, 6, 30]
+
+
+@pytest.mark.parametrize(
+    "state",
+    [(-1, 0, -1, -1, -1), (10, 11, -1, -1, -1), (10, -1, -1, -1, -1), (I64_MIN, I64_MIN, -1, -1, -1)],
+)
+def test_index_entries_refuse_a_state_whose_last_entry_is_not_within_the_valid_bytes(state):
+    with pytest.raises(ValueError, match="index state"):
+        speedups.index_entries(i64(1), i64(1), i64(1), 10, *state)
+
+
+def test_index_entries_refuse_negative_sizes_and_positions_beyond_int64():
+    with pytest.raises(ValueError, match="negative size"):
+        speedups.index_entries(i64(5, -1), i64(1, 2), i64(1, 2), 10, *STATE)
+    with pytest.raises(OverflowError, match="beyond an int64"):
+        speedups.index_entries(i64(I64_MAX, 1), i64(1, 2), i64(1, 2), 10, *STATE)
+    with pytest.raises(OverflowError, match="beyond an int64"):
+        speedups.index_entries(i64(2), i64(1), i64(1), 10, I64_MAX - 1, 0, -1, -1, -1)
+    with pytest.raises(OverflowError):
+        speedups.index_entries(i64(2), i64(1), i64(1), 2**63, *STATE)
+
+
+def test_index_entries_with_extreme_intervals_and_no_batches():
+    sizes, lasts, maxes = i64(10, 10, 10), i64(1, 2, 3), i64(5, 5, 5)
+    every, _, *_ = speedups.index_entries(sizes, lasts, maxes, -1, *STATE)
+    assert np.frombuffer(every, np.int64).tolist() == [1, 0, 2, 10, 3, 20]
+    never, times, *state = speedups.index_entries(sizes, lasts, maxes, I64_MAX, *STATE)
+    assert never == b"" == times and state == [30, 0, 5, 1, -1]
+    assert speedups.index_entries(i64(), i64(), i64(), 4096, *STATE) == (b"", b"", *STATE)
+
+
+def test_index_entries_refuse_wrong_arrays():
+    for _, bad in wrong_arrays(i64(1, 2)):
+        with pytest.raises(REFUSED):
+            speedups.index_entries(bad, i64(1, 2), i64(1, 2), 10, *STATE)
+    with pytest.raises(ValueError, match="items"):
+        speedups.index_entries(i64(1, 2), i64(1), i64(1, 2), 10, *STATE)
+
+
 # --- fuzzing: random arguments to every function, checked against the references ----------------------------------
 
 SEED = 20240917
@@ -504,7 +672,7 @@ CASES = 4000
 
 
 def test_seeded_random_calls_agree_with_the_references():
-    """The engine of benchmarks/fuzz_speedups.py, a few thousand seeded cases over all five functions."""
+    """The engine of benchmarks/fuzz_speedups.py, a few thousand seeded cases over every function."""
     report = fuzz.fuzz(speedups, CASES, SEED)
     assert report.mismatches == [], report.mismatches[:3]
     by_function = Counter()
@@ -515,6 +683,9 @@ def test_seeded_random_calls_agree_with_the_references():
         if name != "walk":
             assert by_function[name, "refused"] > 50, by_function
     assert report.outcomes["v2_records: ok decoded"] > 100
+    assert report.outcomes["v2_batches: ok decoded"] > 40
+    assert report.outcomes["legacy_run: ok read"] > 100
+    assert report.outcomes["index_entries: ok indexed"] > 40
 
 
 int64s = st.one_of(
@@ -594,3 +765,37 @@ def test_fuzz_v2_records(data, damage):
     if data.draw(st.booleans()):
         positions, sizes = data.draw(columns(2))
     fuzz.check_v2_records(speedups, bytes(raw), positions, sizes)
+
+
+@HYPOTHESIS
+@given(data=st.data(), damage=st.lists(st.tuples(st.integers(0, 200), st.integers(0, 255)), max_size=4))
+def test_fuzz_v2_batches(data, damage):
+    seg, positions, sizes = v2_segment()
+    raw = bytearray(seg)
+    for at, value in damage:
+        raw[at % len(raw)] = value
+    if data.draw(st.booleans()):
+        positions, sizes = data.draw(columns(2))
+    fuzz.check_v2_batches(speedups, bytes(raw), positions, sizes)
+
+
+@HYPOTHESIS
+@given(data=st.data(), damage=st.lists(st.tuples(st.integers(0, 200), st.integers(0, 255)), max_size=4))
+def test_fuzz_legacy_run(data, damage):
+    seg, positions, sizes = legacy_segment()
+    raw = bytearray(seg)
+    for at, value in damage:
+        raw[at % len(raw)] = value
+    if data.draw(st.booleans()):
+        positions, sizes = data.draw(columns(2))
+    fuzz.check_legacy_run(speedups, bytes(raw), positions, sizes)
+
+
+@HYPOTHESIS
+@given(
+    cols=columns(3),
+    interval=st.one_of(st.integers(-5, 5000), st.sampled_from([I64_MIN, I64_MAX])),
+    state=st.lists(int64s, min_size=5, max_size=5),
+)
+def test_fuzz_index_entries(cols, interval, state):
+    fuzz.check_index_entries(speedups, cols, interval, state)

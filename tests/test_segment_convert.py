@@ -406,3 +406,56 @@ def test_kip87_tombstone_flag_marks_null_values_only(legacy_logdir, tmp_path):
         flagged.append((record_attributes == v2.KIP87_TOMBSTONE_BIT, b.records.value_len[0] < 0))
     assert any(f for f, _ in flagged)
     assert all(f == null for f, null in flagged)
+
+
+# --- the record digest -------------------------------------------------------------------------------------------
+
+
+def _tamper_value(log: Path) -> None:
+    """Change one value byte of the first batch of a converted log and fix its CRC-32C: a record that reads fine
+    but is no longer the source's."""
+    import crc32c
+
+    data = bytearray(log.read_bytes())
+    data[-3] ^= 0x01  # inside the last record's value (a single-record batch ends with value, header count 0)
+    walk = walk_entries(bytes(data))
+    last = int(walk.positions[-1])
+    struct.pack_into(">I", data, last + 17, crc32c.crc32c(bytes(data[last + 21 :])))
+    log.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("digest", ["sha256", "xxh3-128"])
+def test_the_digest_option_is_what_the_run_checks_with(legacy_logdir, tmp_path, digest):
+    src = legacy_logdir / "plain-v0-1" / "00000000000000000030.log"
+    options = ConvertOptions(digest=digest)
+    result = convert_segment(SegmentTask(str(src), str(tmp_path), 30, options))
+    assert result.digest == digest
+    assert len(result.source_digest) == len(result.output_digest_ts) == (64 if digest == "sha256" else 32)
+    if digest == "sha256":  # what Kafka's own reader prints for the source
+        assert result.source_digest == SUMMARIES["plain-v0-1/00000000000000000030.log"]["sha256"]
+    assert verify_segment(result, options).ok
+    log = Path(result.outputs[".log"])
+    mtime = log.stat().st_mtime_ns
+    _tamper_value(log)
+    os.utime(log, ns=(mtime, mtime))
+    check = verify_segment(result, options)
+    assert not check.ok
+    assert any(f"records differ from the source {src}: {digest}" in p for p in check.problems), check.problems
+
+
+def test_a_timestamp_changed_after_conversion_is_named_as_such(legacy_logdir, tmp_path):
+    src = legacy_logdir / "plain-v1-0" / "00000000000000000000.log"
+    result = convert_segment(SegmentTask(str(src), str(tmp_path), 0, ConvertOptions(timestamps="none")))
+    log = Path(result.outputs[".log"])
+    data = bytearray(log.read_bytes())
+    first_size = 12 + struct.unpack_from(">i", data, 8)[0]
+    struct.pack_into(">q", data, 27, struct.unpack_from(">q", data, 27)[0] + 1)  # base timestamp of batch 1
+    struct.pack_into(">q", data, 35, struct.unpack_from(">q", data, 35)[0] + 1)  # and its max
+    import crc32c
+
+    struct.pack_into(">I", data, 17, crc32c.crc32c(bytes(data[21:first_size])))
+    mtime = log.stat().st_mtime_ns
+    log.write_bytes(bytes(data))
+    os.utime(log, ns=(mtime, mtime))
+    check = verify_segment(result, ConvertOptions(timestamps="none"))
+    assert any(p.startswith("timestamps differ from what the conversion wrote") for p in check.problems), check.problems

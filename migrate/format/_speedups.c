@@ -58,6 +58,95 @@ __attribute__((target("sse4.2"))) static uint32_t crc32c_hw(const uint8_t *p, Py
 }
 #endif
 
+/* CRC-32 (IEEE) by carry-less multiplication, for buffers of at least 64 bytes: four 128-bit lanes folded 64 bytes
+ * at a time, then one lane 16 bytes at a time, then Barrett reduction (Gopal et al., "Fast CRC Computation for
+ * Generic Polynomials Using PCLMULQDQ", Intel 2009; the bit-reflected constants of its appendix, as zlib's
+ * crc32_simd uses them). What is left after the last 16-byte block goes through the table. A legacy message is
+ * usually 60-1000 bytes, where this runs at several times the table's speed. */
+#if defined(__x86_64__)
+#include <immintrin.h>
+static int have_pclmul = 0;
+__attribute__((target("pclmul,sse4.1"))) static uint32_t crc32_clmul(const uint8_t *buf, Py_ssize_t len) {
+    static const uint64_t k1k2[2] __attribute__((aligned(16))) = {0x0154442bd4, 0x01c6e41596};
+    static const uint64_t k3k4[2] __attribute__((aligned(16))) = {0x01751997d0, 0x00ccaa009e};
+    static const uint64_t k5k0[2] __attribute__((aligned(16))) = {0x0163cd6124, 0x0000000000};
+    static const uint64_t poly[2] __attribute__((aligned(16))) = {0x01db710641, 0x01f7011641};
+    __m128i x0, x1, x2, x3, x4, x5, x6, x7, x8, y5, y6, y7, y8;
+    x1 = _mm_loadu_si128((const __m128i *)(buf + 0x00));
+    x2 = _mm_loadu_si128((const __m128i *)(buf + 0x10));
+    x3 = _mm_loadu_si128((const __m128i *)(buf + 0x20));
+    x4 = _mm_loadu_si128((const __m128i *)(buf + 0x30));
+    x1 = _mm_xor_si128(x1, _mm_cvtsi32_si128((int)0xffffffffu));
+    x0 = _mm_load_si128((const __m128i *)k1k2);
+    buf += 64;
+    len -= 64;
+    while (len >= 64) {
+        x5 = _mm_clmulepi64_si128(x1, x0, 0x00);
+        x6 = _mm_clmulepi64_si128(x2, x0, 0x00);
+        x7 = _mm_clmulepi64_si128(x3, x0, 0x00);
+        x8 = _mm_clmulepi64_si128(x4, x0, 0x00);
+        x1 = _mm_clmulepi64_si128(x1, x0, 0x11);
+        x2 = _mm_clmulepi64_si128(x2, x0, 0x11);
+        x3 = _mm_clmulepi64_si128(x3, x0, 0x11);
+        x4 = _mm_clmulepi64_si128(x4, x0, 0x11);
+        y5 = _mm_loadu_si128((const __m128i *)(buf + 0x00));
+        y6 = _mm_loadu_si128((const __m128i *)(buf + 0x10));
+        y7 = _mm_loadu_si128((const __m128i *)(buf + 0x20));
+        y8 = _mm_loadu_si128((const __m128i *)(buf + 0x30));
+        x1 = _mm_xor_si128(_mm_xor_si128(x1, x5), y5);
+        x2 = _mm_xor_si128(_mm_xor_si128(x2, x6), y6);
+        x3 = _mm_xor_si128(_mm_xor_si128(x3, x7), y7);
+        x4 = _mm_xor_si128(_mm_xor_si128(x4, x8), y8);
+        buf += 64;
+        len -= 64;
+    }
+    x0 = _mm_load_si128((const __m128i *)k3k4);
+    x5 = _mm_clmulepi64_si128(x1, x0, 0x00);
+    x1 = _mm_clmulepi64_si128(x1, x0, 0x11);
+    x1 = _mm_xor_si128(_mm_xor_si128(x1, x2), x5);
+    x5 = _mm_clmulepi64_si128(x1, x0, 0x00);
+    x1 = _mm_clmulepi64_si128(x1, x0, 0x11);
+    x1 = _mm_xor_si128(_mm_xor_si128(x1, x3), x5);
+    x5 = _mm_clmulepi64_si128(x1, x0, 0x00);
+    x1 = _mm_clmulepi64_si128(x1, x0, 0x11);
+    x1 = _mm_xor_si128(_mm_xor_si128(x1, x4), x5);
+    while (len >= 16) {
+        x2 = _mm_loadu_si128((const __m128i *)buf);
+        x5 = _mm_clmulepi64_si128(x1, x0, 0x00);
+        x1 = _mm_clmulepi64_si128(x1, x0, 0x11);
+        x1 = _mm_xor_si128(_mm_xor_si128(x1, x2), x5);
+        buf += 16;
+        len -= 16;
+    }
+    x2 = _mm_clmulepi64_si128(x1, x0, 0x10);
+    x3 = _mm_setr_epi32(~0, 0, ~0, 0);
+    x1 = _mm_srli_si128(x1, 8);
+    x1 = _mm_xor_si128(x1, x2);
+    x0 = _mm_loadl_epi64((const __m128i *)k5k0);
+    x2 = _mm_srli_si128(x1, 4);
+    x1 = _mm_and_si128(x1, x3);
+    x1 = _mm_clmulepi64_si128(x1, x0, 0x00);
+    x1 = _mm_xor_si128(x1, x2);
+    x0 = _mm_load_si128((const __m128i *)poly);
+    x2 = _mm_and_si128(x1, x3);
+    x2 = _mm_clmulepi64_si128(x2, x0, 0x10);
+    x2 = _mm_and_si128(x2, x3);
+    x2 = _mm_clmulepi64_si128(x2, x0, 0x00);
+    x1 = _mm_xor_si128(x1, x2);
+    uint32_t c = (uint32_t)_mm_extract_epi32(x1, 1); /* the running (inverted) CRC of the 16-byte blocks */
+    while (len--) c = crc32_table[0][(c ^ *buf++) & 0xff] ^ (c >> 8);
+    return c ^ 0xffffffffu;
+}
+#endif
+
+/* CRC-32 (IEEE) of one buffer. */
+static uint32_t crc32_ieee(const uint8_t *p, Py_ssize_t n) {
+#if defined(__x86_64__)
+    if (have_pclmul && n >= 64) return crc32_clmul(p, n);
+#endif
+    return crc_sliced(crc32_table, p, n);
+}
+
 static uint32_t crc32c(const uint8_t *p, Py_ssize_t n) {
 #if defined(__x86_64__)
     if (have_sse42) return crc32c_hw(p, n);
@@ -192,6 +281,8 @@ static PyObject *walk(PyObject *self, PyObject *args) {
         }
         out[n++] = pos;
         pos += 12 + (Py_ssize_t)size;
+        /* each step depends on the size just read: fetch the header a few entries ahead, guessing they are alike */
+        if (end - pos > 8 * ((Py_ssize_t)size + 12)) __builtin_prefetch(p + pos + 8 * ((Py_ssize_t)size + 12));
     }
     PyBuffer_Release(&buf);
     PyObject *positions = PyBytes_FromStringAndSize((const char *)out, n * (Py_ssize_t)sizeof(int64_t));
@@ -229,7 +320,7 @@ static PyObject *crc_ranges(PyObject *self, PyObject *args) {
     if (castagnoli)
         for (Py_ssize_t i = 0; i < n; i++) out[i] = crc32c(p + s[i], e[i] - s[i]);
     else
-        for (Py_ssize_t i = 0; i < n; i++) out[i] = crc_sliced(crc32_table, p + s[i], e[i] - s[i]);
+        for (Py_ssize_t i = 0; i < n; i++) out[i] = crc32_ieee(p + s[i], e[i] - s[i]);
 done:
     release_columns(cols, 2);
     PyBuffer_Release(&buf);
@@ -470,10 +561,12 @@ static inline int64_t v2_capacity(const uint8_t *b, int64_t size) {
  * value_len): the records of uncompressed v2 batches. status per batch: 0 decoded, 1 has headers, is compressed or
  * has a negative count (decode it in Python), 2 malformed (decode it in Python to raise the precise error). The
  * record columns hold the records of the batches with status 0 only. */
-static PyObject *v2_records(PyObject *self, PyObject *args) {
+static PyObject *v2_decode(PyObject *args, int checked) {
     Py_buffer buf;
     Column batch_cols[2] = {{"positions", 'q', NULL}, {"sizes", 'q', NULL}};
-    if (!PyArg_ParseTuple(args, "y*OO:v2_records", &buf, &batch_cols[0].obj, &batch_cols[1].obj)) return NULL;
+    if (!PyArg_ParseTuple(args, checked ? "y*OO:v2_batches" : "y*OO:v2_records", &buf, &batch_cols[0].obj,
+                          &batch_cols[1].obj))
+        return NULL;
     Py_ssize_t nb = 0;
     if (acquire_columns(batch_cols, 2, &nb) < 0) {
         PyBuffer_Release(&buf);
@@ -482,6 +575,7 @@ static PyObject *v2_records(PyObject *self, PyObject *args) {
     const int64_t *P = batch_cols[0].view.buf, *S = batch_cols[1].view.buf;
     const uint8_t *src = buf.buf;
     PyObject *status = NULL, *counts = NULL, *cols[6] = {NULL, NULL, NULL, NULL, NULL, NULL}, *result = NULL;
+    PyObject *lasts = NULL, *maxes = NULL;
     Py_ssize_t total = 0;
     for (Py_ssize_t i = 0; i < nb; i++) {
         if (!piece_inside(P[i], S[i], buf.len, 0)) {
@@ -495,18 +589,36 @@ static PyObject *v2_records(PyObject *self, PyObject *args) {
     status = PyBytes_FromStringAndSize(NULL, nb);
     counts = PyBytes_FromStringAndSize(NULL, nb * 8);
     if (status == NULL || counts == NULL) goto done;
+    if (checked) {
+        lasts = PyBytes_FromStringAndSize(NULL, nb * 8);
+        maxes = PyBytes_FromStringAndSize(NULL, nb * 8);
+        if (lasts == NULL || maxes == NULL) goto done;
+    }
     for (int c = 0; c < 6; c++)
         if ((cols[c] = PyBytes_FromStringAndSize(NULL, total * 8)) == NULL) goto done;
     uint8_t *ST = (uint8_t *)PyBytes_AS_STRING(status);
     int64_t *CN = (int64_t *)PyBytes_AS_STRING(counts), *C[6];
+    int64_t *LO = checked ? (int64_t *)PyBytes_AS_STRING(lasts) : NULL;
+    int64_t *MX = checked ? (int64_t *)PyBytes_AS_STRING(maxes) : NULL;
     for (int c = 0; c < 6; c++) C[c] = (int64_t *)PyBytes_AS_STRING(cols[c]);
     Py_ssize_t r = 0;
     for (Py_ssize_t i = 0; i < nb; i++) {
         const uint8_t *b = src + P[i], *end = b + S[i];
+        if (i + 4 < nb) __builtin_prefetch(src + P[i + 4]); /* inside the buffer: checked above */
         CN[i] = 0;
+        if (checked) LO[i] = MX[i] = 0;
         if (S[i] < V2_HEADER) {
             ST[i] = V2_MALFORMED;
             continue;
+        }
+        if (checked) {
+            /* the batch's own header: last offset (Java long arithmetic) and max timestamp; then its CRC-32C */
+            LO[i] = (int64_t)((uint64_t)be64(b) + (uint64_t)(int64_t)be32(b + 23));
+            MX[i] = be64(b + 35);
+            if ((uint32_t)be32(b + 17) != crc32c(b + 21, S[i] - 21)) {
+                ST[i] = V2_MALFORMED;
+                continue;
+            }
         }
         const uint8_t *p = b + V2_HEADER;
         int16_t attributes = (int16_t)(b[21] << 8 | b[22]);
@@ -584,18 +696,193 @@ static PyObject *v2_records(PyObject *self, PyObject *args) {
             cols[c] = exact;
         }
     }
-    result = PyTuple_Pack(8, status, counts, cols[0], cols[1], cols[2], cols[3], cols[4], cols[5]);
+    if (checked)
+        result = PyTuple_Pack(10, status, counts, lasts, maxes, cols[0], cols[1], cols[2], cols[3], cols[4], cols[5]);
+    else
+        result = PyTuple_Pack(8, status, counts, cols[0], cols[1], cols[2], cols[3], cols[4], cols[5]);
 done:
     Py_XDECREF(status);
     Py_XDECREF(counts);
+    Py_XDECREF(lasts);
+    Py_XDECREF(maxes);
     for (int c = 0; c < 6; c++) Py_XDECREF(cols[c]);
     release_columns(batch_cols, 2);
     PyBuffer_Release(&buf);
     return result;
 }
 
+static PyObject *v2_records(PyObject *self, PyObject *args) { return v2_decode(args, 0); }
+
+/* v2_batches(buffer, positions, sizes) -> (status, counts, last_offsets, max_timestamps, offsets, timestamps,
+ * key_pos, key_len, value_pos, value_len): v2_records, and also the CRC-32C of every batch (a mismatch is status 2,
+ * malformed) and each batch's last offset and max timestamp from its header (0 for a batch shorter than one). What
+ * a verifier reads of a converted segment, in one pass over each batch. */
+static PyObject *v2_batches(PyObject *self, PyObject *args) { return v2_decode(args, 1); }
+
+/* --- uncompressed legacy messages ------------------------------------------------------------------------------ */
+
+/* legacy_run(buffer, positions, sizes) -> (status, offsets, crcs, timestamps, key_pos, key_len, value_pos, value_len,
+ * magics, attributes): the fields of uncompressed magic 0/1 messages (entries of `sizes` bytes at `positions`, log
+ * overhead included). status per message: 0 read and its CRC-32 matches; 1 anything else (short, compressed, magic
+ * above 1, a bad CRC, a key or value that does not fit): read it with the reference to raise the precise error.
+ * Columns of a status-1 message hold whatever was read before the problem, zeros after. */
+static PyObject *legacy_run(PyObject *self, PyObject *args) {
+    Py_buffer buf;
+    Column in[2] = {{"positions", 'q', NULL}, {"sizes", 'q', NULL}};
+    if (!PyArg_ParseTuple(args, "y*OO:legacy_run", &buf, &in[0].obj, &in[1].obj)) return NULL;
+    Py_ssize_t n = 0;
+    if (acquire_columns(in, 2, &n) < 0) {
+        PyBuffer_Release(&buf);
+        return NULL;
+    }
+    const int64_t *P = in[0].view.buf, *S = in[1].view.buf;
+    const uint8_t *src = buf.buf;
+    PyObject *status = NULL, *cols[9] = {NULL}, *result = NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (!piece_inside(P[i], S[i], buf.len, 0)) {
+            PyErr_Format(PyExc_ValueError, "message %zd [%lld, +%lld) is not inside the %zd-byte buffer", i,
+                         (long long)P[i], (long long)S[i], buf.len);
+            goto done;
+        }
+    }
+    status = PyBytes_FromStringAndSize(NULL, n);
+    if (status == NULL) goto done;
+    for (int c = 0; c < 9; c++)
+        if ((cols[c] = PyBytes_FromStringAndSize(NULL, n * 8)) == NULL) goto done;
+    uint8_t *ST = (uint8_t *)PyBytes_AS_STRING(status);
+    int64_t *O = (int64_t *)PyBytes_AS_STRING(cols[0]), *CR = (int64_t *)PyBytes_AS_STRING(cols[1]),
+            *TS = (int64_t *)PyBytes_AS_STRING(cols[2]), *KP = (int64_t *)PyBytes_AS_STRING(cols[3]),
+            *KL = (int64_t *)PyBytes_AS_STRING(cols[4]), *VP = (int64_t *)PyBytes_AS_STRING(cols[5]),
+            *VL = (int64_t *)PyBytes_AS_STRING(cols[6]), *MG = (int64_t *)PyBytes_AS_STRING(cols[7]),
+            *AT = (int64_t *)PyBytes_AS_STRING(cols[8]);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const uint8_t *b = src + P[i];
+        int64_t size = S[i];
+        if (i + 4 < n) __builtin_prefetch(src + P[i + 4]); /* inside the buffer: checked above */
+        ST[i] = 1;
+        O[i] = CR[i] = TS[i] = KP[i] = KL[i] = VP[i] = VL[i] = MG[i] = AT[i] = 0;
+        if (size < 26) continue; /* shorter than a magic 0 message's fixed fields */
+        MG[i] = b[16];
+        AT[i] = b[17];
+        O[i] = be64(b);
+        CR[i] = (uint32_t)be32(b + 12);
+        int magic = b[16];
+        if (magic > 1 || (b[17] & 7) != 0 || size < (magic ? 34 : 26)) continue;
+        if (crc32_ieee(b + 16, size - 16) != (uint32_t)CR[i]) continue;
+        TS[i] = magic ? be64(b + 18) : -1;
+        int64_t key_at = magic ? 26 : 18; /* within the fixed fields */
+        int64_t kl = be32(b + key_at);
+        KL[i] = kl;
+        KP[i] = P[i] + key_at + 4;
+        int64_t value_at = key_at + 4 + (kl > 0 ? kl : 0);
+        if (kl < -1 || value_at + 4 > size) continue;
+        int64_t vl = be32(b + value_at);
+        VL[i] = vl;
+        VP[i] = P[i] + value_at + 4;
+        if (vl < -1 || value_at + 4 + (vl > 0 ? vl : 0) != size) continue;
+        ST[i] = 0;
+    }
+    result = PyTuple_Pack(10, status, cols[0], cols[1], cols[2], cols[3], cols[4], cols[5], cols[6], cols[7], cols[8]);
+done:
+    Py_XDECREF(status);
+    for (int c = 0; c < 9; c++) Py_XDECREF(cols[c]);
+    release_columns(in, 2);
+    PyBuffer_Release(&buf);
+    return result;
+}
+
+/* --- index entries: LogSegment.recover's rule ------------------------------------------------------------------ */
+
+/* index_entries(sizes, last_offsets, max_timestamps, interval, valid_bytes, last_index_entry, max_timestamp,
+ *               offset_of_max_timestamp, last_time_timestamp)
+ *   -> (offset_entries, time_entries, valid_bytes, last_index_entry, max_timestamp, offset_of_max_timestamp,
+ *       last_time_timestamp)
+ * Batches written back to back from valid_bytes on, fed through Kafka's recovery loop: per batch the max timestamp
+ * so far (and the last offset of the first batch that reached it) is updated, and once more than `interval` bytes
+ * lie between the batch's start and the last index entry, an offset-index entry (last offset, start position) is
+ * added, with a time-index entry (max so far, its offset) when the max grew past the last time entry. Entries come
+ * back as native int64 pairs; the state after the last batch comes back so the next call continues from it. */
+static PyObject *index_entries(PyObject *self, PyObject *args) {
+    Column cols[3] = {{"sizes", 'q', NULL}, {"last_offsets", 'q', NULL}, {"max_timestamps", 'q', NULL}};
+    long long interval, valid, last_entry, max_ts, off_of_max, last_time_ts;
+    if (!PyArg_ParseTuple(args, "OOOLLLLLL:index_entries", &cols[0].obj, &cols[1].obj, &cols[2].obj, &interval,
+                          &valid, &last_entry, &max_ts, &off_of_max, &last_time_ts))
+        return NULL;
+    if (valid < 0 || last_entry < 0 || last_entry > valid) {
+        PyErr_Format(PyExc_ValueError, "index state: last entry %lld must lie in 0..valid bytes %lld",
+                     last_entry, valid);
+        return NULL;
+    }
+    Py_ssize_t n = 0;
+    if (acquire_columns(cols, 3, &n) < 0) return NULL;
+    const int64_t *S = cols[0].view.buf, *L = cols[1].view.buf, *M = cols[2].view.buf;
+    PyObject *offsets = NULL, *times = NULL, *result = NULL;
+    int64_t *off_buf = NULL, *time_buf = NULL;
+    /* checking pass: no negative size, and the end of the last batch fits an int64 (so no sum below overflows) */
+    int64_t total = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (S[i] < 0) {
+            PyErr_Format(PyExc_ValueError, "batch %zd has a negative size %lld", i, (long long)S[i]);
+            goto done;
+        }
+        if (S[i] > INT64_MAX - valid - total) {
+            PyErr_SetString(PyExc_OverflowError, "batches end beyond an int64 byte position");
+            goto done;
+        }
+        total += S[i];
+    }
+    /* entries lie more than `interval` bytes apart inside [valid, valid + total]: that many at most */
+    Py_ssize_t cap = n;
+    if (interval >= 0 && interval < total && total / (interval + 1) < (int64_t)cap - 1)
+        cap = (Py_ssize_t)(total / (interval + 1) + 1); /* < cap here: no overflow */
+    else if (interval >= total && cap > 1)
+        cap = 1;
+    off_buf = PyMem_Malloc((size_t)(cap ? cap : 1) * 16);
+    time_buf = PyMem_Malloc((size_t)(cap ? cap : 1) * 16);
+    if (off_buf == NULL || time_buf == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_ssize_t no = 0, nt = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (M[i] > max_ts) {
+            max_ts = M[i];
+            off_of_max = L[i];
+        }
+        /* valid >= last_entry >= 0: the difference cannot overflow */
+        if (valid - last_entry > interval) {
+            off_buf[2 * no] = L[i];
+            off_buf[2 * no + 1] = valid;
+            no++;
+            if (max_ts > last_time_ts) {
+                time_buf[2 * nt] = max_ts;
+                time_buf[2 * nt + 1] = off_of_max;
+                nt++;
+                last_time_ts = max_ts;
+            }
+            last_entry = valid;
+        }
+        valid += S[i];
+    }
+    offsets = PyBytes_FromStringAndSize((const char *)off_buf, no * 16);
+    times = PyBytes_FromStringAndSize((const char *)time_buf, nt * 16);
+    if (offsets == NULL || times == NULL) goto done;
+    result = Py_BuildValue("(OOLLLLL)", offsets, times, (long long)valid, (long long)last_entry, (long long)max_ts,
+                           (long long)off_of_max, (long long)last_time_ts);
+done:
+    Py_XDECREF(offsets);
+    Py_XDECREF(times);
+    PyMem_Free(off_buf);
+    PyMem_Free(time_buf);
+    release_columns(cols, 3);
+    return result;
+}
+
 static PyMethodDef methods[] = {
+    {"index_entries", index_entries, METH_VARARGS, "offset- and time-index entries of batches (LogSegment.recover)"},
     {"v2_records", v2_records, METH_VARARGS, "records of uncompressed v2 batches, as columns"},
+    {"v2_batches", v2_batches, METH_VARARGS, "v2_records with CRC-32C checks and each batch's header fields"},
+    {"legacy_run", legacy_run, METH_VARARGS, "fields of uncompressed magic 0/1 messages, CRC-32 checked"},
     {"digest_stream", digest_stream, METH_VARARGS, "content-digest serialization of header-less records"},
     {"walk", walk, METH_VARARGS, "entry positions of a buffer"},
     {"crc_ranges", crc_ranges, METH_VARARGS, "CRC-32 or CRC-32C of many ranges"},
@@ -611,6 +898,7 @@ PyMODINIT_FUNC PyInit__speedups(void) {
 #if defined(__x86_64__)
     __builtin_cpu_init();
     have_sse42 = __builtin_cpu_supports("sse4.2");
+    have_pclmul = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
 #endif
     return PyModule_Create(&module);
 }

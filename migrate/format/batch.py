@@ -42,9 +42,9 @@ import numpy as np
 
 from migrate.errors import CorruptRecordError, UnsupportedFormatError
 from migrate.format import accel, codecs
-from migrate.format._bytes import check_pieces, gather_be, int64_column
-from migrate.format.checksums import crc32c, crc32c_ranges
-from migrate.format.records import NO_TIMESTAMP, Compression, Record, RecordColumns, TimestampType
+from migrate.format._bytes import check_pieces, int64_column
+from migrate.format.checksums import crc32c
+from migrate.format.records import NO_TIMESTAMP, BatchColumns, Compression, Record, RecordColumns, TimestampType
 from migrate.format.varint import decode_varint, encode_varint
 
 MAGIC = 2
@@ -81,6 +81,15 @@ class V2Batch:
     base_sequence: int
     records_count: int
     records: RecordColumns | None = None
+
+    entry_count = 1
+
+    @property
+    def first_position(self) -> int:
+        return self.position
+
+    def batch_columns(self) -> BatchColumns:
+        return BatchColumns.one(self.position, self.size, self.last_offset, self.max_timestamp, MAGIC)
 
     @property
     def last_offset(self) -> int:
@@ -499,30 +508,34 @@ class V2Columns:
     max_timestamps: np.ndarray
     records: RecordColumns
 
+    @property
+    def entry_count(self) -> int:
+        return len(self.positions)
+
+    @property
+    def first_position(self) -> int:
+        return int(self.positions[0])
+
+    def batch_columns(self) -> BatchColumns:
+        magics = np.full(len(self.positions), MAGIC, np.int64)
+        return BatchColumns(self.positions, self.sizes, self.last_offsets, self.max_timestamps, magics)
+
 
 def decode_uncompressed_batches(buf: bytes | memoryview, positions: np.ndarray, sizes: np.ndarray) -> V2Columns | None:
-    """CRC-check and decode uncompressed, header-less v2 batches at once; None if any batch needs ``decode_batch``
-    (compressed, with headers, or malformed: that path raises the precise error). Needs the C accelerator."""
+    """CRC-check and decode uncompressed, header-less v2 batches at once, in one pass of the C accelerator over each
+    batch; None if any batch needs ``decode_batch`` (compressed, with headers, or malformed: that path raises the
+    precise error), and without the accelerator."""
     if accel.speedups is None or not len(positions):
         return None
-    u8 = np.frombuffer(buf, np.uint8)
-    if (sizes < RECORD_BATCH_OVERHEAD).any():
-        return None
-    stored = gather_be(u8, positions + CRC_OFFSET, 4, signed=False)
-    if (crc32c_ranges(buf, positions + ATTRIBUTES_OFFSET, positions + sizes) != stored).any():
-        return None
-    status, counts, *cols = accel.speedups.v2_records(buf, int64_column(positions), int64_column(sizes))
-    if any(status):
-        return None
-    counts = np.frombuffer(counts, np.int64)
-    if (counts != gather_be(u8, positions + 57, 4)).any():
+    positions, sizes = int64_column(positions), int64_column(sizes)
+    status, _, last_offsets, max_timestamps, *cols = accel.speedups.v2_batches(buf, positions, sizes)
+    if status.count(0) != len(status):
         return None
     offsets, timestamps, key_pos, key_len, value_pos, value_len = (np.frombuffer(c, np.int64) for c in cols)
-    last_offsets = gather_be(u8, positions, 8) + gather_be(u8, positions + 23, 4)
     return V2Columns(
         positions=positions,
         sizes=sizes,
-        last_offsets=last_offsets,
-        max_timestamps=gather_be(u8, positions + 35, 8),
+        last_offsets=np.frombuffer(last_offsets, np.int64),
+        max_timestamps=np.frombuffer(max_timestamps, np.int64),
         records=RecordColumns(buf, offsets, timestamps, key_pos, key_len, value_pos, value_len),
     )

@@ -24,7 +24,7 @@ from migrate.errors import CorruptRecordError, UnsupportedFormatError
 from migrate.format import accel, legacy
 from migrate.format import batch as v2
 from migrate.format._bytes import as_u8
-from migrate.format.records import Compression, Record, TimestampType
+from migrate.format.records import BatchColumns, Compression, Record, TimestampType
 
 HEADER_SIZE_UP_TO_MAGIC = 17
 MIN_ENTRY_SIZE = legacy.MIN_MESSAGE_SIZE
@@ -50,6 +50,10 @@ class Entries:
 
     def records(self) -> Iterator[Record]:
         return iter_records(self.items)
+
+    def batch_columns(self) -> BatchColumns:
+        """Every batch of every entry, in order: the one view of batches whatever their format."""
+        return BatchColumns.concat([item.batch_columns() for item in self.items])
 
 
 @dataclass(slots=True)
@@ -113,8 +117,12 @@ def walk_entries(buf: bytes | bytearray | memoryview) -> Walk:
     else:
         p, consumed = _walk_positions(buf)
     tail = _tail_at(buf, consumed) if consumed < len(buf) else None
-    sizes = np.diff(np.append(p, consumed)) if len(p) else np.zeros(0, np.int64)
-    magics = as_u8(buf)[p + legacy.MAGIC_OFFSET] if len(p) else np.zeros(0, np.uint8)
+    if not len(p):
+        return Walk(p, np.zeros(0, np.int64), np.zeros(0, np.uint8), consumed, tail)
+    sizes = np.empty_like(p)
+    np.subtract(p[1:], p[:-1], out=sizes[:-1])
+    sizes[-1] = consumed - p[-1]
+    magics = as_u8(buf)[p + legacy.MAGIC_OFFSET]
     unknown = magics > v2.MAGIC
     if unknown.any():
         i = int(np.argmax(unknown))
@@ -122,13 +130,16 @@ def walk_entries(buf: bytes | bytearray | memoryview) -> Walk:
     return Walk(p, sizes, magics, consumed, tail)
 
 
-def read_entries(buf: bytes | bytearray | memoryview, *, final: bool = True, deep: bool = True) -> Entries:
+def read_entries(
+    buf: bytes | bytearray | memoryview, *, final: bool = True, deep: bool = True, walk: Walk | None = None
+) -> Entries:
     """Read every complete entry of ``buf``.
 
     With ``final`` the buffer is the whole rest of the file and an incomplete last entry becomes ``tail``; without
-    it (streaming) reading just stops there and ``consumed`` says where to continue.
+    it (streaming) reading just stops there and ``consumed`` says where to continue. ``walk``: the buffer's
+    ``walk_entries``, when the caller has it already.
     """
-    walk = walk_entries(buf)
+    walk = walk if walk is not None else walk_entries(buf)
     result = Entries(consumed=walk.consumed, tail=walk.tail if final else None)
     if not len(walk.positions):
         return result
@@ -138,6 +149,10 @@ def read_entries(buf: bytes | bytearray | memoryview, *, final: bool = True, dee
     plain_legacy = (magics < 2) & ((u8[p + legacy.ATTRIBUTES_OFFSET] & legacy.CODEC_MASK) == 0)
     items = result.items
     n = len(p)
+    if plain_legacy.all():  # the usual legacy chunk: one run, checked within itself by the columns
+        items.append(legacy.decode_run(buf, p, s))
+        _check_offsets_increase(items)
+        return result
     # boundaries of runs of plain legacy messages
     change = np.flatnonzero(np.diff(plain_legacy.astype(np.int8))) + 1
     bounds = np.concatenate([[0], change, [n]])
@@ -168,8 +183,8 @@ def _check_offsets_increase(items: list[Entry]) -> None:
     for item in items:
         if isinstance(item, legacy.LegacyRun):
             offs = item.records.offsets
-            if len(offs) > 1 and (np.diff(offs) <= 0).any():
-                j = int(np.argmax(np.diff(offs) <= 0)) + 1
+            if len(offs) > 1 and (back := offs[1:] <= offs[:-1]).any():
+                j = int(np.argmax(back)) + 1
                 raise CorruptRecordError(
                     f"offset {int(offs[j])} does not increase on offset {int(offs[j - 1])}",
                     position=int(item.positions[j]),

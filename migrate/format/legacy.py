@@ -32,10 +32,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from migrate.errors import CorruptRecordError, UnsupportedFormatError
-from migrate.format import codecs
-from migrate.format._bytes import as_u8, gather_be
+from migrate.format import accel, codecs
+from migrate.format._bytes import as_u8, gather_be, int64_column
 from migrate.format.checksums import crc32, crc32_ranges
-from migrate.format.records import NO_TIMESTAMP, Compression, Record, RecordColumns, TimestampType
+from migrate.format.records import NO_TIMESTAMP, BatchColumns, Compression, Record, RecordColumns, TimestampType
 
 LOG_OVERHEAD = 12
 CRC_OFFSET = 12  # within an entry: after offset and size
@@ -74,6 +74,18 @@ class LegacyRun:
     def __len__(self) -> int:
         return len(self.positions)
 
+    @property
+    def entry_count(self) -> int:
+        return len(self.positions)
+
+    @property
+    def first_position(self) -> int:
+        return int(self.positions[0])
+
+    def batch_columns(self) -> BatchColumns:
+        """Each message is a batch of its own: its offset, and its timestamp as max (-1 for magic 0)."""
+        return BatchColumns(self.positions, self.sizes, self.records.offsets, self.records.timestamps, self.magics)
+
     def timestamp_types(self) -> np.ndarray:
         """Per entry: -1 (v0), 0 CreateTime, 1 LogAppendTime."""
         v1 = self.magics == 1
@@ -93,6 +105,15 @@ class LegacyWrapper:
     timestamp: int  # the wrapper's own timestamp (-1 for v0)
     records: RecordColumns  # over the decompressed inner message set
 
+    entry_count = 1
+
+    @property
+    def first_position(self) -> int:
+        return self.position
+
+    def batch_columns(self) -> BatchColumns:
+        return BatchColumns.one(self.position, self.size, self.offset, self.timestamp, self.magic)
+
     @property
     def compression(self) -> Compression:
         return Compression(self.attributes & CODEC_MASK)
@@ -103,10 +124,30 @@ class LegacyWrapper:
 
 
 def decode_run(buf: bytes | memoryview, positions: np.ndarray, sizes: np.ndarray) -> LegacyRun:
-    """Decode and CRC-check a run of uncompressed legacy messages at ``positions`` (vectorized)."""
+    """Decode and CRC-check a run of uncompressed legacy messages at ``positions``: in one pass of the C
+    accelerator when it is active and every message is sound, else (and to raise the precise error) with
+    ``decode_run_reference``."""
+    if accel.speedups is not None and len(positions):
+        positions, sizes = int64_column(positions), int64_column(sizes)
+        status, *raw = accel.speedups.legacy_run(buf, positions, sizes)
+        if status.count(0) == len(status):
+            offsets, crcs, timestamps, key_pos, key_len, value_pos, value_len, magics, attributes = (
+                np.frombuffer(c, np.int64) for c in raw
+            )
+            records = RecordColumns(buf, offsets, timestamps, key_pos, key_len, value_pos, value_len)
+            return LegacyRun(positions, sizes, magics, attributes, crcs, records)
+    return decode_run_reference(buf, positions, sizes)
+
+
+def decode_run_reference(buf: bytes | memoryview, positions: np.ndarray, sizes: np.ndarray) -> LegacyRun:
+    """The reference of the accelerator's ``legacy_run`` (vectorized numpy): the same columns for sound messages,
+    and the precise error for the first problem. A compressed message, or one of magic above 1, is a caller's bug
+    (ValueError)."""
     u8 = as_u8(buf)
     magics = u8[positions + MAGIC_OFFSET].astype(np.int64)
     attributes = u8[positions + ATTRIBUTES_OFFSET].astype(np.int64)
+    if (magics > 1).any():
+        raise ValueError("decode_run was given a message of magic above 1")  # a caller bug, never bad input
     ends = positions + sizes
     is_v1 = magics == 1
     minimum = np.where(is_v1, RECORD_OVERHEAD[1], RECORD_OVERHEAD[0]) + LOG_OVERHEAD

@@ -133,3 +133,37 @@ class RecordColumns:
             value_len=value_len,
             headers=[tuple(r.headers) for r in records] if has_headers else None,
         )
+
+
+@dataclass(slots=True)
+class BatchColumns:
+    """Per log batch, what Kafka's ``RecordBatch`` interface gives ``LogSegment.recover`` of any batch, as columns:
+    a legacy message (compressed or not) is a batch of its own, like a v2 batch. Positions are relative to the
+    buffer the batches were read from; a legacy batch's max timestamp is its own (-1 for magic 0), its last offset
+    its offset field."""
+
+    positions: np.ndarray
+    sizes: np.ndarray  # including the 12-byte log overhead
+    last_offsets: np.ndarray
+    max_timestamps: np.ndarray
+    magics: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    @classmethod
+    def one(cls, position: int, size: int, last_offset: int, max_timestamp: int, magic: int) -> BatchColumns:
+        row = np.array([position, size, last_offset, max_timestamp, magic], np.int64)
+        return cls(row[0:1], row[1:2], row[2:3], row[3:4], row[4:5])
+
+    @classmethod
+    def concat(cls, parts: list[BatchColumns]) -> BatchColumns:
+        if len(parts) == 1:
+            return parts[0]
+        if not parts:
+            empty = np.zeros(0, np.int64)
+            return cls(empty, empty, empty, empty, empty)
+        return cls(*(np.concatenate([getattr(p, name) for p in parts]) for name in _BATCH_FIELDS))
+
+
+_BATCH_FIELDS = ("positions", "sizes", "last_offsets", "max_timestamps", "magics")

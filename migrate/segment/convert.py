@@ -23,6 +23,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -45,7 +46,7 @@ from migrate.model import (
 )
 from migrate.segment.indexes import IndexBuilder
 from migrate.segment.profile import check_offsets
-from migrate.segment.reader import read_chunks
+from migrate.segment.reader import open_unbuffered, read_chunks
 
 SUFFIXES = SEGMENT_SUFFIXES
 
@@ -83,10 +84,9 @@ class _Converter:
                 return self._wrapper(item)
             return self._copy_v2(item)
         except ValueError as exc:  # a record Kafka's own builder refuses, e.g. a timestamp below -1
-            position = item.position if not isinstance(item, legacy.LegacyRun) else int(item.positions[0])
             raise SegmentRefusedError(
                 f"cannot convert entry: {exc}",
-                position=file_position + position,
+                position=file_position + item.first_position,
                 path=self.source,
                 hint="Kafka 4's cleaner would refuse this record too; leave this partition out of the plan "
                 "(--topics) or repair the record from a replica.",
@@ -244,11 +244,7 @@ class _Converter:
     def dropped(self, item: Entry) -> None:
         """An entry none of whose records survives compaction: it disappears, leaving an offset gap."""
         self.changed = True
-        if isinstance(item, legacy.LegacyRun):
-            self._count_magics(item.magics)
-        else:
-            magic = str(item.magic) if isinstance(item, legacy.LegacyWrapper) else "2"
-            self.magics[magic] = self.magics.get(magic, 0) + 1
+        self._count_magics(item.batch_columns().magics)
 
     # --- v2 batches ---
 
@@ -265,9 +261,10 @@ class _Converter:
         )
 
     def _count_magics(self, magics: np.ndarray) -> None:
-        values, counts = np.unique(magics, return_counts=True)
-        for m, c in zip(values.tolist(), counts.tolist()):
-            self.magics[str(m)] = self.magics.get(str(m), 0) + c
+        counts = np.bincount(magics, minlength=3).tolist()  # magic bytes above 2 never get this far
+        for m, c in enumerate(counts):
+            if c:
+                self.magics[str(m)] = self.magics.get(str(m), 0) + c
 
 
 def _batch_max_timestamp(timestamps: np.ndarray) -> int:
@@ -301,68 +298,146 @@ def convert_segment(task: SegmentTask) -> SegmentResult:
     read-write), and the source's mtime (retention of untimestamped data depends on it).
     """
     started = time.perf_counter()
-    source = Path(task.source)
-    opts = task.options
-    fd = os.open(source, os.O_RDONLY)
-    src = os.fdopen(fd, "rb")
-    st = os.fstat(fd)
+    src, st = open_unbuffered(task.source)
     try:
-        _check_planned(task, source, st)
-        live_dir = source.parent
-        live_before = {}
-        for sfx in SUFFIXES:
-            with contextlib.suppress(FileNotFoundError):
-                live_before[sfx] = FileStat.of(os.stat(live_dir / segment_name(task.base_offset, sfx)))
-        staging = Path(task.staging_dir)
-        staging.mkdir(parents=True, exist_ok=True)
+        check_planned(task, st)
+        live_dir = os.path.dirname(task.source)
+        live = _live_files(live_dir, task.base_offset)
+        staging = task.staging_dir
+        os.makedirs(staging, exist_ok=True)
         # staged files are written under their final names: the staging dir is private, and a staged file is trusted
         # only once its identity is recorded with the verified outcome, so a crash mid-write leaves nothing trusted
-        finals = {sfx: staging / segment_name(task.base_offset, sfx) for sfx in SUFFIXES}
-        result = SegmentResult(source=str(source), base_offset=task.base_offset, status=ConversionStatus.CONVERTED)
-        result.source_bytes = st.st_size
-        result.mtime_ns = st.st_mtime_ns
-        result.live_before = live_before
-        converter = _Converter(opts, st.st_mtime_ns // 1_000_000, str(source))
-        index = IndexBuilder(task.base_offset, opts.index_interval_bytes)
-        # the source's content digest (comparable with Kafka's own summary), and the digest of exactly what the
-        # output must read back as (offsets, keys, values and the policy's timestamps): two passes, not four
-        source_digest = LogDigest(timed=False)
-        output_digest = LogDigest(plain=False)
-        survivors = _survivors(task)
+        finals = {sfx: os.path.join(staging, segment_name(task.base_offset, sfx)) for sfx in SUFFIXES}
+        index = IndexBuilder(task.base_offset, task.options.index_interval_bytes)
         try:
-            with finals[".log"].open("wb") as out:
-                _stream(task, src, out, converter, index, source_digest, output_digest, result, survivors)
-            offset_bytes, time_bytes = index.finish()
-            for sfx, data in ((".index", offset_bytes), (".timeindex", time_bytes)):
-                finals[sfx].write_bytes(data)
-            if result.entries_in == 0:
-                result.status = ConversionStatus.EMPTY
-            elif not converter.changed:
-                result.status = ConversionStatus.UNCHANGED
-            if result.status == ConversionStatus.UNCHANGED:
-                for p in finals.values():
-                    p.unlink()
-            else:
-                for sfx in SUFFIXES:
-                    owner = live_before.get(sfx) and live_dir / segment_name(task.base_offset, sfx)
-                    _take_ownership(finals[sfx], owner or source, st)
-                    os.utime(finals[sfx], ns=(st.st_atime_ns, st.st_mtime_ns))
-                    result.outputs[sfx] = str(finals[sfx])
-                    result.output_stats[sfx] = FileStat.of(os.stat(finals[sfx]))
+            with open(finals[".log"], "wb", buffering=_WRITE_BUFFER) as out:
+                run = stream_entries(task, src, out, st, index=index)
+                result = run.result
+                result.live_before = {sfx: FileStat.of(x) for sfx, x in live.items()}
+                if result.status == ConversionStatus.UNCHANGED:
+                    os.unlink(finals[".log"])
+                    result.output_bytes = 0
+                else:
+                    out.flush()
+                    _finish(out.fileno(), finals[".log"], ".log", result, live, st)
+            if result.status != ConversionStatus.UNCHANGED:
+                for sfx, data in zip((".index", ".timeindex"), index.finish()):
+                    fd = os.open(finals[sfx], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                    try:
+                        if data:
+                            os.write(fd, data)
+                        _finish(fd, finals[sfx], sfx, result, live, st)
+                    finally:
+                        os.close(fd)
         except BaseException:
-            for p in finals.values():
-                p.unlink(missing_ok=True)
+            for path in finals.values():
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
             raise
     finally:
         src.close()
-    result.output_bytes = result.output_sizes.get(".log", 0)
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+_WRITE_BUFFER = 1 << 20  # coalesces the small writes of copied or compressed batches; a run's batches go straight
+
+
+def _live_files(live_dir: str, base_offset: int) -> dict[str, os.stat_result]:
+    """The live files a conversion's outputs will replace, as they are now."""
+    out = {}
+    for sfx in SUFFIXES:
+        with contextlib.suppress(FileNotFoundError):
+            out[sfx] = os.stat(os.path.join(live_dir, segment_name(base_offset, sfx)))
+    return out
+
+
+def live_stats(live_dir: str | Path, base_offset: int) -> dict[str, FileStat]:
+    """The identity of the live files a conversion's outputs will replace, as they are now."""
+    return {sfx: FileStat.of(x) for sfx, x in _live_files(str(live_dir), base_offset).items()}
+
+
+def _finish(
+    fd: int,
+    path: str,
+    sfx: str,
+    result: SegmentResult,
+    live: dict[str, os.stat_result],
+    source: os.stat_result,
+) -> None:
+    """Give a staged output (open as ``fd``) the owner, group and mode of the live file it replaces (else of the
+    source ``.log``) and the source's mtime; record it in ``result``."""
+    ref = live.get(sfx, source)
+    mine = os.fstat(fd)
+    if (mine.st_uid, mine.st_gid) != (ref.st_uid, ref.st_gid):
+        os.fchown(fd, ref.st_uid, ref.st_gid)
+    if mine.st_mode & 0o7777 != ref.st_mode & 0o7777:
+        os.fchmod(fd, ref.st_mode & 0o7777)
+    os.utime(fd, ns=(source.st_atime_ns, source.st_mtime_ns))
+    result.outputs[sfx] = path
+    result.output_stats[sfx] = FileStat(mine.st_ino, mine.st_size, source.st_mtime_ns)
+    if sfx == ".log":
+        result.output_bytes = mine.st_size
+
+
+def finish_outputs(
+    result: SegmentResult, finals: dict[str, Path], live_dir: Path, base_offset: int, source: Path, st: os.stat_result
+) -> None:
+    """Give each staged output the owner and mode of the live file it replaces and the source's mtime; record it."""
+    live = _live_files(str(live_dir), base_offset)
+    for sfx in SUFFIXES:
+        fd = os.open(finals[sfx], os.O_RDONLY)
+        try:
+            _finish(fd, str(finals[sfx]), sfx, result, live, st)
+        finally:
+            os.close(fd)
+
+
+@dataclass
+class StreamRun:
+    """What streaming a segment (or a range of it) through the converter produced."""
+
+    result: SegmentResult
+    stop: int  # file position after the last entry converted (or dropped)
+    changed: bool  # some entry was rewritten: the output differs from the source
+
+
+def stream_entries(
+    task: SegmentTask,
+    src: BinaryIO,
+    out: BinaryIO,
+    st: os.stat_result,
+    *,
+    index: IndexBuilder | None = None,
+    start: int = 0,
+    limit: int | None = None,
+) -> StreamRun:
+    """Convert the entries of ``src`` (at file position ``start``) that start before ``limit`` (all, when None),
+    writing them to ``out``; ``index`` gets every written batch. The result holds everything but the outputs."""
+    opts = task.options
+    result = SegmentResult(source=task.source, base_offset=task.base_offset, status=ConversionStatus.CONVERTED)
+    result.source_bytes = st.st_size
+    result.mtime_ns = st.st_mtime_ns
+    result.digest = opts.digest
+    converter = _Converter(opts, st.st_mtime_ns // 1_000_000, task.source)
+    # the source's content digest (comparable with Kafka's own summary under SHA-256), and the digest of exactly what
+    # the output must read back as (offsets, keys, values and the policy's timestamps): the verifier recomputes the
+    # second from disk, which covers the first
+    source_digest = LogDigest(timed=False, algorithm=opts.digest)
+    output_digest = LogDigest(plain=False, algorithm=opts.digest)
+    stop = _stream(
+        task, src, out, converter, index, source_digest, output_digest, result, _survivors(task), start, limit, st
+    )
+    if result.entries_in == 0:
+        result.status = ConversionStatus.EMPTY
+    elif not converter.changed:
+        result.status = ConversionStatus.UNCHANGED
     result.magics_in = converter.magics
     result.mtime_timestamped_records = converter.mtime_timestamped
     result.records = source_digest.records
     result.source_digest = source_digest.hexdigests()[0]
     result.output_digest_ts = output_digest.hexdigests()[1]
-    result.seconds = time.perf_counter() - started
-    return result
+    return StreamRun(result, stop, converter.changed)
 
 
 def _survivors(task: SegmentTask) -> np.ndarray | None:
@@ -379,48 +454,45 @@ def _survivors(task: SegmentTask) -> np.ndarray | None:
         ) from exc
 
 
-def _check_planned(task: SegmentTask, source: Path, st: os.stat_result) -> None:
+def check_planned(task: SegmentTask, st: os.stat_result) -> None:
+    """Refuse a source that is not the file the plan describes (size, mtime, inode)."""
+    source = task.source
     planned = (task.expected_size, task.expected_mtime_ns, task.expected_inode)
     actual = (st.st_size, st.st_mtime_ns, st.st_ino)
     if any(want is not None and want != got for want, got in zip(planned, actual)):
         raise SourceChangedError(
             f"{source} is not the file that was planned: size {st.st_size} (planned {task.expected_size}), mtime_ns "
             f"{st.st_mtime_ns} (planned {task.expected_mtime_ns}), inode {st.st_ino} (planned {task.expected_inode})",
-            path=str(source),
+            path=source,
         )
-
-
-def _take_ownership(path: Path, like: Path, source_stat: os.stat_result) -> None:
-    """Give ``path`` the owner, group and mode of ``like`` (the live file it replaces, else the source .log)."""
-    try:
-        ref = os.stat(like)
-    except FileNotFoundError:
-        ref = source_stat
-    mine = os.stat(path)
-    if (mine.st_uid, mine.st_gid) != (ref.st_uid, ref.st_gid):
-        os.chown(path, ref.st_uid, ref.st_gid)
-    os.chmod(path, ref.st_mode & 0o7777)
 
 
 def _stream(
     task: SegmentTask,
-    src,
-    out,
+    src: BinaryIO,
+    out: BinaryIO,
     converter: _Converter,
-    index: IndexBuilder,
+    index: IndexBuilder | None,
     source_digest: LogDigest,
     output_digest: LogDigest,
     result: SegmentResult,
-    survivors: np.ndarray | None = None,
-) -> None:
-    """``survivors``: compaction's pass two keeps only the records at these offsets (sorted)."""
+    survivors: np.ndarray | None,
+    start: int,
+    limit: int | None,
+    st: os.stat_result,
+) -> int:
+    """``survivors``: compaction's pass two keeps only the records at these offsets (sorted). Returns the file
+    position after the last entry read."""
     opts = task.options
-    path = str(task.source)
+    path = task.source
     base = task.base_offset
     written = 0
-    for chunk in read_chunks(src, path, opts.chunk_bytes):
+    stop = start
+    chunks = read_chunks(
+        src, path, opts.chunk_bytes, reuse=True, start=start, limit=limit, size_hint=st.st_size - start
+    )
+    for chunk in chunks:
         buf, buf_position, entries = chunk.buffer, chunk.position, chunk.entries
-        view = memoryview(buf)
         for item in entries.items:
             kept, keep = (item, None) if survivors is None else retained(item, survivors)
             if kept is None:
@@ -430,37 +502,44 @@ def _stream(
                 written_item = converter.rewrite_v2(item, keep)
             else:
                 written_item = converter.convert(kept, buf_position)
-            cols = written_item.output_records
             offsets = item.records.offsets
             if len(offsets):
-                check_offsets(offsets, result.last_offset, base, buf_position + _first_position(item), path)
+                # within an entry, and from entry to entry in a chunk, the reader saw offsets increase: the span is
+                # what is left to check (against the previous chunk and the segment's base)
+                check_offsets(
+                    offsets[:: max(len(offsets) - 1, 1)],
+                    result.last_offset,
+                    base,
+                    buf_position + item.first_position,
+                    path,
+                )
                 if result.first_offset is None:
                     result.first_offset = int(offsets[0])
                 result.last_offset = int(written_item.last_offsets[-1])
-            if written_item.data is not None:
-                _check_batch_sizes(kept, written_item, opts, buf_position, path)
             if written_item.data is None:
-                p = item.position
-                data = view[p : p + item.size]
+                data = buf[item.position : item.position + item.size]
             else:
+                _check_batch_sizes(kept, written_item, opts, buf_position, path)
                 data = written_item.data
             out.write(data)
             written += len(data)
             if written > MAX_SEGMENT_BYTES:
                 raise SegmentRefusedError(
                     f"the converted segment would exceed {MAX_SEGMENT_BYTES} bytes, the largest .log Kafka opens",
-                    position=buf_position + _first_position(item),
+                    position=buf_position + item.first_position,
                     path=path,
                     hint="Convert this partition with compression (--compression lz4) or --pack-bytes, which "
                     "shrink the output, or lower segment.bytes and let Kafka roll smaller segments first.",
                 )
-            index.add_batches(written_item.sizes, written_item.last_offsets, written_item.max_timestamps)
+            if index is not None:
+                index.add_batches(written_item.sizes, written_item.last_offsets, written_item.max_timestamps)
             source_digest.update(kept.records)  # what the output must hold: with compaction, the survivors only
-            output_digest.update(cols)
+            output_digest.update(written_item.output_records)
             result.records_dropped += len(offsets) - len(kept.records)
-            result.entries_in += len(item) if isinstance(item, legacy.LegacyRun) else 1
+            result.entries_in += item.entry_count
             result.batches_out += len(written_item.sizes)
             result.max_timestamp = max(result.max_timestamp, int(written_item.max_timestamps.max()))
+        stop = chunk.end
         if entries.tail is not None:
             tail_position = buf_position + entries.tail.position
             drop = task.tail_drop
@@ -473,42 +552,38 @@ def _stream(
                 )
             result.truncated_tail_bytes = entries.tail.size
     result.output_bytes = written
+    return stop
 
 
 def _drop(item: Entry, converter: _Converter, result: SegmentResult, base: int, buf_position: int, path: str) -> None:
     """Compaction left nothing of this entry: it is checked like any other, then leaves an offset gap."""
     offsets = item.records.offsets
-    check_offsets(offsets, result.last_offset, base, buf_position + _first_position(item), path)
+    check_offsets(offsets, result.last_offset, base, buf_position + item.first_position, path)
     if result.first_offset is None:
         result.first_offset = int(offsets[0])
     result.last_offset = entry_offsets(item)[1]
     converter.dropped(item)
     result.records_dropped += len(offsets)
-    result.entries_in += len(item) if isinstance(item, legacy.LegacyRun) else 1
+    result.entries_in += item.entry_count
 
 
 def _check_batch_sizes(item: Entry, written: _Written, opts: ConvertOptions, buf_position: int, path: str) -> None:
     """Refuse a batch that conversion made larger than both max.message.bytes and the entry it came from: a broker
     accepted the source entry, so the topic's limit was at least that large, and a batch no larger is no risk."""
-    over = written.sizes > opts.max_message_bytes
-    if not over.any():
+    if int(written.sizes.max()) <= opts.max_message_bytes:
         return
-    if isinstance(item, legacy.LegacyRun):
-        source_sizes = item.sizes if len(item.sizes) == len(written.sizes) else np.full(len(written.sizes), 0)
-    else:
-        source_sizes = np.full(len(written.sizes), item.size)
+    over = written.sizes > opts.max_message_bytes
+    source_sizes = item.batch_columns().sizes
+    if len(source_sizes) != len(written.sizes):  # batches packed or split: each must stay within the limit
+        source_sizes = np.full(len(written.sizes), item.size if item.entry_count == 1 else 0)
     grew = over & (written.sizes > source_sizes)
     if grew.any():
         i = int(np.argmax(grew))
         raise SegmentRefusedError(
             f"a converted batch of {int(written.sizes[i])} bytes exceeds max.message.bytes {opts.max_message_bytes} "
             f"and its source entry ({int(source_sizes[i])} bytes)",
-            position=buf_position + _first_position(item),
+            position=buf_position + item.first_position,
             path=path,
             hint="Nothing was changed. Re-plan with --max-message-bytes set to the topic's max.message.bytes if it is "
             "larger, or with a compression (--compression) or a smaller --pack-bytes that keeps batches under it.",
         )
-
-
-def _first_position(item: Entry) -> int:
-    return int(item.positions[0]) if isinstance(item, legacy.LegacyRun) else item.position

@@ -20,13 +20,16 @@ from migrate.errors import CorruptRecordError
 
 ENTRY_SIZE = 8
 MAX_RELATIVE_OFFSET = 2**31 - 1
+_DTYPE = np.dtype([("relative_offset", ">i4"), ("position", ">i4")])  # built once: it counts per small segment
 
 
 def encode(base_offset: int, offsets: np.ndarray, positions: np.ndarray) -> bytes:
+    if not len(offsets):
+        return b""
     relative = offsets - base_offset
-    if len(relative) and (relative.min() < 0 or relative.max() > MAX_RELATIVE_OFFSET):
+    if relative.min() < 0 or relative.max() > MAX_RELATIVE_OFFSET:
         raise ValueError("offset index entry outside base..base+2^31-1")
-    table = np.empty(len(offsets), dtype=[("relative_offset", ">i4"), ("position", ">i4")])
+    table = np.empty(len(offsets), dtype=_DTYPE)
     table["relative_offset"] = relative
     table["position"] = positions
     return table.tobytes()
@@ -38,7 +41,7 @@ def decode(data: bytes, base_offset: int) -> tuple[np.ndarray, np.ndarray]:
         raise CorruptRecordError(
             f"offset index length {len(data)} is not a multiple of {ENTRY_SIZE}", position=len(data)
         )
-    table = np.frombuffer(data, dtype=[("relative_offset", ">i4"), ("position", ">i4")])
+    table = np.frombuffer(data, dtype=_DTYPE)
     return table["relative_offset"].astype(np.int64) + base_offset, table["position"].astype(np.int64)
 
 

@@ -18,10 +18,12 @@ import numpy as np
 from migrate.errors import CorruptRecordError
 
 ENTRY_SIZE = 12
-_DTYPE = [("timestamp", ">i8"), ("relative_offset", ">i4")]
+_DTYPE = np.dtype([("timestamp", ">i8"), ("relative_offset", ">i4")])
 
 
 def encode(base_offset: int, timestamps: np.ndarray, offsets: np.ndarray) -> bytes:
+    if not len(timestamps):
+        return b""
     table = np.empty(len(timestamps), dtype=_DTYPE)
     table["timestamp"] = timestamps
     table["relative_offset"] = offsets - base_offset

@@ -1,10 +1,14 @@
 """Verify a converted segment from what is on disk, independently of the writer that produced it.
 
-The staged ``.log`` is re-read with the reader (every CRC checked), its records digested and compared with the
-source's digest; both indexes are checked with the rules of Kafka's ``DumpLogSegments`` (every offset-index entry
-points at the start of the batch whose last offset it names; time-index timestamps strictly increase and each equals
-the max timestamp of the batch holding its offset) and compared with the indexes Kafka's recovery would rebuild from
-the re-read batches; every file keeps the source mtime.
+The staged ``.log`` is re-read with the reader (every CRC checked) in one streaming pass, into one reused buffer:
+its records are digested (offsets, keys, values, headers and timestamps) and compared with the digest the conversion
+computed from the *source* records and the timestamps its policy gives them, so equal digests mean the output holds
+exactly the source's records with the promised timestamps. The same pass rebuilds both indexes the way Kafka's
+recovery would from the re-read batches (``LogSegment.recover``), and the index files must equal them byte for byte:
+that implies the rules of Kafka's ``DumpLogSegments`` (every offset-index entry points at the start of the batch
+whose last offset it names; time-index timestamps strictly increase and each is the max so far at its offset), which
+are checked one by one only to explain a difference. Every file keeps the source mtime. Memory is bounded by the
+chunk, not the segment.
 
 A segment of a compacted partition is compared instead, record by record (offset, key, value, headers, timestamp),
 with the records the deliberately simple implementation says must survive (``migrate.compaction_reference``).
@@ -12,9 +16,10 @@ with the records the deliberately simple implementation says must survive (``mig
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -22,14 +27,13 @@ import numpy as np
 
 from migrate.errors import CorruptRecordError
 from migrate.format import batch as v2
-from migrate.format import legacy
 from migrate.format.digest import LogDigest
-from migrate.format.entries import Entries, iter_records, read_entries, walk_entries
-from migrate.format.records import Record
+from migrate.format.entries import iter_records, read_entries, walk_entries
+from migrate.format.records import BatchColumns, Record, RecordColumns
 from migrate.model import ConvertOptions, SegmentResult
 from migrate.segment import offset_index, time_index
 from migrate.segment.indexes import IndexBuilder
-from migrate.segment.reader import read_chunks, read_file
+from migrate.segment.reader import DEFAULT_CHUNK_BYTES, open_unbuffered, read_chunks, read_file
 
 
 @dataclass
@@ -39,8 +43,7 @@ class SegmentCheck:
     problems: list[str] = field(default_factory=list)
     batches: int = 0
     records: int = 0
-    sha256: str = ""
-    sha256_ts: str = ""
+    digest_ts: str = ""  # of the records read back, timestamps included (the algorithm of the result)
 
     def fail(self, problem: str) -> None:
         self.ok = False
@@ -51,82 +54,71 @@ class SegmentCheck:
 
 
 @dataclass
-class _Batches:
-    """Per batch of a segment, as numpy arrays appended a chunk at a time (millions of batches: no Python ints)."""
-
-    parts: list[tuple[np.ndarray, ...]] = field(default_factory=list)
-
-    def add(self, positions, sizes, last_offsets, max_timestamps, magics) -> None:
-        self.parts.append(
-            tuple(np.asarray(a, np.int64) for a in (positions, sizes, last_offsets, max_timestamps, magics))
-        )
-
-    def columns(self) -> tuple[np.ndarray, ...]:
-        if not self.parts:
-            return tuple(np.zeros(0, np.int64) for _ in range(5))
-        return tuple(np.concatenate(col) for col in zip(*self.parts))
-
-
-@dataclass
 class _Decoded:
+    """A chunk of a converted log: its batches and their records, in groups (one per entry, or one for a run of
+    uncompressed v2 batches decoded column-wise)."""
+
     consumed: int
-    columns: v2.V2Columns | None = None  # a run of uncompressed v2 batches, decoded column-wise
-    entries: Entries | None = None  # anything else, from the general reader
+    groups: list[tuple[BatchColumns, RecordColumns]]
     tail: int = 0
 
 
-def _decode(buf: bytes, final: bool) -> _Decoded:
+def _decode(buf: bytes | memoryview, final: bool) -> _Decoded:
     walk = walk_entries(buf)
+    tail = walk.tail.size if final and walk.tail else 0
     if len(walk.positions) and (walk.magics == v2.MAGIC).all():
         columns = v2.decode_uncompressed_batches(buf, walk.positions, walk.sizes)
         if columns is not None:
-            return _Decoded(walk.consumed, columns=columns, tail=walk.tail.size if final and walk.tail else 0)
-    entries = read_entries(buf, final=final)
-    return _Decoded(entries.consumed, entries=entries, tail=entries.tail.size if entries.tail else 0)
+            return _Decoded(walk.consumed, [(columns.batch_columns(), columns.records)], tail)
+    entries = read_entries(buf, final=final, walk=walk)
+    groups = [(item.batch_columns(), item.records) for item in entries.items]
+    return _Decoded(entries.consumed, groups, entries.tail.size if entries.tail else 0)
 
 
-def read_segment_batches(log_path: str | Path, chunk_bytes: int = 8 << 20) -> tuple[_Batches, LogDigest, int]:
-    """Every batch's position, size, last offset, max timestamp and magic, the records' digest, and tail bytes.
+@dataclass
+class ReadBack:
+    """What one streaming pass over a converted log found."""
 
-    Runs of uncompressed v2 batches (what a conversion mostly writes) are decoded column-wise by
-    ``decode_uncompressed_batches``; everything else goes through the general reader.
-    """
-    batches = _Batches()
-    digest = LogDigest()
-    tail = 0
-    with open(log_path, "rb") as src:
-        for chunk in read_chunks(src, str(log_path), chunk_bytes, decode=_decode):
-            decoded = chunk.entries
-            if decoded.columns is not None:
-                _add_columns(batches, digest, decoded.columns, chunk.position)
-            else:
-                _add_items(batches, digest, decoded.entries.items, chunk.position)
-            tail = decoded.tail or tail
-    return batches, digest, tail
+    batches: int = 0
+    records: int = 0
+    below_magic: int = 0  # batches below the target magic
+    tail: int = 0  # bytes after the last complete batch
+    size: int = 0  # bytes of complete batches
+    head: bytes = b""  # the file's first 12 bytes (its first batch's offset and size)
 
 
-def _add_columns(batches: _Batches, digest: LogDigest, cols: v2.V2Columns, position: int) -> None:
-    batches.add(
-        cols.positions + position, cols.sizes, cols.last_offsets, cols.max_timestamps, np.full(len(cols.positions), 2)
-    )
-    digest.update(cols.records)
-
-
-def _add_items(batches: _Batches, digest: LogDigest, items: list, position: int) -> None:
-    for item in items:
-        if isinstance(item, legacy.LegacyRun):
-            batches.add(
-                item.positions + position, item.sizes, item.records.offsets, item.records.timestamps, item.magics
-            )
-            digest.update(item.records)
-            continue
-        if isinstance(item, v2.V2Batch):
-            last, max_ts, magic = item.last_offset, item.max_timestamp, 2
-        else:
-            last, max_ts, magic = item.offset, item.timestamp, item.magic
-        batches.add([position + item.position], [item.size], [last], [max_ts], [magic])
-        assert item.records is not None
-        digest.update(item.records)
+def read_back(
+    log_path: str | Path,
+    digest: LogDigest,
+    index: IndexBuilder | None,
+    target_magic: int,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    on_batches: Callable[[BatchColumns], None] | None = None,
+) -> ReadBack:
+    """Re-read ``log_path`` once: every batch CRC-checked, its records into ``digest``, its batches into ``index``
+    (Kafka's recovery rule) and ``on_batches``."""
+    back = ReadBack()
+    src, st = open_unbuffered(log_path)
+    with src:
+        for chunk in read_chunks(src, str(log_path), chunk_bytes, decode=_decode, reuse=True, size_hint=st.st_size):
+            decoded: _Decoded = chunk.entries
+            if chunk.position == 0:
+                back.head = bytes(chunk.buffer[:12])
+            groups = decoded.groups
+            for _, records in groups:
+                digest.update(records)
+            batches = groups[0][0] if len(groups) == 1 else BatchColumns.concat([g[0] for g in groups])
+            if len(batches):
+                if index is not None:
+                    index.add_batches(batches.sizes, batches.last_offsets, batches.max_timestamps)
+                if on_batches is not None:
+                    on_batches(batches)
+                back.batches += len(batches)
+                back.below_magic += int(np.count_nonzero(batches.magics < target_magic))
+            back.size = chunk.end
+            back.tail = decoded.tail or back.tail
+    back.records = digest.records
+    return back
 
 
 def verify_segment(
@@ -136,40 +128,35 @@ def verify_segment(
     expected: Iterable[Record] | None = None,
 ) -> SegmentCheck:
     """Check the staged outputs named by ``result`` against what the conversion promised; ``expected`` (a compacted
-    partition's survivors in this segment) replaces the comparison with the source's digest."""
+    partition's survivors in this segment) adds a record-by-record comparison with them."""
     base = result.base_offset if base_offset is None else base_offset
     log_path = result.outputs.get(".log", "")
     check = SegmentCheck(path=log_path)
+    digest = LogDigest(plain=False, timed=True, algorithm=result.digest, splits=result.digest_splits)
+    rebuilt = IndexBuilder(base, options.index_interval_bytes)
     try:
-        batches, digest, tail = read_segment_batches(log_path)
+        back = read_back(log_path, digest, rebuilt, options.target_magic, options.chunk_bytes)
     except (CorruptRecordError, OSError) as exc:
         check.fail(f"cannot read the converted log: {exc}")
         return check
-    positions, sizes, last_offsets, max_timestamps, magics = batches.columns()
-    check.batches = len(sizes)
-    check.records = digest.records
-    check.sha256, check.sha256_ts = digest.hexdigests()
-    if tail:
-        check.fail(f"{tail} bytes after the last complete batch")
+    check.batches = back.batches
+    check.records = back.records
+    check.digest_ts = digest.hexdigests()[1]
+    if back.tail:
+        check.fail(f"{back.tail} bytes after the last complete batch")
     if expected is not None:
         try:
             for problem in compare_records(log_path, expected):
                 check.fail(problem)
         except CorruptRecordError as exc:
             check.fail(f"cannot compare the records with the compaction survivors: {exc}")
-    elif check.sha256 != result.source_digest:
-        check.fail(
-            f"records differ from the source {result.source}: content digest {check.sha256} != source "
-            f"{result.source_digest}"
-        )
-    if check.sha256_ts != result.output_digest_ts:
-        check.fail(f"timestamps differ from what the conversion wrote: {check.sha256_ts} != {result.output_digest_ts}")
-    if digest.records != result.records:
-        check.fail(f"{digest.records} records read back, {result.records} in the source")
-    low = int((magics < options.target_magic).sum())
-    if low:
-        check.fail(f"{low} batches below magic {options.target_magic} remain")
-    _check_indexes(result, options, base, positions, sizes, last_offsets, max_timestamps, check)
+    if check.digest_ts != result.output_digest_ts:
+        check.fail(_digest_problem(result, log_path, check.digest_ts, options.chunk_bytes))
+    if back.records != result.records:
+        check.fail(f"{back.records} records read back, {result.records} in the source")
+    if back.below_magic:
+        check.fail(f"{back.below_magic} batches below magic {options.target_magic} remain")
+    _check_indexes(result, base, rebuilt, check, options)
     for sfx, path in result.outputs.items():
         st = os.stat(path)
         want = result.output_stats.get(sfx)
@@ -178,6 +165,20 @@ def verify_segment(
         if want is None or st.st_size != want.size:
             check.fail(f"{path} is {st.st_size} bytes, {want.size if want else 'nothing'} were written")
     return check
+
+
+def _digest_problem(result: SegmentResult, log_path: str, got: str, chunk_bytes: int) -> str:
+    """Which promise a digest difference breaks: the records themselves, or only their timestamps. A second pass,
+    on this (rare) path only, digests the records read back without timestamps for comparison with the source."""
+    plain = LogDigest(plain=True, timed=False, algorithm=result.digest, splits=result.digest_splits)
+    with contextlib.suppress(CorruptRecordError, OSError):  # the difference itself is the finding
+        read_back(log_path, plain, None, 0, chunk_bytes)
+    if result.source_digest and plain.hexdigests()[0] == result.source_digest:
+        return f"timestamps differ from what the conversion wrote: {result.digest} {got} != {result.output_digest_ts}"
+    return (
+        f"records differ from the source {result.source}: {result.digest} content digest "
+        f"{plain.hexdigests()[0]} != source {result.source_digest}"
+    )
 
 
 _FIELDS = ("offset", "key", "value", "headers", "timestamp")
@@ -214,24 +215,65 @@ def _short(value: object) -> str:
 
 
 def _check_indexes(
-    result: SegmentResult,
-    options: ConvertOptions,
-    base: int,
-    positions: np.ndarray,
-    sizes: np.ndarray,
-    last_offsets: np.ndarray,
-    max_ts: np.ndarray,
-    check: SegmentCheck,
+    result: SegmentResult, base: int, rebuilt: IndexBuilder, check: SegmentCheck, options: ConvertOptions
 ) -> None:
-    index_data = Path(result.outputs[".index"]).read_bytes()
-    time_data = Path(result.outputs[".timeindex"]).read_bytes()
+    """The index files must be exactly what Kafka's recovery builds from the batches read back."""
+    index_data = _read(result.outputs[".index"])
+    time_data = _read(result.outputs[".timeindex"])
+    want_index, want_time = rebuilt.finish()
+    if want_index == index_data and want_time == time_data:
+        return
+    if want_index != index_data:
+        check.fail(
+            "offset index differs from the one Kafka's recovery would build "
+            f"({len(index_data)} vs {len(want_index)} bytes)"
+        )
+    if want_time != time_data:
+        check.fail(
+            f"time index differs from the one Kafka's recovery would build ({len(time_data)} vs {len(want_time)} bytes)"
+        )
+    try:
+        explain_index_difference(result.outputs[".log"], base, index_data, time_data, check, options.chunk_bytes)
+    except (CorruptRecordError, OSError) as exc:
+        check.fail(f"cannot read the converted log to explain the index difference: {exc}")
+
+
+def _read(path: str) -> bytes:
+    """A small file whole (an index): one open and read, none of ``Path.read_bytes``'s layers."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        chunks = []
+        while data := os.read(fd, 1 << 20):
+            chunks.append(data)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def explain_index_difference(
+    log_path: str, base: int, index_data: bytes, time_data: bytes, check: SegmentCheck, chunk_bytes: int
+) -> None:
+    """``kafka-dump-log --verify-index-only``'s rules, entry by entry: what is wrong with the index files. Holds
+    every batch's columns, so only for a segment whose indexes already differ."""
     try:
         idx_offsets, idx_positions = offset_index.decode(index_data, base)
         ts_values, ts_offsets = time_index.decode(time_data, base)
     except CorruptRecordError as exc:
         check.fail(str(exc))
         return
-    # DumpLogSegments --verify-index-only: the batch at each entry's position has the entry's offset as last offset
+    parts: list[BatchColumns] = []
+    position = 0
+
+    def keep(batches: BatchColumns) -> None:
+        nonlocal position
+        sizes = batches.sizes.copy()
+        starts = position + np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        position += int(sizes.sum())
+        parts.append(BatchColumns(starts, sizes, batches.last_offsets.copy(), batches.max_timestamps.copy(), sizes))
+
+    read_back(log_path, LogDigest(plain=False, timed=False), None, 0, chunk_bytes, on_batches=keep)
+    all_batches = BatchColumns.concat(parts)
+    positions, last_offsets, max_ts = all_batches.positions, all_batches.last_offsets, all_batches.max_timestamps
     at = np.searchsorted(positions, idx_positions)
     found = (
         (at < len(positions)) & (positions[np.minimum(at, len(positions) - 1)] == idx_positions)
@@ -245,7 +287,6 @@ def _check_indexes(
         check.fail(f"offset-index entry {i}: offset {idx_offsets[i]}, batch there ends at {last_offsets[at[i]]}")
     if len(idx_offsets) > 1 and ((np.diff(idx_offsets) <= 0).any() or (np.diff(idx_positions) <= 0).any()):
         check.fail("offset-index entries do not strictly increase")
-    # DumpLogSegments time-index check: strictly increasing, and the batch ending at the entry's offset has that max
     if len(ts_values) > 1 and (np.diff(ts_values) <= 0).any():
         check.fail("time-index timestamps do not strictly increase")
     holder = np.searchsorted(last_offsets, ts_offsets)
@@ -257,17 +298,4 @@ def _check_indexes(
         check.fail(
             f"time-index entry {i}: timestamp {ts_values[i]}, the batch holding offset {ts_offsets[i]} "
             f"has max {max_ts[holder[i]]}"
-        )
-    # completeness: exactly what Kafka's recovery would rebuild from these batches
-    rebuilt = IndexBuilder(base, options.index_interval_bytes)
-    rebuilt.add_batches(sizes, last_offsets, max_ts)
-    want_index, want_time = rebuilt.finish()
-    if want_index != index_data:
-        check.fail(
-            "offset index differs from the one Kafka's recovery would build "
-            f"({len(index_data)} vs {len(want_index)} bytes)"
-        )
-    if want_time != time_data:
-        check.fail(
-            f"time index differs from the one Kafka's recovery would build ({len(time_data)} vs {len(want_time)} bytes)"
         )

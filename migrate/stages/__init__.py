@@ -1,7 +1,9 @@
 """The pipeline's stages as engine-free functions, in the order a run calls them.
 
     prepare   per log dir   refuse changed inputs, record the plan in the state store, raise the fence
-    convert   per task      convert each segment into staging and verify it from disk (migrate.stages.convert)
+    convert   per task      convert each segment into staging and verify it from disk (migrate.stages.convert);
+                            a range task converts and verifies one range of a large segment
+    join      per segment   one segment from its ranges, verified, recorded (migrate.stages.join)
     swap      per log dir   re-check the live files, swap every ready partition in, lower the fence
     rollback  per log dir   check every live file first, then put every original back
     finalize  per log dir   delete the originals once the operator is satisfied

@@ -1,0 +1,389 @@
+"""End-to-end speed against the references, every ratio measured in the same run (issue 9's figures).
+
+Four sections, each in child processes (so imports, peak RSS and start-up are each run's own):
+
+* ``segment``: ``convert_segment`` + ``verify_segment`` of one v0 segment in one process, with the SHA-256 digest
+  (comparable with ``oracle dump --summary``) and the XXH3-128 one; against Apache Kafka's own conversion loop on
+  the same file (``oracle convert --repeat 5``: best of 5 after a JIT warm-up, input CRCs checked apart, not timed)
+  and aiokafka's bare codec loop on the same bytes in memory (one core, CRCs checked, no files, no digests, no
+  indexes). The ratio is Kafka's seconds over ours: 1.0x would be Kafka's speed.
+* ``execute``: ``plan`` + ``execute`` on the default engine (a Dask LocalCluster sized to the machine) over that
+  segment in a log dir, wall clock of a fresh process from its start (imports and cluster start-up included) to
+  the end of the run; against aiokafka's bare loop over the same records (from the ``segment`` section).
+* ``workers``: one partition of one large segment (``--workers-mib``, default 1024) executed on a LocalCluster of 1
+  worker and of 2 (waiting for the workers first, so that only the workers work), and every worker's peak RSS.
+* ``small``: ms per small segment (``--small-records`` 200 x 100 B, about 26 KB) converted and verified in one
+  process, fresh staging files each time: the fixed cost per segment that dominates at 10,000 partitions.
+
+``--before TREE`` also runs ``segment`` (SHA-256), ``execute`` and ``small`` with the package in TREE (a checkout of
+an older commit with its accelerator built: ``git archive COMMIT | tar -x -C TREE && cd TREE && python setup.py
+build_ext --inplace``), alternating with this tree in the same run.
+
+    python benchmarks/bench_end_to_end.py [--records 1500000] [--values 100,1000] [--sections segment,execute,...]
+           [--workers-mib 1024] [--before TREE] [--repeat 3] [--json out.json] [--dir SCRATCH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+from gen_legacy import message_size, write_log_dir, write_segment
+
+REPO = Path(__file__).resolve().parents[1]
+ORACLE = REPO.parent / "shared" / "oracle" / "oracle"
+
+CONVERT_VERIFY = r"""
+import json, shutil, sys, time
+from migrate.model import ConvertOptions, SegmentTask
+from migrate.segment.convert import convert_segment
+from migrate.segment.verify import verify_segment
+src, out, digest, repeat = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+opts = ConvertOptions(timestamps="none", digest=digest)
+best = None
+for _ in range(repeat):
+    shutil.rmtree(out, ignore_errors=True)
+    t = time.perf_counter()
+    r = convert_segment(SegmentTask(src, out, 0, opts))
+    c = time.perf_counter()
+    check = verify_segment(r, opts)
+    v = time.perf_counter()
+    assert check.ok, check.problems
+    if best is None or v - t < best["seconds"]:
+        best = {"seconds": v - t, "convert": c - t, "verify": v - c, "records": r.records}
+best["peak_rss_mb"] = int(next(l for l in open("/proc/self/status") if l.startswith("VmHWM")).split()[1]) / 1024
+print(json.dumps(best))
+"""
+
+AIOKAFKA = r"""
+import json, struct, sys, time
+from aiokafka.record.default_records import DefaultRecordBatchBuilder
+from aiokafka.record.memory_records import MemoryRecords
+data = open(sys.argv[1], "rb").read()
+repeat = int(sys.argv[2])
+def run():
+    n = 0
+    records = MemoryRecords(data)
+    while (batch := records.next_batch()) is not None:
+        batch.validate_crc()
+        for r in batch:
+            b = DefaultRecordBatchBuilder(2, 0, 0, -1, -1, -1, 1 << 30)
+            ts = r.timestamp
+            b.append(0, timestamp=-1 if ts is None else ts, key=r.key, value=r.value, headers=[])
+            buf = b.build()
+            struct.pack_into(">q", buf, 0, r.offset)
+            struct.pack_into(">i", buf, 12, -1)
+            n += 1
+    return n
+best = None
+for _ in range(repeat):
+    t = time.perf_counter()
+    n = run()
+    s = time.perf_counter() - t
+    best = s if best is None else min(best, s)
+print(json.dumps({"seconds": best, "records": n}))
+"""
+
+EXECUTE = r"""
+import json, sys, time
+start = time.perf_counter()
+from migrate import pipeline
+from migrate.engines.dask import DaskEngine
+from migrate.model import ConvertOptions
+from migrate.plan import PlanRequest, build_plan, write_plan
+log_dir, digest, plan_path = sys.argv[1], sys.argv[2], sys.argv[3]
+plan = build_plan(PlanRequest(log_dirs=(log_dir,), options=ConvertOptions(digest=digest)))
+write_plan(plan, plan_path)
+planned = time.perf_counter()
+engine = DaskEngine(dashboard_address="127.0.0.1:0", progress=False)
+try:
+    report = pipeline.execute(plan, engine)
+finally:
+    engine.close()
+done = time.perf_counter()
+assert report.ok, (report.errors, report.problems)
+print(json.dumps({"plan": planned - start, "execute": done - planned, "records": report.totals.records,
+                  "stages": report.stage_seconds, "tasks": len(plan.tasks)}))
+"""
+
+ROLLBACK = r"""
+import sys
+from migrate import pipeline
+from migrate.engines import SerialEngine
+from migrate.plan import load_plan
+assert pipeline.rollback(load_plan(sys.argv[1]), SerialEngine(), sys.argv[1]).ok
+"""
+
+WORKERS = r"""
+import json, resource, sys, time
+from migrate import pipeline
+from migrate.engines.dask import DaskEngine
+from migrate.model import ConvertOptions
+from migrate.plan import PlanRequest, build_plan, write_plan
+log_dir, workers, digest, plan_path = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+plan = build_plan(PlanRequest(log_dirs=(log_dir,), options=ConvertOptions(digest=digest)))
+write_plan(plan, plan_path)
+engine = DaskEngine(n_workers=workers, dashboard_address="127.0.0.1:0", progress=False)
+try:
+    engine.client.wait_for_workers(workers, timeout=120)
+    t = time.perf_counter()
+    report = pipeline.execute(plan, engine)
+    wall = time.perf_counter() - t
+    rss = engine.client.run(lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+    assert pipeline.rollback(plan, engine, plan_path).ok
+finally:
+    engine.close()
+assert report.ok, (report.errors, report.problems)
+print(json.dumps({"seconds": wall, "records": report.totals.records, "stages": report.stage_seconds,
+                  "tasks": len(plan.tasks), "worker_peak_rss_mb": sorted(rss.values())}))
+"""
+
+SMALL = r"""
+import json, os, shutil, sys, time
+from migrate.model import ConvertOptions, SegmentTask
+from migrate.segment.convert import convert_segment
+from migrate.segment.verify import verify_segment
+src, root, n, repeat = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+opts = ConvertOptions()
+dirs = [os.path.join(root, f"p-{i}") for i in range(n)]
+best = None
+for _ in range(repeat):
+    shutil.rmtree(root, ignore_errors=True)
+    for d in dirs:
+        os.makedirs(d)
+    cpu, t = time.process_time(), time.perf_counter()
+    for d in dirs:
+        assert verify_segment(convert_segment(SegmentTask(src, d, 0, opts)), opts).ok
+    wall, cpu = time.perf_counter() - t, time.process_time() - cpu
+    if best is None or wall < best["wall_ms"] * n / 1e3:
+        best = {"wall_ms": wall / n * 1e3, "cpu_ms": cpu / n * 1e3}
+print(json.dumps(best))
+"""
+
+
+def child(code: str, *args: object, tree: Path | None = None, timeout: float = 3600) -> dict:
+    where = str(tree or REPO)
+    code = f"import migrate\nassert migrate.__file__.startswith({where!r}), migrate.__file__\n{code}"
+    env = dict(os.environ)
+    if tree is not None:
+        env["PYTHONPATH"] = str(tree)
+    # not from the repository: `python -c` puts the working directory first on sys.path, before PYTHONPATH
+    proc = subprocess.run(
+        [sys.executable, "-c", code, *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        cwd=tempfile.gettempdir(),
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"child failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    lines = proc.stdout.strip().splitlines()
+    return json.loads(lines[-1]) if lines else {}
+
+
+def timed_child(code: str, *args: object, tree: Path | None = None) -> tuple[float, dict]:
+    t = time.perf_counter()
+    out = child(code, *args, tree=tree)
+    return time.perf_counter() - t, out
+
+
+def kafka(src: Path, out: Path) -> dict | None:
+    if not ORACLE.exists():
+        return None
+    proc = subprocess.run([str(ORACLE), "convert", "--repeat", "5", str(src), str(out)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"oracle convert failed: {proc.stderr[-1000:]}")
+    line = json.loads(proc.stdout.strip().splitlines()[-1])
+    out.unlink(missing_ok=True)
+    return {"seconds": float(line["seconds"]), "records": int(line["records"])}
+
+
+def section_segment(args: argparse.Namespace, tmp: Path, results: dict) -> None:
+    values = [int(v) for v in args.values.split(",")]
+    target = args.records * message_size(10, values[0], 0)  # every value size: a segment of the same bytes
+    for value_bytes in values:
+        records = target // message_size(10, value_bytes, 0)
+        src = write_segment(tmp / f"seg-{value_bytes}" / "bench-0" / f"{0:020d}.log", records, value_bytes=value_bytes)
+        size = src.stat().st_size
+        rows: dict[str, dict] = {}
+        for _ in range(args.rounds):  # alternate, so that the machine's load lands on every row alike
+            for name, digest, tree in [
+                ("ours, SHA-256", "sha256", None),
+                ("ours, XXH3-128", "xxh3-128", None),
+                *([("before, SHA-256", "sha256", args.before)] if args.before else []),
+            ]:
+                r = child(CONVERT_VERIFY, src, tmp / "out", digest, args.repeat, tree=tree)
+                if name not in rows or r["seconds"] < rows[name]["seconds"]:
+                    rows[name] = r
+            r = child(AIOKAFKA, src, args.repeat)
+            if "aiokafka" not in rows or r["seconds"] < rows["aiokafka"]["seconds"]:
+                rows["aiokafka"] = r
+            k = kafka(src, tmp / "kafka.log") if not args.no_kafka else None
+            if k is not None and ("kafka" not in rows or k["seconds"] < rows["kafka"]["seconds"]):
+                rows["kafka"] = k
+        results.setdefault("segment", {})[str(value_bytes)] = {"bytes": size, "records": records, "rows": rows}
+        shutil.rmtree(tmp / "out", ignore_errors=True)
+        if value_bytes != values[0]:
+            shutil.rmtree(src.parents[1])
+
+
+def section_execute(args: argparse.Namespace, tmp: Path, results: dict) -> None:
+    value_bytes = int(args.values.split(",")[0])
+    log_dir = tmp / "logdir"
+    src = tmp / f"seg-{value_bytes}" / "bench-0" / f"{0:020d}.log"
+    if not src.exists():
+        write_segment(src, args.records, value_bytes=value_bytes)
+    write_log_dir(log_dir, 1, value_bytes=value_bytes)  # broker files, a partition dir; the segment comes next
+    shutil.copyfile(src, log_dir / "bench-0" / f"{0:020d}.log")
+    aio = results.get("segment", {}).get(str(value_bytes), {}).get("rows", {}).get("aiokafka")
+    if aio is None:
+        aio = child(AIOKAFKA, src, args.repeat)
+    rows: dict[str, dict] = {}
+    for _ in range(args.rounds):
+        for name, digest, tree in [
+            ("ours, SHA-256", "sha256", None),
+            ("ours, XXH3-128", "xxh3-128", None),
+            *([("before, SHA-256", "sha256", args.before)] if args.before else []),
+        ]:
+            plan_path = tmp / "plan.json"
+            wall, r = timed_child(EXECUTE, log_dir, digest, plan_path, tree=tree)
+            r["wall"] = wall
+            child(ROLLBACK, plan_path, tree=tree)
+            shutil.rmtree(f"{plan_path}.state", ignore_errors=True)
+            if name not in rows or wall < rows[name]["wall"]:
+                rows[name] = r
+    results["execute"] = {"records": args.records, "value_bytes": value_bytes, "aiokafka": aio, "rows": rows}
+
+
+def section_workers(args: argparse.Namespace, tmp: Path, results: dict) -> None:
+    value_bytes = int(args.values.split(",")[0])
+    records = args.workers_mib * (1 << 20) // message_size(10, value_bytes, 0)
+    log_dir = tmp / "big"
+    write_log_dir(log_dir, records, value_bytes=value_bytes)
+    size = (log_dir / "bench-0" / f"{0:020d}.log").stat().st_size
+    rows: dict[str, dict] = {}
+    for _ in range(args.rounds):
+        for workers in (1, 2):
+            r = child(WORKERS, log_dir, workers, args.workers_digest, tmp / "big-plan.json")
+            shutil.rmtree(tmp / "big-plan.json.state", ignore_errors=True)
+            if str(workers) not in rows or r["seconds"] < rows[str(workers)]["seconds"]:
+                rows[str(workers)] = r
+    results["workers"] = {"bytes": size, "records": records, "digest": args.workers_digest, "rows": rows}
+    shutil.rmtree(log_dir)
+
+
+def section_small(args: argparse.Namespace, tmp: Path, results: dict) -> None:
+    src = write_segment(tmp / "small" / f"{0:020d}.log", args.small_records, value_bytes=100)
+    rows: dict[str, dict] = {}
+    for _ in range(args.rounds):
+        for name, tree in [("ours", None), *([("before", args.before)] if args.before else [])]:
+            r = child(SMALL, src, tmp / "small-out", args.small_segments, args.repeat, tree=tree)
+            if name not in rows or r["wall_ms"] < rows[name]["wall_ms"]:
+                rows[name] = r
+    results["small"] = {"bytes": src.stat().st_size, "segments": args.small_segments, "rows": rows}
+    shutil.rmtree(tmp / "small-out", ignore_errors=True)
+
+
+def report(results: dict) -> str:
+    lines = []
+    for value_bytes, case in results.get("segment", {}).items():
+        rows = case["rows"]
+        n, mb = case["records"], case["bytes"] / 1e6
+        k, aio = rows.get("kafka"), rows.get("aiokafka")
+        lines.append(f"\nconvert + verify in one process, {n:,} v0 records of {value_bytes} B values ({mb:.0f} MB):\n")
+        lines.append(
+            "| implementation | seconds | records/s | MB/s in | ÷ Kafka's loop | ÷ aiokafka bare loop | peak RSS MB |"
+        )
+        lines.append("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+        for name, r in rows.items():
+            s = r["seconds"]
+            detail = f" (convert {r['convert']:.2f} + verify {r['verify']:.2f})" if "convert" in r else ""
+            vs_k = f"{k['seconds'] / s:.2f}x" if k else "-"
+            vs_a = f"{aio['seconds'] / s:.2f}x" if aio else "-"
+            rss = f"{r['peak_rss_mb']:.0f}" if "peak_rss_mb" in r else "-"
+            label = {
+                "kafka": "Apache Kafka's conversion loop (oracle convert --repeat 5)",
+                "aiokafka": "aiokafka bare codec loop (in memory)",
+            }.get(name, name)
+            lines.append(f"| {label}{detail} | {s:.3f} | {n / s:,.0f} | {mb / s:,.0f} | {vs_k} | {vs_a} | {rss} |")
+    if "execute" in results:
+        e = results["execute"]
+        aio_rate = e["aiokafka"]["records"] / e["aiokafka"]["seconds"]
+        lines.append(f"\nplan + execute on the default engine, {e['records']:,} records, fresh process, wall clock:\n")
+        lines.append("| run | wall s | plan s | execute s | records/s | ÷ aiokafka bare loop (one core) |")
+        lines.append("| --- | ---: | ---: | ---: | ---: | ---: |")
+        for name, r in e["rows"].items():
+            rate = e["records"] / r["wall"]
+            lines.append(
+                f"| {name} | {r['wall']:.2f} | {r['plan']:.2f} | {r['execute']:.2f} | {rate:,.0f} "
+                f"| {rate / aio_rate:.2f}x |"
+            )
+        lines.append(f"| aiokafka bare codec loop | {e['aiokafka']['seconds']:.2f} | | | {aio_rate:,.0f} | 1.00x |")
+    if "workers" in results:
+        w = results["workers"]
+        one = w["rows"]["1"]["seconds"]
+        lines.append(
+            f"\none partition, one segment of {w['bytes'] / 2**30:.2f} GiB ({w['records']:,} records), {w['digest']}:\n"
+        )
+        lines.append("| workers | seconds | MB/s | speed-up | tasks | peak RSS per worker MB |")
+        lines.append("| ---: | ---: | ---: | ---: | ---: | --- |")
+        for workers, r in w["rows"].items():
+            rss = ", ".join(f"{x:.0f}" for x in r["worker_peak_rss_mb"])
+            lines.append(
+                f"| {workers} | {r['seconds']:.2f} | {w['bytes'] / 1e6 / r['seconds']:.0f} | {one / r['seconds']:.2f}x "
+                f"| {r['tasks']} | {rss} |"
+            )
+    if "small" in results:
+        s = results["small"]
+        lines.append(
+            f"\nconvert + verify of one small segment ({s['bytes'] / 1e3:.0f} KB), {s['segments']} in a row:\n"
+        )
+        lines.append("| tree | wall ms per segment | CPU ms per segment |")
+        lines.append("| --- | ---: | ---: |")
+        for name, r in s["rows"].items():
+            lines.append(f"| {name} | {r['wall_ms']:.3f} | {r['cpu_ms']:.3f} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--records", type=int, default=1_500_000, help="of the first value size; the others: same bytes")
+    ap.add_argument("--values", default="100,1000", help="value sizes in bytes; the first is used by execute/workers")
+    ap.add_argument("--sections", default="segment,execute,workers,small")
+    ap.add_argument("--workers-mib", type=int, default=1024)
+    ap.add_argument("--workers-digest", default="xxh3-128")
+    ap.add_argument("--small-records", type=int, default=200)
+    ap.add_argument("--small-segments", type=int, default=1000)
+    ap.add_argument("--repeat", type=int, default=3, help="runs per child, best kept")
+    ap.add_argument("--rounds", type=int, default=2, help="alternating rounds over the rows, best kept")
+    ap.add_argument("--before", type=Path, help="a tree of an older commit, run alongside this one")
+    ap.add_argument("--no-kafka", action="store_true")
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--dir", help="scratch directory (default: a temporary one)")
+    args = ap.parse_args()
+    sections = args.sections.split(",")
+    results: dict = {"args": {k: str(v) for k, v in vars(args).items()}}
+    with tempfile.TemporaryDirectory(dir=args.dir, prefix="bench-e2e-") as tmp_name:
+        tmp = Path(tmp_name)
+        for name in ("segment", "execute", "workers", "small"):
+            if name in sections:
+                t = time.perf_counter()
+                globals()[f"section_{name}"](args, tmp, results)
+                print(f"[{name}: {time.perf_counter() - t:.0f} s]", file=sys.stderr, flush=True)
+    print(report(results))
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+    print(f"\nreproduce: python benchmarks/bench_end_to_end.py {' '.join(sys.argv[1:])}")
+
+
+if __name__ == "__main__":
+    main()
