@@ -57,7 +57,7 @@ SEGMENT_TOPIC = "kafka-log-migrate-segment"
 STAGE_TOPIC = "kafka-log-migrate-stage"
 LOG_TOPIC = "kafka-log-migrate-log"
 EVENT_TOPIC = SEGMENT_TOPIC  # the name earlier versions used
-STAGES = ("prepare", "convert", "verify", "swap", "rollback", "finalize", "status", "report")
+STAGES = ("prepare", "convert", "join", "verify", "swap", "rollback", "finalize", "status", "report")
 RATE_WINDOW_SECONDS = 30.0  # the ETA follows the rate of the last half minute, not the whole run's average
 MAX_SERIES_POINTS = 120
 

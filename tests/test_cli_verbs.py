@@ -54,3 +54,30 @@ def test_refusals_exit_1_with_a_message_that_says_what_to_do(tmp_path, capsys):
 
 def test_demo_migrates_its_generated_log_dir(tmp_path):
     assert main(["demo", "--dir", str(tmp_path / "demo"), "--records", "300", "--engine", "serial", "--rollback"]) == 0
+
+
+def test_plan_digest_and_range_options_reach_the_plan_and_the_run(tmp_path, capsys):
+    log_dir = make_broker_logdir(tmp_path, partitions=["plain-v0-1"])
+    default, chosen = tmp_path / "default.json", tmp_path / "chosen.json"
+    assert main(["plan", "--log-dirs", str(log_dir), "-o", str(default)]) == 0
+    options = json.loads(default.read_text())["options"]
+    assert options["digest"] == "xxh3-128"
+    assert all("byte_range" not in t for t in json.loads(default.read_text())["tasks"])
+    assert (
+        main(["plan", "--log-dirs", str(log_dir), "-o", str(chosen), "--digest", "sha256", "--range-bytes", "3000"])
+        == 0
+    )
+    plan = json.loads(chosen.read_text())
+    assert plan["options"]["digest"] == "sha256"
+    # 2,060 bytes stay one task; 8,468 bytes become 3 ranges of about 3,000, cut at the nominal thirds
+    tasks = [(t["segments"][0]["base_offset"], t.get("byte_range")) for t in plan["tasks"]]
+    assert tasks == [
+        (30, {"index": 0, "count": 3, "start": 0, "end": 2822}),
+        (30, {"index": 1, "count": 3, "start": 2822, "end": 5645}),
+        (30, {"index": 2, "count": 3, "start": 5645, "end": 8468}),
+        (0, None),
+    ]
+    assert main(["execute", "--plan", str(chosen), "--engine", "serial"]) == 0
+    assert "2 segments converted and verified" in capsys.readouterr().out
+    assert main(["scan", "--log-dirs", str(log_dir)]) == 0
+    assert main(["plan", "--log-dirs", str(log_dir), "-o", str(chosen), "--range-bytes", "-1"]) == 2

@@ -12,8 +12,10 @@ from migrate.compaction import CompactionRule, parse_bytes, parse_duration_ms
 from migrate.errors import MigrateError
 from migrate.model import (
     DEFAULT_MAX_MESSAGE_BYTES,
+    DEFAULT_RANGE_BYTES,
     Codec,
     ConvertOptions,
+    DigestAlgorithm,
     ExecuteReport,
     Plan,
     TimestampPolicy,
@@ -167,6 +169,21 @@ def add_plan_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--allow-unclean", action="store_true", help="plan even without a clean-shutdown marker")
     g.add_argument("--task-bytes", type=int, default=64 << 20, help="segment bytes per engine task (default 64 MiB)")
     g.add_argument("--task-segments", type=int, default=256, help="segments per engine task at most (default 256)")
+    g.add_argument(
+        "--range-bytes",
+        type=int,
+        default=DEFAULT_RANGE_BYTES,
+        help="a segment larger than this is converted as ranges of about this size on several workers at once and "
+        "joined in order, byte-identical to a one-worker conversion (default 64 MiB; 0: never split). Not used on "
+        "compacted partitions or with --pack-bytes.",
+    )
+    g.add_argument(
+        "--digest",
+        choices=[d.value for d in DigestAlgorithm],
+        default=DigestAlgorithm.XXH3_128.value,
+        help="record digest the run checks its output with: xxh3-128 (default, several GB/s) or sha256 (about 2x "
+        "the verify cost; equals `oracle dump --summary`, so a run's digests can be checked with Kafka's reader)",
+    )
     g.add_argument("--assume-free-bytes", type=int, help=argparse.SUPPRESS)
 
 
@@ -181,7 +198,10 @@ def plan_request_from(args: argparse.Namespace, log_dirs: tuple[str, ...], check
         index_interval_bytes=args.index_interval_bytes,
         max_message_bytes=args.max_message_bytes,
         truncate_tail=args.truncate_tail,
+        digest=DigestAlgorithm(args.digest),
     )
+    if args.range_bytes < 0:
+        raise ValueError(f"--range-bytes must be 0 (never split) or a positive size, not {args.range_bytes}")
     return PlanRequest(
         log_dirs=log_dirs,
         options=options,
@@ -198,6 +218,7 @@ def plan_request_from(args: argparse.Namespace, log_dirs: tuple[str, ...], check
             parse_duration_ms(args.drop_tombstones_older_than) if args.drop_tombstones_older_than is not None else None
         ),
         compact_memory_limit=parse_bytes(args.compact_memory_limit) if args.compact_memory_limit is not None else None,
+        range_bytes=args.range_bytes or None,
     )
 
 
