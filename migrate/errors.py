@@ -90,6 +90,18 @@ class SegmentRefusedError(LocatedError):
     default_hint = "Nothing was changed. Leave this partition out of the plan (--topics) or change the options."
 
 
+class UnencodableRecordError(ValueError):
+    """A record the target format cannot hold, which Kafka's own builders refuse too (a timestamp below -1): bad
+    input, not a bug. The format layer raises it with the record's index in the columns it was given; the segment
+    layer turns it into a SegmentRefusedError at the record's file position. Any other ValueError from an encoder is
+    a bug in its caller and is never reported as the data's fault."""
+
+    def __init__(self, reason: str, record_index: int | None = None) -> None:
+        self.reason = reason
+        self.record_index = record_index
+        super().__init__(reason)
+
+
 class UnsupportedFormatError(LocatedError):
     """A well-formed entry this tool will not handle: an unknown magic byte or compression codec."""
 

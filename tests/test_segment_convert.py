@@ -459,3 +459,24 @@ def test_a_timestamp_changed_after_conversion_is_named_as_such(legacy_logdir, tm
     os.utime(log, ns=(mtime, mtime))
     check = verify_segment(result, ConvertOptions(timestamps="none"))
     assert any(p.startswith("timestamps differ from what the conversion wrote") for p in check.problems), check.problems
+
+
+@pytest.mark.parametrize("wrapped", [False, True], ids=["plain", "gzip-wrapper"])
+def test_a_timestamp_below_minus_one_is_refused_at_its_record_as_kafka_refuses_it(tmp_path, wrapped, oracle):
+    records = [
+        Record(0, 1_600_000_000_000, b"a", b"1"),
+        Record(1, -5, b"b", b"2"),
+        Record(2, 1_600_000_000_001, b"c", b"3"),
+    ]
+    first = legacy.encode_messages(records[:1], 1)
+    rest = (
+        legacy.encode_wrapper(records[1:], 1, Compression.GZIP) if wrapped else legacy.encode_messages(records[1:], 1)
+    )
+    src = tmp_path / "src" / "00000000000000000000.log"
+    src.parent.mkdir()
+    src.write_bytes(first + rest)
+    with pytest.raises(SegmentRefusedError, match=r"timestamp -5 is below -1") as refused:
+        convert_segment(SegmentTask(str(src), str(tmp_path / "out"), 0))
+    # the plain message's own position; inside a wrapper, the wrapper's
+    assert (refused.value.position, refused.value.offset, refused.value.path) == (len(first), 1, str(src))
+    assert "Invalid negative timestamp" in oracle.run("convert", src, tmp_path / "kafka.log").stderr

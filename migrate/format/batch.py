@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from migrate.errors import CorruptRecordError, UnsupportedFormatError
+from migrate.errors import CorruptRecordError, UnencodableRecordError, UnsupportedFormatError
 from migrate.format import accel, codecs
 from migrate.format._bytes import check_pieces, int64_column
 from migrate.format.checksums import crc32c
@@ -364,6 +364,19 @@ def single_record_batches(
     return b"".join(parts), np.array(sizes, np.int64).tobytes()
 
 
+def _refuse_negative_timestamps(timestamps: np.ndarray) -> None:
+    """MemoryRecordsBuilder refuses a timestamp below -1 ("Invalid negative timestamp"), so Kafka's cleaner could
+    not rewrite such a record either; say which record it is."""
+    below = np.flatnonzero(np.asarray(timestamps) < NO_TIMESTAMP)
+    if len(below):
+        i = int(below[0])
+        raise UnencodableRecordError(
+            f"timestamp {int(timestamps[i])} is below -1, which Kafka's record builders refuse (Invalid negative "
+            "timestamp)",
+            record_index=i,
+        )
+
+
 def encode_single_record_batches(
     cols: RecordColumns,
     timestamp_types: np.ndarray,
@@ -382,6 +395,7 @@ def encode_single_record_batches(
         raise ValueError("encode_single_record_batches takes records without headers")
     if n == 0:
         return b"", np.zeros(0, np.int64)
+    _refuse_negative_timestamps(cols.timestamps)
     encode = single_record_batches if accel.speedups is None else accel.speedups.single_record_batches
     raw, sizes = encode(
         cols.buffer,
@@ -461,8 +475,7 @@ def encode_batch(
         timestamps = cols.timestamps
         max_ts = int(timestamps.max()) if n else NO_TIMESTAMP
         max_ts = max(max_ts, NO_TIMESTAMP)
-    if n and ((timestamps < NO_TIMESTAMP).any()):
-        raise ValueError("timestamps below -1 are invalid in Kafka (Invalid negative timestamp)")
+    _refuse_negative_timestamps(timestamps)
     base_ts = int(timestamps[0]) if n else NO_TIMESTAMP
     if delete_horizon_ms is not None:
         base_ts = delete_horizon_ms

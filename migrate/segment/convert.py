@@ -28,7 +28,7 @@ from typing import BinaryIO
 import numpy as np
 
 from migrate.compaction import encode_retained_v2, load_survivors, retained
-from migrate.errors import SegmentRefusedError, SourceChangedError, TruncatedTailError
+from migrate.errors import SegmentRefusedError, SourceChangedError, TruncatedTailError, UnencodableRecordError
 from migrate.format import batch as v2
 from migrate.format import legacy
 from migrate.format.digest import LogDigest, timestamps_only
@@ -83,10 +83,15 @@ class _Converter:
             if isinstance(item, legacy.LegacyWrapper):
                 return self._wrapper(item)
             return self._copy_v2(item)
-        except ValueError as exc:  # a record Kafka's own builder refuses, e.g. a timestamp below -1
+        except UnencodableRecordError as exc:
+            index, records = exc.record_index, getattr(item, "records", None)
+            position = item.first_position
+            if isinstance(item, legacy.LegacyRun) and index is not None:
+                position = int(item.positions[index])  # a plain message: its own position, not its run's
             raise SegmentRefusedError(
-                f"cannot convert entry: {exc}",
-                position=file_position + item.first_position,
+                f"cannot convert entry: {exc.reason}",
+                position=file_position + position,
+                offset=int(records.offsets[index]) if index is not None and records is not None else None,
                 path=self.source,
                 hint="Kafka 4's cleaner would refuse this record too; leave this partition out of the plan "
                 "(--topics) or repair the record from a replica.",
