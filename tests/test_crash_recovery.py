@@ -216,6 +216,31 @@ def test_crash_during_rollback_then_execute(setup, point):
     finish_rollback(broker, plan, plan_path, before)
 
 
+# a plan converting every segment over 3,000 bytes as ranges: 9 range tasks and 3 joins
+RANGE_POINTS = [
+    "before:convert-range",
+    "before:convert-range:5",
+    "before:join",
+    "before:join:3",
+    "commit:outcomes:2",
+    "before:commit:swap-begun",
+]
+
+
+@pytest.mark.parametrize("then", ["execute", "rollback"])
+@pytest.mark.parametrize("point", RANGE_POINTS)
+def test_crash_among_range_tasks_and_their_joins(tmp_path, point, then):
+    broker = make_broker_logdir(tmp_path, partitions=PARTITIONS)
+    plan, plan_path = make_plan(tmp_path, broker, range_bytes=3000)
+    assert sum(t.byte_range is not None for t in plan.tasks) == 9
+    before = snapshot(broker)
+    crash("execute", plan_path, point)
+    assert_fence_iff_mixed(broker, before, point)
+    if then == "execute":  # ranges left staged by the crashed run are converted again, never joined stale
+        finish_execute(broker, plan, before)
+    finish_rollback(broker, plan, plan_path, before)
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_a_second_crash_inside_the_recovery(setup, seed):
     """Crash, crash again inside the command that recovers, then finish with either command."""
