@@ -18,24 +18,10 @@ import os
 import numpy as np
 
 from migrate.format.digest import LogDigest
-from migrate.format.records import RecordColumns
 from migrate.model import Divergence, ReplicaDigest, ReplicaRange
 from migrate.segment.reader import read_file
 
 DEFAULT_BUCKET_OFFSETS = 10_000
-
-
-def _slice(cols: RecordColumns, a: int, b: int) -> RecordColumns:
-    return RecordColumns(
-        cols.buffer,
-        cols.offsets[a:b],
-        cols.timestamps[a:b],
-        cols.key_pos[a:b],
-        cols.key_len[a:b],
-        cols.value_pos[a:b],
-        cols.value_len[a:b],
-        None if cols.headers is None else cols.headers[a:b],
-    )
 
 
 def _records(path: str):
@@ -83,7 +69,7 @@ def digest_replica(
             index = (offsets[a0:b0] - lo) // bucket
             cuts = np.flatnonzero(np.diff(index)) + 1
             for a, b in zip([0, *cuts.tolist()], [*cuts.tolist(), b0 - a0]):
-                digests[int(index[a])].update(_slice(cols, a0 + a, a0 + b))
+                digests[int(index[a])].update(cols.slice(a0 + a, a0 + b))
     return ReplicaDigest(broker_id, partition, lo, hi, bucket, tuple(d.hexdigests()[0] for d in digests))
 
 

@@ -4,8 +4,14 @@ must agree with what every execute and rollback reported."""
 from __future__ import annotations
 
 import hashlib
+import os
+import subprocess
+import sys
 from pathlib import Path
 
+from conftest import REPO
+
+from migrate.faults import CRASH_EXIT
 from migrate.model import ExecuteReport, PartitionState, Plan
 from migrate.plan import PlanRequest, build_plan, write_plan
 from migrate.scan import scan_log_dirs
@@ -66,3 +72,26 @@ def assert_scan_agrees(plan: Plan, report: ExecuteReport) -> None:
         assert all(
             states.get((d.log_dir, p.name)) == PartitionState.MIGRATED for d in plan.log_dirs for p in d.partitions
         )
+
+
+_VERB = """
+import sys
+from migrate import pipeline
+from migrate.engines import SerialEngine
+from migrate.plan import load_plan
+plan = load_plan(sys.argv[2])
+if sys.argv[1] == "execute":
+    pipeline.execute(plan, SerialEngine())
+else:
+    pipeline.rollback(plan, SerialEngine(), sys.argv[2])
+"""
+
+
+def run_verb(verb: str, plan_path: Path, env: dict[str, str]) -> int:
+    """``execute`` or ``rollback`` in a process of its own, so that a crash point's os._exit is a real crash: its
+    exit code, 0 or CRASH_EXIT (anything else fails the test with the command's stderr)."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _VERB, verb, str(plan_path)], env={**os.environ, **env}, cwd=REPO, capture_output=True
+    )
+    assert proc.returncode in (0, CRASH_EXIT), proc.stderr.decode()[-3000:]
+    return proc.returncode

@@ -9,17 +9,14 @@ run and fails when a new point appears that the lists below do not cover.
 from __future__ import annotations
 
 import hashlib
-import os
 import random
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import REPO, expected_summaries
+from conftest import expected_summaries
 from kafka_layout import make_broker_logdir
-from runs import assert_scan_agrees, make_plan, snapshot
+from runs import assert_scan_agrees, make_plan, run_verb, snapshot
 
 from migrate import pipeline
 from migrate.engines import SerialEngine
@@ -95,29 +92,9 @@ ROLLBACK_POINTS = [
     "commit:fence-down",
 ]
 
-RUN = """
-import sys
-from migrate import pipeline
-from migrate.engines import SerialEngine
-from migrate.plan import load_plan
-plan = load_plan(sys.argv[2])
-if sys.argv[1] == "execute":
-    pipeline.execute(plan, SerialEngine())
-else:
-    pipeline.rollback(plan, SerialEngine(), sys.argv[2])
-"""
-
-
-def run(verb: str, plan_path: Path, env: dict[str, str]) -> int:
-    proc = subprocess.run(
-        [sys.executable, "-c", RUN, verb, str(plan_path)], env={**os.environ, **env}, cwd=REPO, capture_output=True
-    )
-    assert proc.returncode in (0, CRASH_EXIT), proc.stderr.decode()[-3000:]
-    return proc.returncode
-
 
 def crash(verb: str, plan_path: Path, point: str) -> None:
-    assert run(verb, plan_path, {CRASH_ENV: point}) == CRASH_EXIT, f"{verb} never reached {point}"
+    assert run_verb(verb, plan_path, {CRASH_ENV: point}) == CRASH_EXIT, f"{verb} never reached {point}"
 
 
 def partition_digest(part: Path) -> str:
@@ -253,7 +230,7 @@ def test_a_second_crash_inside_the_recovery(setup, seed):
     second_verb = rng.choice(["execute", "rollback"])
     point = rng.choice(EXECUTE_POINTS if second_verb == "execute" else ROLLBACK_POINTS)
     # the recovering run may finish before it reaches the point (it has less to do); both are fine
-    run(second_verb, plan_path, {CRASH_ENV: point})
+    run_verb(second_verb, plan_path, {CRASH_ENV: point})
     assert_fence_iff_mixed(broker, before, point)
     if rng.random() < 0.5:
         finish_execute(broker, plan, before)
@@ -265,7 +242,7 @@ def test_the_matrix_covers_every_point(setup, tmp_path):
     traced = {}
     for verb in ("execute", "rollback"):
         trace = tmp_path / f"{verb}.trace"
-        assert run(verb, plan_path, {TRACE_ENV: str(trace)}) == 0
+        assert run_verb(verb, plan_path, {TRACE_ENV: str(trace)}) == 0
         traced[verb] = Counter(trace.read_text().split())
     for verb, listed in (("execute", EXECUTE_POINTS), ("rollback", ROLLBACK_POINTS)):
         names = {p.rsplit(":", 1)[0] if p.rsplit(":", 1)[-1].isdigit() else p for p in listed}

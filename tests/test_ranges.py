@@ -9,15 +9,13 @@ import itertools
 import json
 import os
 import struct
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import FIXTURES, LEGACY_LOGDIR, REPO, fixture_id
+from conftest import FIXTURES, LEGACY_LOGDIR, fixture_id
 from kafka_layout import make_broker_logdir
-from runs import assert_scan_agrees, snapshot
+from runs import assert_scan_agrees, run_verb, snapshot
 from segment_helpers import convert_in_ranges, range_cuts
 
 from migrate import pipeline
@@ -417,27 +415,6 @@ def test_a_damaged_segment_fails_its_partition_only_when_converted_in_ranges(tmp
     assert_scan_agrees(plan, report)
 
 
-RUN = """
-import sys
-from migrate import pipeline
-from migrate.engines import SerialEngine
-from migrate.plan import load_plan
-plan = load_plan(sys.argv[2])
-if sys.argv[1] == "execute":
-    pipeline.execute(plan, SerialEngine())
-else:
-    pipeline.rollback(plan, SerialEngine(), sys.argv[2])
-"""
-
-
-def _run(verb: str, plan_path: Path, env: dict[str, str]) -> int:
-    proc = subprocess.run(
-        [sys.executable, "-c", RUN, verb, str(plan_path)], env={**os.environ, **env}, cwd=REPO, capture_output=True
-    )
-    assert proc.returncode in (0, CRASH_EXIT), proc.stderr.decode()[-3000:]
-    return proc.returncode
-
-
 @pytest.mark.parametrize(
     "point", ["before:convert-range:3", "before:join:2", "before:syncfs", "commit:outcomes:2", "before:rename"]
 )
@@ -446,15 +423,15 @@ def test_a_crash_between_ranges_and_join_resumes_or_rolls_back(tmp_path, whole_r
     before = snapshot(log_dir)
     plan, path = _ranged_plan(tmp_path, log_dir, 600)
     assert all(t.byte_range is not None for t in plan.tasks)  # every "before:syncfs" is a join's
-    assert _run("execute", path, {CRASH_ENV: point}) == CRASH_EXIT
-    assert _run("execute", path, {}) == 0
+    assert run_verb("execute", path, {CRASH_ENV: point}) == CRASH_EXIT
+    assert run_verb("execute", path, {}) == 0
     assert _live_files(log_dir) == whole_run
     assert not list(log_dir.glob("*/.kafka-log-migrate-*/*.range-*"))  # no part file outlives its join
-    assert _run("rollback", path, {}) == 0
+    assert run_verb("rollback", path, {}) == 0
     assert snapshot(log_dir) == before
     # and the other way: crash, then roll back straight away
-    assert _run("execute", path, {CRASH_ENV: point}) == CRASH_EXIT
-    assert _run("rollback", path, {}) == 0
+    assert run_verb("execute", path, {CRASH_ENV: point}) == CRASH_EXIT
+    assert run_verb("rollback", path, {}) == 0
     assert snapshot(log_dir) == before
 
 

@@ -110,7 +110,7 @@ class LogDigest:
             else:
                 b = len(cols)
             if b > a:
-                piece = cols if (a, b) == (0, len(cols)) else _slice(cols, a, b)
+                piece = cols if (a, b) == (0, len(cols)) else cols.slice(a, b)
                 self.plain = self._split[0].current if self._split[0] is not None else None
                 self.timed = self._split[1].current if self._split[1] is not None else None
                 self._update(piece)
@@ -203,19 +203,6 @@ class LogDigest:
             self.plain.hexdigest() if self.plain is not None else "",
             self.timed.hexdigest() if self.timed is not None else "",
         )
-
-
-def _slice(cols: RecordColumns, a: int, b: int) -> RecordColumns:
-    return RecordColumns(
-        cols.buffer,
-        cols.offsets[a:b],
-        cols.timestamps[a:b],
-        cols.key_pos[a:b],
-        cols.key_len[a:b],
-        cols.value_pos[a:b],
-        cols.value_len[a:b],
-        None if cols.headers is None else cols.headers[a:b],
-    )
 
 
 def timestamps_only(cols: RecordColumns, timestamps: np.ndarray) -> RecordColumns:

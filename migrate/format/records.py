@@ -104,6 +104,19 @@ class RecordColumns:
             for i in range(len(self))
         ]
 
+    def slice(self, start: int, end: int) -> RecordColumns:
+        """Records ``start`` to ``end`` (exclusive), over the same buffer: no bytes are copied."""
+        return RecordColumns(
+            self.buffer,
+            self.offsets[start:end],
+            self.timestamps[start:end],
+            self.key_pos[start:end],
+            self.key_len[start:end],
+            self.value_pos[start:end],
+            self.value_len[start:end],
+            None if self.headers is None else self.headers[start:end],
+        )
+
     @classmethod
     def from_records(cls, records: list[Record]) -> RecordColumns:
         """Columns over a fresh buffer holding the records' keys and values back to back."""

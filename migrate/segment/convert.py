@@ -150,7 +150,7 @@ class _Converter:
                     break
                 total += int(weights[end])
                 end += 1
-            group = _slice(cols, start, end)
+            group = cols.slice(start, end)
             tstype = TimestampType(int(types[start]))
             data = v2.encode_batch(
                 group,
@@ -274,19 +274,6 @@ class _Converter:
 
 def _batch_max_timestamp(timestamps: np.ndarray) -> int:
     return max(int(timestamps.max()), NO_TIMESTAMP) if len(timestamps) else NO_TIMESTAMP
-
-
-def _slice(cols: RecordColumns, a: int, b: int) -> RecordColumns:
-    return RecordColumns(
-        cols.buffer,
-        cols.offsets[a:b],
-        cols.timestamps[a:b],
-        cols.key_pos[a:b],
-        cols.key_len[a:b],
-        cols.value_pos[a:b],
-        cols.value_len[a:b],
-        None if cols.headers is None else cols.headers[a:b],
-    )
 
 
 def convert_segment(task: SegmentTask) -> SegmentResult:
