@@ -97,3 +97,18 @@ def test_a_corrupt_segment_fails_its_spark_task_and_nothing_live_changes(spark, 
         if rel.startswith("gzip-v0-0/") and ".kafka-log-migrate" not in rel and value[0] != "dir":
             assert after[rel] == value, rel
     assert not (log_dir / FENCE_NAME).exists()
+
+
+def test_ranges_and_their_joins_on_spark_give_the_bytes_of_a_whole_run(spark, tmp_path):
+    from migrate.engines import SerialEngine
+
+    partitions = ["plain-v0-1", "gzip-v0-0", "lz4-v1-1"]
+    whole_dir = make_broker_logdir(tmp_path / "whole", partitions=partitions)
+    assert pipeline.execute(build_plan(PlanRequest(log_dirs=(str(whole_dir),))), SerialEngine()).ok
+    log_dir = make_broker_logdir(tmp_path / "ranged", partitions=partitions)
+    plan = build_plan(PlanRequest(log_dirs=(str(log_dir),), range_bytes=3000))
+    assert sum(t.byte_range is not None for t in plan.tasks) == 9
+    report = pipeline.execute(plan, spark)
+    assert report.ok, (report.errors, report.problems)
+    assert_scan_agrees(plan, report)
+    assert segment_bytes(log_dir) == segment_bytes(whole_dir)
