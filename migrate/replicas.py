@@ -18,7 +18,7 @@ import os
 import numpy as np
 
 from migrate.format.digest import LogDigest
-from migrate.model import Divergence, ReplicaDigest, ReplicaRange
+from migrate.model import DigestAlgorithm, Divergence, ReplicaDigest, ReplicaRange
 from migrate.segment.reader import read_file
 
 DEFAULT_BUCKET_OFFSETS = 10_000
@@ -52,11 +52,18 @@ def common_range(ranges: list[ReplicaRange]) -> tuple[int, int] | None:
 
 
 def digest_replica(
-    segment_files: list[str], partition: str, broker_id: int | None, lo: int, hi: int, bucket: int
+    segment_files: list[str],
+    partition: str,
+    broker_id: int | None,
+    lo: int,
+    hi: int,
+    bucket: int,
+    algorithm: DigestAlgorithm = DigestAlgorithm.SHA256,
 ) -> ReplicaDigest:
-    """Digest the records with offsets in ``[lo, hi]`` per bucket of ``bucket`` offsets counted from ``lo``."""
+    """Digest the records with offsets in ``[lo, hi]`` per bucket of ``bucket`` offsets counted from ``lo``, with the
+    run's digest algorithm (every broker runs the same plan, so their digests compare)."""
     count = (hi - lo) // bucket + 1
-    digests = [LogDigest(timed=False) for _ in range(count)]
+    digests = [LogDigest(timed=False, algorithm=algorithm) for _ in range(count)]
     for path in segment_files:
         if not os.path.getsize(path):
             continue

@@ -36,7 +36,10 @@ def replica_ranges(plan: Plan, key: str, partitions: list[str]) -> list[ReplicaR
 
 def replica_digests(plan: Plan, key: str, spans: list[tuple[str, int, int]], bucket: int) -> list[ReplicaDigest]:
     entry, _ = locate(plan, key)
-    return [digest_replica(_files_after_swap(plan, key, p), p, entry.broker_id, lo, hi, bucket) for p, lo, hi in spans]
+    return [
+        digest_replica(_files_after_swap(plan, key, p), p, entry.broker_id, lo, hi, bucket, plan.options.digest)
+        for p, lo, hi in spans
+    ]
 
 
 def fail_divergent(plan: Plan, key: str, divergences: list[Divergence]) -> list[str]:
