@@ -34,6 +34,7 @@ the segment planned, so the next ``execute`` converts it again from the start.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import errno
 import fcntl
 import json
@@ -403,17 +404,34 @@ def _record_path(task: SegmentTask, index: int, run: str) -> Path:
     return part_path(task, index, "placed", run)
 
 
-def _read_record(task: SegmentTask, index: int, run: str) -> dict | None:
+@dataclass(frozen=True)
+class Placement:
+    """What a range recorded for the ranges of its segment that place after it: where its entries start and stop in
+    the source, its output's size, whether it reached the segment's end, and whether it is in the joined file."""
+
+    start: int
+    stop: int
+    size: int
+    at_end: bool
+    placed: bool = False
+
+    @classmethod
+    def of(cls, part: RangePart, placed: bool = False) -> Placement:
+        assert part.result is not None and part.start is not None
+        return cls(part.start, part.stop, part.result.output_bytes, part.at_end, placed)
+
+
+def _read_record(task: SegmentTask, index: int, run: str) -> Placement | None:
     try:
-        return json.loads(_record_path(task, index, run).read_text())
+        return Placement(**json.loads(_record_path(task, index, run).read_text()))
     except FileNotFoundError:
         return None
 
 
-def _write_record(task: SegmentTask, index: int, run: str, record: dict) -> None:
+def _write_record(task: SegmentTask, index: int, run: str, record: Placement) -> None:
     path = _record_path(task, index, run)
     partial = path.with_name(path.name + ".partial")
-    partial.write_text(json.dumps(record))
+    partial.write_text(json.dumps(dataclasses.asdict(record)))
     os.replace(partial, path)
 
 
@@ -426,14 +444,13 @@ def _place(task: SegmentTask, part: RangePart, run: str) -> None:
     target = -1
     try:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        mine = {"start": part.start, "stop": part.stop, "size": part.result.output_bytes, "at_end": part.at_end}
-        _write_record(task, part.index, run, {**mine, "placed": False})
+        _write_record(task, part.index, run, Placement.of(part))
         offset = expected = 0
         for j in range(part.count):
             record = _read_record(task, j, run)
-            if record is None or record["start"] != expected:
+            if record is None or record.start != expected:
                 break  # not done yet, or a start the join must check: the join places the rest
-            if not record["placed"]:
+            if not record.placed:
                 source = part_path(task, j, "log", run)
                 if j == 0:
                     os.replace(source, joining_path(task, run))  # the first range is the joined file's start
@@ -442,15 +459,15 @@ def _place(task: SegmentTask, part: RangePart, run: str) -> None:
                 if j > 0:
                     src = os.open(source, os.O_RDONLY)
                     try:
-                        _copy_all(src, target, record["size"], offset)
+                        _copy_all(src, target, record.size, offset)
                     finally:
                         os.close(src)
                     source.unlink()
-                _start_writeback(target, offset, record["size"])
-                _write_record(task, j, run, {**record, "placed": True})
-            offset += record["size"]
-            expected = record["stop"]
-            if record["at_end"]:
+                _start_writeback(target, offset, record.size)
+                _write_record(task, j, run, dataclasses.replace(record, placed=True))
+            offset += record.size
+            expected = record.stop
+            if record.at_end:
                 break
     finally:
         if target >= 0:
@@ -479,9 +496,7 @@ def _placed_prefix(task: SegmentTask, chain: list[RangePart], run: str | None) -
         return 0
     for i, part in enumerate(chain):
         record = _read_record(task, part.index, run)
-        assert part.result is not None
-        wanted = {"start": part.start, "stop": part.stop, "size": part.result.output_bytes, "placed": True}
-        if record is None or any(record.get(k) != v for k, v in wanted.items()):
+        if record is None or record != Placement.of(part, placed=True):
             return i
     return len(chain)
 
