@@ -731,6 +731,12 @@ class ForwardWorkerLogs(WorkerPlugin):
             log = logging.getLogger(name)
             for h in list(log.handlers):
                 log.removeHandler(h)
+            if self.silence:
+                # a LocalCluster's worker is closing with the run: its last heartbeats fail against the closed
+                # scheduler, and those tracebacks must not land on the operator's terminal after the report (a
+                # logger with no handler at all would print them through logging's last resort)
+                log.addHandler(logging.NullHandler())
+                continue
             for h in handlers:
                 log.addHandler(h)
             log.propagate = propagate
