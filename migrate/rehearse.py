@@ -54,6 +54,7 @@ from migrate.engines import Engine
 from migrate.errors import MigrateError
 from migrate.logdir import inspect_log_dir, lock_holder, validate_log_dir_path
 from migrate.model import (
+    DEFAULT_RANGE_BYTES,
     ConvertOptions,
     LeaveReport,
     LogDirPhase,
@@ -298,6 +299,7 @@ class RehearsalConfig:
     compact: tuple[CompactionRule, ...] = ()  # plan --compact, as for `plan`
     drop_tombstones_older_than_ms: int | None = None
     compact_memory_limit: int | None = None
+    range_bytes: int | None = DEFAULT_RANGE_BYTES  # plan --range-bytes
     oracle: str = ""  # path of shared/oracle/oracle; "" for none
     independent_reader: str = "kafka-python"  # or "none"
     cluster: tuple[BrokerBytes, ...] = ()
@@ -1380,6 +1382,7 @@ class Rehearsal:
             compact=c.compact,
             drop_tombstones_older_than_ms=c.drop_tombstones_older_than_ms,
             compact_memory_limit=c.compact_memory_limit,
+            range_bytes=c.range_bytes,
         )
         try:
             plan = build_plan(request)

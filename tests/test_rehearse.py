@@ -328,6 +328,17 @@ def test_a_held_lock_fails_the_rehearsal_and_changes_nothing(small, tmp_path, ca
     assert not copy_dir.exists() or not any(copy_dir.iterdir())
 
 
+def test_a_rehearsal_plans_as_plan_does_ranges_and_digest_included(small, tmp_path, capsys):
+    out = tmp_path / "rehearsal.json"
+    before = snapshot(small)
+    assert cli("--log-dirs", str(small), "-o", str(out), "--range-bytes", "3000", "--digest", "sha256") == 0
+    capsys.readouterr()
+    plan = load_plan(rehearse.RehearsalPaths.beside(out).plan)
+    assert plan.options.digest.value == "sha256"
+    assert sum(t.byte_range is not None for t in plan.tasks) >= 3
+    assert json.loads(out.read_text())["ok"] is True and snapshot(small) == before
+
+
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "migrate.cli", "rehearse", "--engine", "serial", "--oracle", ORACLE_ARG, *args],

@@ -50,7 +50,7 @@ def converted(request, tmp_path_factory) -> tuple[ConvertOptions, Path, Path, di
         p.chmod(0o755 if p.is_dir() else 0o644)
     for rel, ms in MTIMES.items():
         os.utime(src / rel, ns=(ms * 1_000_000, ms * 1_000_000))
-    options = ConvertOptions(target_magic=target, timestamps=policy)
+    options = ConvertOptions(target_magic=target, timestamps=policy, digest="sha256")  # Kafka's summary digest
     out = root / "out"
     return options, src, out, convert_logdir(src, out, options)
 
@@ -382,7 +382,7 @@ def test_empty_segment_gives_empty_outputs(legacy_logdir, tmp_path):
 @pytest.mark.oracle
 def test_pack_bytes_and_recompression_keep_every_record(legacy_logdir, tmp_path, oracle):
     src = legacy_logdir / "plain-v0-0" / "00000000000000000000.log"
-    plain = convert_segment(SegmentTask(str(src), str(tmp_path / "plain"), 0))
+    plain = convert_segment(SegmentTask(str(src), str(tmp_path / "plain"), 0, ConvertOptions(digest="sha256")))
     packed = convert_segment(SegmentTask(str(src), str(tmp_path / "packed"), 0, ConvertOptions(pack_bytes=16384)))
     zstd = convert_segment(
         SegmentTask(str(src), str(tmp_path / "zstd"), 0, ConvertOptions(pack_bytes=16384, compression="zstd"))

@@ -129,6 +129,7 @@ def config_from_args(args: argparse.Namespace) -> rehearse.RehearsalConfig:
         compact=request.compact,
         drop_tombstones_older_than_ms=request.drop_tombstones_older_than_ms,
         compact_memory_limit=request.compact_memory_limit,
+        range_bytes=request.range_bytes,
         oracle="" if args.oracle == "none" else str(Path(args.oracle).resolve()),
         independent_reader=args.independent_reader,
         cluster=cluster,
