@@ -115,6 +115,26 @@ def test_a_write_error_during_conversion_stops_the_run_and_the_next_execute_fini
     assert again.totals.verified == plan.estimates.segments - report.totals.verified  # exactly what remained
 
 
+@pytest.mark.parametrize("point", ["before:convert-range:2", "before:join", "before:syncfs"])
+def test_a_write_error_among_ranges_fails_their_segment_and_the_next_execute_finishes(
+    broker, tmp_path, monkeypatch, point
+):
+    plan, _ = make_plan(tmp_path, broker, range_bytes=3000)
+    assert all(t.byte_range for t in plan.tasks if any(s.partition == "gzip-v0-0" for s in t.segments))
+    monkeypatch.setenv(FAIL_ENV, f"{point}=ENOSPC")
+    report = pipeline.execute(plan, SerialEngine())
+    monkeypatch.delenv(FAIL_ENV)
+    assert not report.ok
+    assert_scan_agrees(plan, report)
+    assert all(s != PartitionState.MIGRATED for s in states(report).values())  # stopped before any swap
+    said = [p.problem.message for p in report.problems] + [e.message for e in report.errors]
+    assert any("No space left on device" in m for m in said), said
+    again = pipeline.execute(plan, SerialEngine())
+    assert again.ok, (again.errors, again.problems)
+    assert_scan_agrees(plan, again)
+    assert not list(broker.glob("*/.kafka-log-migrate-*/*.range-*"))  # no part file outlives the run that joined it
+
+
 # --- a full disk or an I/O error at each write point of the swap --------------------------------------------------
 
 SWAP_WRITE_POINTS = [
@@ -156,7 +176,19 @@ def test_a_write_error_in_the_swap_stops_at_a_state_both_recoveries_finish(
         assert snapshot(broker) == before
 
 
-def test_a_real_full_disk_stops_cleanly_and_execute_finishes_once_space_is_freed(tmp_path):
+@pytest.mark.parametrize(
+    "range_bytes, left, state_room",
+    [(None, 0.1, 0), (20000, 0.1, 0), (20000, 0.5, 150_000), (20000, 0.9, 190_000)],
+    ids=["whole-segments", "ranges-in-prepare", "ranges-in-convert", "ranges-late"],
+)
+def test_a_real_full_disk_stops_cleanly_and_execute_finishes_once_space_is_freed(
+    tmp_path, range_bytes, left, state_room
+):
+    """The disk fills up at different moments: ``state_room`` for the run's state (its SQLite files take about 120 KB
+    here) plus a part of the output moves the moment into the conversion stage (with ranges, the 60 KB lz4 segment
+    in 3; the injected cases below hit each range write point exactly). Each range also keeps three small files
+    until its join, a few pages each, which on this 600 KB disk rules out ranges of a few KB (nothing at the default
+    64 MiB)."""
     mount = tmp_path / "small-disk"
     mount.mkdir()
     if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=600k", "tmpfs", str(mount)]).returncode != 0:
@@ -165,10 +197,11 @@ def test_a_real_full_disk_stops_cleanly_and_execute_finishes_once_space_is_freed
     try:
         broker = make_broker_logdir(mount, partitions=["plain-v0-0", "gzip-v0-0", "lz4-v0-0", "mixed-v0-v1-0"])
         before = snapshot(broker)
-        plan, plan_path = make_plan(tmp_path, broker)
+        plan, plan_path = make_plan(tmp_path, broker, range_bytes=range_bytes)
+        assert any(t.byte_range for t in plan.tasks) == (range_bytes is not None)
         filler = mount / "filler"
-        with open(filler, "wb") as f:  # leave about a tenth of what the conversion needs
-            free = shutil.disk_usage(mount).free - plan.estimates.estimated_output_bytes // 10
+        with open(filler, "wb") as f:  # leave a part of what the conversion needs
+            free = shutil.disk_usage(mount).free - int(plan.estimates.estimated_output_bytes * left) - state_room
             f.write(b"\0" * max(free, 0))
         report = pipeline.execute(plan, SerialEngine())
         assert not report.ok
@@ -177,7 +210,7 @@ def test_a_real_full_disk_stops_cleanly_and_execute_finishes_once_space_is_freed
         assert_scan_agrees(plan, report)
         filler.unlink()
         again = pipeline.execute(plan, SerialEngine())
-        assert again.ok, again
+        assert again.ok, (report.errors, report.problems, again.errors, again.problems)
         assert_scan_agrees(plan, again)
         assert pipeline.rollback(plan, SerialEngine(), plan_path).ok
         assert snapshot(broker) == before
