@@ -26,20 +26,18 @@ pytestmark = pytest.mark.slow
 PARTITIONS = 300
 
 
-@pytest.fixture(scope="module")
-def generated(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("generated") / "kafka-logs"
+def _generate(root: Path, partitions: int, records: int) -> Path:
     subprocess.run(
         [
             sys.executable,
             "benchmarks/gen_legacy.py",
             str(root),
             "--records",
-            "200",
+            str(records),
             "--value-bytes",
             "100",
             "--partitions",
-            str(PARTITIONS),
+            str(partitions),
         ],
         cwd=REPO,
         check=True,
@@ -48,13 +46,32 @@ def generated(tmp_path_factory) -> Path:
     return root
 
 
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory) -> Path:
+    return _generate(tmp_path_factory.mktemp("generated") / "kafka-logs", PARTITIONS, 200)
+
+
+@pytest.fixture(scope="module")
+def generated_large(tmp_path_factory) -> Path:
+    """4 partitions of one 7.8 MB segment each: converted as 1 MiB ranges, 32 range tasks and 4 joins."""
+    return _generate(tmp_path_factory.mktemp("generated-large") / "kafka-logs", 4, 60_000)
+
+
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_sigkill_of_the_dask_run_at_a_random_moment_then_recovery(generated, tmp_path, seed):
-    rng = random.Random(seed)
+    sigkill_then_recover(generated, tmp_path, random.Random(seed), task_segments=16)
+
+
+@pytest.mark.parametrize("seed", [4, 8])  # kills about 0.6 s in: among the ranges; then execute, or rollback
+def test_sigkill_among_range_tasks_and_joins_then_recovery(generated_large, tmp_path, seed):
+    sigkill_then_recover(generated_large, tmp_path, random.Random(seed), range_bytes=1 << 20)
+
+
+def sigkill_then_recover(generated: Path, tmp_path: Path, rng: random.Random, **plan_options: int) -> None:
     broker = tmp_path / "kafka-logs"
     shutil.copytree(generated, broker, copy_function=shutil.copy2)
     os.utime(broker, ns=(generated.stat().st_atime_ns, generated.stat().st_mtime_ns))
-    plan, plan_path = make_plan(tmp_path, broker, task_segments=16)
+    plan, plan_path = make_plan(tmp_path, broker, **plan_options)
     before = snapshot(broker)
     proc = subprocess.Popen(
         [
@@ -84,7 +101,7 @@ def test_sigkill_of_the_dask_run_at_a_random_moment_then_recovery(generated, tmp
     with StateStore.open(broker, plan.plan_id) as store:
         states = store.segment_states()
     # a killed run's verified segments are durable (syncfs before commit): a resume redoes exactly the rest
-    left = sum(1 for s in states.values() if s == SegmentState.PLANNED) if states else PARTITIONS
+    left = sum(1 for s in states.values() if s == SegmentState.PLANNED) if states else plan.estimates.segments
     if rng.random() < 0.5:
         report = pipeline.execute(plan, SerialEngine())
         assert report.ok, report
