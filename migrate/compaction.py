@@ -291,10 +291,6 @@ class Facts:
     has: np.ndarray | None = None
 
 
-def _position(item: Entry) -> int:
-    return int(item.positions[0]) if isinstance(item, legacy.LegacyRun) else item.position
-
-
 def entry_facts(
     item: Entry, src: SegmentSource, settings: Settings, digests: bool = True, chunk_position: int = 0
 ) -> Facts:
@@ -346,7 +342,7 @@ def iter_facts(
         if last is not None and first <= last:
             raise CorruptRecordError(
                 f"offset {first} does not follow offset {last}: compaction needs the partition in offset order",
-                position=chunk_position + _position(item),
+                position=chunk_position + item.first_position,
                 offset=first,
                 path=src.path,
             )

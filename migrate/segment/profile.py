@@ -203,9 +203,7 @@ def check_segment(path: str | Path, base_offset: int, chunk_bytes: int = 8 << 20
                 offsets = item.records.offsets
                 if not len(offsets):
                     continue
-                position = chunk.position + (
-                    int(item.positions[0]) if isinstance(item, legacy.LegacyRun) else item.position
-                )
+                position = chunk.position + item.first_position
                 check_offsets(offsets, last, base_offset, position, str(path))
                 last = int(offsets[-1])
                 records += len(offsets)
