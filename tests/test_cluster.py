@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from cluster_harness import BrokerCluster, can_unshare, make_tls
-from conftest import expected_summaries
+from conftest import expected_summaries, needs_root_power
 from kafka_layout import make_broker_logdir
 from runs import snapshot
 
@@ -69,7 +69,7 @@ def run(capsys, *argv: str) -> tuple[int, str]:
 
 def test_a_cluster_is_planned_on_its_brokers_and_migrated_canary_first(tls, brokers, tmp_path, capsys, oracle):
     if not can_unshare():
-        pytest.skip(reason="brokers at one path need mount namespaces (unshare -m, as root); CI runs as root")
+        needs_root_power("brokers at one path need mount namespaces (unshare -m)")
     data = tmp_path / "data"
     before = {b: snapshot(d) for b, d in brokers.items()}
     with BrokerCluster(tls, brokers, data, preload="migrate.monitor") as cluster:
@@ -134,7 +134,7 @@ def test_a_cluster_is_planned_on_its_brokers_and_migrated_canary_first(tls, brok
 
 def test_plan_time_refusals_name_the_broker(tls, brokers, tmp_path, capsys):
     if not can_unshare():
-        pytest.skip(reason="brokers at one path need mount namespaces (unshare -m, as root); CI runs as root")
+        needs_root_power("brokers at one path need mount namespaces (unshare -m)")
     import subprocess
     import sys
 

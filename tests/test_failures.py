@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, expected_summaries
+from conftest import REPO, expected_summaries, needs_root_power
 from kafka_layout import make_broker_logdir
 from runs import assert_scan_agrees, below_target, make_plan, scan_partitions, snapshot
 
@@ -192,8 +192,7 @@ def test_a_real_full_disk_stops_cleanly_and_execute_finishes_once_space_is_freed
     mount = tmp_path / "small-disk"
     mount.mkdir()
     if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=600k", "tmpfs", str(mount)]).returncode != 0:
-        # no mount privilege here: the injected ENOSPC cases above cover every write point
-        pytest.skip(reason="mounting a tmpfs needs CAP_SYS_ADMIN; injected-ENOSPC cases run instead")
+        needs_root_power("mounting a tmpfs needs CAP_SYS_ADMIN (the injected-ENOSPC cases cover every write point)")
     try:
         broker = make_broker_logdir(mount, partitions=["plain-v0-0", "gzip-v0-0", "lz4-v0-0", "mixed-v0-v1-0"])
         before = snapshot(broker)
