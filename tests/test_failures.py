@@ -247,16 +247,25 @@ def test_an_immutable_segment_fails_its_partition_and_the_others_migrate(broker,
 # --- a live file that changes between conversion and swap, or after the swap --------------------------------------
 
 
-def test_messages_appended_after_conversion_fail_the_partition_and_are_never_lost(broker, tmp_path):
+@pytest.mark.parametrize("range_bytes", [None, 3000], ids=["whole-segments", "ranges"])
+def test_messages_appended_after_conversion_fail_the_partition_and_are_never_lost(broker, tmp_path, range_bytes):
+    from migrate.segment.ranges import RangePart
     from migrate.stages.convert import convert_task
+    from migrate.stages.join import join_segment
     from migrate.stages.prepare import prepare_log_dir
     from migrate.stages.swap import swap_log_dir
 
-    plan, plan_path = make_plan(tmp_path, broker)
+    plan, plan_path = make_plan(tmp_path, broker, range_bytes=range_bytes)
     log_dir = plan.log_dirs[0].log_dir
     prepare_log_dir(plan, log_dir)
+    parts: dict[tuple[str, int], list[RangePart]] = {}
     for task in plan.tasks:
-        convert_task(plan, task.id)
+        value = convert_task(plan, task.id, "run1")
+        if isinstance(value, RangePart):
+            parts.setdefault((task.segments[0].partition, task.segments[0].base_offset), []).append(value)
+    for (name, base), found in parts.items():  # the segments converted in ranges, joined as execute joins them
+        join_segment(plan, log_dir, name, base, found, "run1")
+    assert bool(parts) == (range_bytes is not None) and (range_bytes is None or ("plain-v0-1", 30) in parts)
     # a broker appends ten messages (copies of the segment's own first message) before the swap
     live = broker / "plain-v0-1" / "00000000000000000030.log"
     data = live.read_bytes()
