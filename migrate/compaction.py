@@ -109,27 +109,6 @@ class CompactionRule:
         return f"{self.topics}={strategy}"
 
 
-_DURATION_UNITS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
-_SIZE_UNITS = {"": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20}
-_SIZE_UNITS |= {"g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}
-
-
-def parse_duration_ms(text: str) -> int:
-    """``7d``, ``36h``, ``90m``, ``30s``, ``1500ms``, ``2w`` (or a plain number of milliseconds) as milliseconds."""
-    m = re.fullmatch(r"\s*(\d+)\s*(ms|s|m|h|d|w)?\s*", text)
-    if m is None:
-        raise ValueError(f"{text!r} is not a duration: use a number with ms, s, m, h, d or w (e.g. 7d, 36h)")
-    return int(m[1]) * _DURATION_UNITS[m[2] or "ms"]
-
-
-def parse_bytes(text: str) -> int:
-    """``512MiB``, ``2g``, ``1048576`` (binary units) as bytes."""
-    m = re.fullmatch(r"\s*(\d+)\s*([a-zA-Z]*)\s*", text)
-    if m is None or m[2].lower() not in _SIZE_UNITS or int(m[1]) < 1:
-        raise ValueError(f"{text!r} is not a size: use a positive number of bytes, or with K, M, G, T (e.g. 512M)")
-    return int(m[1]) * _SIZE_UNITS[m[2].lower()]
-
-
 # --- what pass one needs of a partition --------------------------------------------------------------------------
 
 

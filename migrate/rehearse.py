@@ -68,6 +68,7 @@ from migrate.model import (
 )
 from migrate.plan import PlanRefusedError, PlanRequest, build_plan, load_plan, write_plan
 from migrate.scan import scan_log_dirs
+from migrate.units import human_bytes, parse_data_bytes
 from migrate.workspace import fsync_dir, sync_filesystem
 
 REHEARSAL_VERSION = 1
@@ -395,35 +396,6 @@ def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-def human_bytes(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n} B"
-
-
-def human_seconds(s: float) -> str:
-    if s < 120:
-        return f"{s:.1f} s"
-    if s < 7200:
-        return f"{s / 60:.1f} min"
-    return f"{s / 3600:.1f} h"
-
-
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgtp]?)(i?)b?\s*$", re.IGNORECASE)
-
-
-def parse_bytes(text: str) -> int:
-    """``120G`` (10^9), ``120GiB``/``120Gi`` (2^30), ``5T``, ``123456789``: what operators write for disk sizes."""
-    m = _SIZE_RE.match(text)
-    if not m:
-        raise ValueError(f"{text!r} is not a byte count (examples: 123456789, 120G, 1.5T, 800GiB)")
-    number, unit, binary = float(m.group(1)), m.group(2).lower(), m.group(3)
-    power = "kmgtp".index(unit) + 1 if unit else 0
-    return int(number * (1024 if binary else 1000) ** power)
-
-
 def parse_cluster_bytes(text: str) -> tuple[BrokerBytes, ...]:
     """``1:120G,2:118G``: each broker's bytes to migrate (``scan --json`` prints them as summary.legacyBytes)."""
     out = []
@@ -431,7 +403,7 @@ def parse_cluster_bytes(text: str) -> tuple[BrokerBytes, ...]:
         broker, sep, size = item.strip().partition(":")
         if not sep or not broker.strip():
             raise ValueError(f"{item!r}: expected BROKER:BYTES, e.g. 1:120G")
-        out.append(BrokerBytes(broker.strip(), parse_bytes(size)))
+        out.append(BrokerBytes(broker.strip(), parse_data_bytes(size)))
     names = [b.broker for b in out]
     if len(set(names)) != len(names):
         raise ValueError(f"a broker is listed twice in {text!r}")

@@ -29,10 +29,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from migrate import __version__
-from migrate.commands.output import human_bytes
 from migrate.engines import Engine, StageCall
 from migrate.model import EventKind, Plan, Problem, SegmentResult, SegmentState, from_json, to_json
 from migrate.state import StateStore
+from migrate.units import human_bytes
 
 SEGMENT_EVENTS = (
     EventKind.SEGMENT_VERIFIED,

@@ -33,10 +33,10 @@ from pathlib import Path
 from typing import Any, Protocol, TextIO
 
 from migrate import __version__
-from migrate.commands.output import human_bytes
 from migrate.engines import CallResult, Engine, StageCall
 from migrate.errors import MigrateError
 from migrate.model import Outcome, Plan, SegmentOutcome
+from migrate.units import human_bytes
 
 CAPTURED_LOGGERS = ("distributed", "tornado", "bokeh", "migrate", "py.warnings")
 PROGRESS_INTERVAL_SECONDS = 5.0  # without a terminal: one line this often

@@ -19,8 +19,6 @@ from migrate.compaction import (
     CompactionRule,
     SegmentSource,
     Settings,
-    parse_bytes,
-    parse_duration_ms,
     pass_one,
 )
 from migrate.compaction_reference import expected_records, reference_survivors
@@ -39,6 +37,7 @@ from migrate.plan import PlanRefusedError, PlanRequest, build_plan
 from migrate.segment.convert import convert_segment
 from migrate.segment.verify import verify_segment
 from migrate.stages.compact import compact_partition, record_path, survivors_path
+from migrate.units import parse_duration_ms, parse_memory_bytes
 from migrate.workspace import work_dir
 
 OFFSET, TIMESTAMP, HEADER = CompactionStrategy.OFFSET, CompactionStrategy.TIMESTAMP, CompactionStrategy.HEADER
@@ -287,12 +286,16 @@ def test_rules_durations_and_sizes_parse_as_an_operator_writes_them():
             CompactionRule.parse(bad)
     assert parse_duration_ms("7d") == 7 * 86_400_000 and parse_duration_ms("1500ms") == 1500
     assert parse_duration_ms("90m") == 5_400_000 and parse_duration_ms("250") == 250
-    assert parse_bytes("512M") == 512 << 20 and parse_bytes("2GiB") == 2 << 30 and parse_bytes("1000") == 1000
+    assert (
+        parse_memory_bytes("512M") == 512 << 20
+        and parse_memory_bytes("2GiB") == 2 << 30
+        and parse_memory_bytes("1000") == 1000
+    )
     for bad in ("soon", "-1d"):
         with pytest.raises(ValueError, match="not a duration"):
             parse_duration_ms(bad)
     with pytest.raises(ValueError, match="not a size"):
-        parse_bytes("lots")
+        parse_memory_bytes("lots")
 
 
 # --- pass two: the conversion drops the losers ---------------------------------------------------------------

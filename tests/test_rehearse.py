@@ -29,6 +29,7 @@ from migrate.errors import MigrateError
 from migrate.faults import CRASH_ENV, CRASH_EXIT
 from migrate.model import ConvertOptions
 from migrate.plan import load_plan
+from migrate.units import parse_data_bytes
 from migrate.workspace import FENCE_NAME
 
 LEGACY_PARTITIONS = sorted(p.name for p in LEGACY_LOGDIR.iterdir() if p.is_dir())
@@ -491,7 +492,7 @@ def test_fingerprints_see_mtime_and_inode_changes_that_keep_the_bytes(tmp_path):
     [("123456789", 123456789), ("120G", 120 * 10**9), ("1.5T", 1.5 * 10**12), ("800GiB", 800 * 2**30), ("4Ki", 4096)],
 )
 def test_byte_counts_as_operators_write_them(text, expected):
-    assert rehearse.parse_bytes(text) == int(expected)
+    assert parse_data_bytes(text) == int(expected)
 
 
 def test_cluster_bytes_are_refused_when_malformed():

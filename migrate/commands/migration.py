@@ -7,8 +7,7 @@ import sys
 
 from migrate import pipeline, report
 from migrate.commands.engine import add_cluster_options, add_engine_options, load_plan_for, make_engine, parse_brokers
-from migrate.commands.output import human_bytes
-from migrate.compaction import CompactionRule, parse_bytes, parse_duration_ms
+from migrate.compaction import CompactionRule
 from migrate.errors import MigrateError
 from migrate.model import (
     DEFAULT_MAX_MESSAGE_BYTES,
@@ -23,6 +22,7 @@ from migrate.model import (
 )
 from migrate.plan import PlanRequest, build_plan, write_plan
 from migrate.runlog import Progress, WatchedEngine, note, output, result
+from migrate.units import human_bytes, parse_duration_ms, parse_memory_bytes
 
 EXIT_VERIFY_FAILED = 3
 
@@ -217,7 +217,9 @@ def plan_request_from(args: argparse.Namespace, log_dirs: tuple[str, ...], check
         drop_tombstones_older_than_ms=(
             parse_duration_ms(args.drop_tombstones_older_than) if args.drop_tombstones_older_than is not None else None
         ),
-        compact_memory_limit=parse_bytes(args.compact_memory_limit) if args.compact_memory_limit is not None else None,
+        compact_memory_limit=parse_memory_bytes(args.compact_memory_limit)
+        if args.compact_memory_limit is not None
+        else None,
         range_bytes=args.range_bytes or None,
     )
 

@@ -13,11 +13,3 @@ def emit(data: Any, as_json: bool, text: str) -> None:
 
 def note(message: str) -> None:
     print(message, file=sys.stderr)
-
-
-def human_bytes(n: int | float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n} B"

@@ -12,6 +12,7 @@ from migrate.commands.migration import add_plan_options, plan_request_from
 from migrate.commands.output import emit, note
 from migrate.engines import Engine
 from migrate.model import to_json
+from migrate.units import human_bytes, human_seconds, parse_data_bytes
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -112,7 +113,7 @@ def config_from_args(args: argparse.Namespace) -> rehearse.RehearsalConfig:
     elif args.broker_bytes:
         if args.brokers < 1:
             raise ValueError(f"--brokers must be at least 1, not {args.brokers}")
-        size = rehearse.parse_bytes(args.broker_bytes)
+        size = parse_data_bytes(args.broker_bytes)
         cluster = tuple(rehearse.BrokerBytes(str(i), size) for i in range(1, args.brokers + 1))
     else:
         cluster = ()
@@ -169,7 +170,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def report_text(report: rehearse.RehearsalReport) -> str:
-    hb, hs = rehearse.human_bytes, rehearse.human_seconds
+    hb, hs = human_bytes, human_seconds
     lines = [f"rehearsal {report.id} of {', '.join(report.log_dirs)}"]
     if report.copy is not None:
         lines.append(f"  on a copy in {report.copy.dir}: {report.copy.method}")
