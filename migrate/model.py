@@ -654,6 +654,19 @@ class SegmentOutcome:
 
 
 @dataclass(frozen=True)
+class RangeProgress:
+    """A range of a large segment converted and verified by its own task: progress only, the bytes of the source
+    range it covers. The segment's outcome, the one the state keeps, comes with its join."""
+
+    log_dir: str
+    partition: str
+    base_offset: int
+    index: int
+    count: int
+    source_bytes: int
+
+
+@dataclass(frozen=True)
 class PartitionStatus:
     log_dir: str
     partition: str

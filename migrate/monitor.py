@@ -42,6 +42,7 @@ from migrate.model import (
     Outcome,
     Plan,
     Problem,
+    RangeProgress,
     RollbackReport,
     SegmentOutcome,
     SwapReport,
@@ -92,8 +93,11 @@ def planned_size(plan: Plan | None, log_dir: str, partition: str, base_offset: i
         return 0
 
 
-def segment_event(outcome: SegmentOutcome, plan: Plan | None = None) -> dict[str, Any]:
-    """One finished segment. The full conversion result travels back with the task's return value, not here."""
+def segment_event(outcome: SegmentOutcome | RangeProgress, plan: Plan | None = None) -> dict[str, Any]:
+    """One finished segment, or one finished range of a segment converted in ranges (progress only). The full
+    conversion result travels back with the task's return value, not here."""
+    if isinstance(outcome, RangeProgress):
+        return {"plan_id": plan.plan_id if plan is not None else None, "range": to_json(outcome)}
     body = to_json(outcome)
     body.pop("result", None)
     result = outcome.result
@@ -106,7 +110,9 @@ def segment_event(outcome: SegmentOutcome, plan: Plan | None = None) -> dict[str
     }
 
 
-def outcome_of(event: dict[str, Any]) -> SegmentOutcome:
+def outcome_of(event: dict[str, Any]) -> SegmentOutcome | RangeProgress:
+    if "range" in event:
+        return from_json(RangeProgress, event["range"], "event.range")
     return from_json(SegmentOutcome, event["outcome"], "event.outcome")
 
 
@@ -172,6 +178,7 @@ class PartitionProgress:
     mtime_timestamped_records: int = 0
     rolled_back: bool = False
     stored_state: str | None = None  # what the state store said last (status stage), until an event changes it
+    ranged: dict[int, int] = field(default_factory=dict)  # base offset -> bytes its ranges reported before its join
 
     @property
     def state(self) -> str:
@@ -185,7 +192,7 @@ class PartitionProgress:
         if t["failed"].segments:
             return "failed"
         if not (t["verified"].segments or t["skipped"].segments):
-            return "planned"
+            return "converting" if self.ranged else "planned"
         if t["verified"].segments + t["skipped"].segments >= t["planned"].segments:
             return "ready"
         return "converting"
@@ -256,13 +263,20 @@ class RunProgress:
     def segment(self, event: dict[str, Any]) -> None:
         now = self.clock()
         self.updated = now
+        if "range" in event:
+            self._range(event["range"], now)
+            return
         o = event["outcome"]
         outcome = o["outcome"]
         nbytes = o["source_bytes"] or event.get("planned_bytes", 0)
         part = self._partition(o["log_dir"], o["partition"])
         part.stored_state = None
+        # bytes its ranges reported already count once: the segment adds what they did not
+        ranged = part.ranged.pop(o["base_offset"], 0)
         if event.get("converted"):
-            part.tallies["converted"].add(1, nbytes)
+            part.tallies["converted"].add(1, max(nbytes - ranged, 0))
+        elif ranged:
+            part.tallies["converted"].add(0, -ranged)  # reported by ranges, then not converted after all
         if outcome in (Outcome.VERIFIED.value, Outcome.UNCHANGED.value):
             part.tallies["verified"].add(1, nbytes)
             part.output_bytes += o["output_bytes"]
@@ -279,10 +293,22 @@ class RunProgress:
         f.output_bytes += o["output_bytes"]
         f.records += o["records"]
         if outcome != Outcome.SKIPPED.value:
-            second = int(now)
-            self.per_second[second] = self.per_second.get(second, 0) + nbytes
-            self.first_work = now if self.first_work is None else self.first_work
-            self.last_work = now
+            self._worked(now, max(nbytes - ranged, 0))
+
+    def _range(self, r: dict[str, Any], now: float) -> None:
+        """A range of a segment converted in ranges: its bytes count as converted work now (rate, ETA), the segment
+        when its join reports it."""
+        part = self._partition(r["log_dir"], r["partition"])
+        part.stored_state = None
+        part.ranged[r["base_offset"]] = part.ranged.get(r["base_offset"], 0) + r["source_bytes"]
+        part.tallies["converted"].add(0, r["source_bytes"])
+        self._worked(now, r["source_bytes"])
+
+    def _worked(self, now: float, nbytes: int) -> None:
+        second = int(now)
+        self.per_second[second] = self.per_second.get(second, 0) + nbytes
+        self.first_work = now if self.first_work is None else self.first_work
+        self.last_work = now
 
     def stage(self, event: dict[str, Any]) -> None:
         self.updated = self.clock()
@@ -356,11 +382,14 @@ class RunProgress:
         for p in parts:
             for c in COLUMNS:
                 out[c].add(p.tallies[c].segments, p.tallies[c].bytes)
+        in_ranges = sum(sum(p.ranged.values()) for p in parts)  # converted ranges of segments not yet joined
         pending = Tally(
             max(
                 0, out["planned"].segments - out["verified"].segments - out["failed"].segments - out["skipped"].segments
             ),
-            max(0, out["planned"].bytes - out["verified"].bytes - out["failed"].bytes - out["skipped"].bytes),
+            max(
+                0, out["planned"].bytes - out["verified"].bytes - out["failed"].bytes - out["skipped"].bytes - in_ranges
+            ),
         )
         body = {c: out[c].json() for c in COLUMNS}
         body["pending"] = pending.json()

@@ -35,7 +35,7 @@ from typing import Any, Protocol, TextIO
 from migrate import __version__
 from migrate.engines import CallResult, Engine, StageCall
 from migrate.errors import MigrateError
-from migrate.model import Outcome, Plan, SegmentOutcome
+from migrate.model import Outcome, Plan, RangeProgress, SegmentOutcome
 from migrate.units import human_bytes
 
 CAPTURED_LOGGERS = ("distributed", "tornado", "bokeh", "migrate", "py.warnings")
@@ -256,6 +256,7 @@ class Progress:
         self.worked: deque[tuple[float, int]] = deque()  # (when, bytes) converted by this run, for the rate
         self.failed = 0
         self.seen: set[tuple[str, str, int]] = set()
+        self.ranged: dict[tuple[str, str, int], int] = {}  # bytes reported by a segment's ranges before its join
         self.started = clock()
         self.last_line = -float("inf")
         self._lock = threading.Lock()
@@ -268,20 +269,28 @@ class Progress:
         except (KeyError, ValueError):
             return o.source_bytes
 
-    def segment(self, o: SegmentOutcome) -> None:
+    def segment(self, o: SegmentOutcome | RangeProgress) -> None:
         key = (o.log_dir, o.partition, o.base_offset)
-        size = self.planned_bytes(o)
         now = self.clock()
+        if isinstance(o, RangeProgress):  # a range of a large segment: its bytes are done now, the segment at its join
+            with self._lock:
+                if key not in self.seen:
+                    self.ranged[key] = self.ranged.get(key, 0) + o.source_bytes
+                    self.done_bytes += o.source_bytes
+                    self.worked.append((now, o.source_bytes))
+            return
+        size = self.planned_bytes(o)
         with self._lock:
             if key in self.seen:
                 return
             self.seen.add(key)
-            self.done_bytes += size
+            ranged = self.ranged.pop(key, 0)
+            self.done_bytes += size - ranged
             self.done_segments += 1
             if o.outcome in (Outcome.REFUSED, Outcome.FAILED):
                 self.failed += 1
             if o.outcome != Outcome.SKIPPED:
-                self.worked.append((now, size))
+                self.worked.append((now, max(size - ranged, 0)))
 
     def outcomes(self, results: list[CallResult]) -> None:
         """A stage's returned outcomes: what a live feed missed (Spark has none; skipped segments are not fed)."""

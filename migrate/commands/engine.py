@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
+from migrate import progress
 from migrate.engines import Engine, SerialEngine
 from migrate.errors import MigrateError
-from migrate.model import Plan, SegmentOutcome
+from migrate.model import Plan
 from migrate.plan import load_plan
 from migrate.runlog import note
 from migrate.security import TlsFiles, check_scheduler_address
@@ -88,7 +89,7 @@ def accelerator_state() -> str:
 
 
 def make_engine(
-    args: argparse.Namespace, on_segment: Callable[[SegmentOutcome], None] | None = None
+    args: argparse.Namespace, on_segment: Callable[[progress.Event], None] | None = None
 ) -> tuple[Engine, str]:
     """The engine, and the C accelerator's state ("active", or why the slower fallback runs). ``on_segment`` is
     called as each segment finishes, where the engine can tell (serial: in this process; Dask: from the workers'

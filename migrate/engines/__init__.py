@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from migrate import progress
-from migrate.model import Plan, SegmentOutcome
+from migrate.model import Plan
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ class SerialEngine:
 
     name = "serial"
 
-    def __init__(self, on_segment: Callable[[SegmentOutcome], None] | None = None) -> None:
+    def __init__(self, on_segment: Callable[[progress.Event], None] | None = None) -> None:
         self.on_segment = on_segment
 
     def map(self, stage: str, fn: Callable[..., Any], calls: list[StageCall]) -> list[CallResult]:

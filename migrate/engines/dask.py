@@ -28,7 +28,7 @@ from distributed import Client, LocalCluster, as_completed
 
 from migrate import monitor, progress
 from migrate.engines import CallResult, StageCall
-from migrate.model import Plan, SegmentOutcome
+from migrate.model import Plan
 
 NO_WORKERS_TIMEOUT = "60s"
 MONITOR = "migrate.monitor"
@@ -78,7 +78,7 @@ class DaskEngine:
         dashboard_address: str = "127.0.0.1:8787",
         processes: bool = True,
         progress: bool | None = None,
-        on_segment: Callable[[SegmentOutcome], None] | None = None,
+        on_segment: Callable[[progress.Event], None] | None = None,
         security: Any = None,
         on_ready: Callable[[DaskEngine], None] | None = None,
     ) -> None:
@@ -209,7 +209,7 @@ class DaskEngine:
     def _run_here(self, fn: Callable[..., Any], call: StageCall) -> CallResult:
         plan = call.plan
 
-        def sink(o: SegmentOutcome) -> None:
+        def sink(o: progress.Event) -> None:
             if self._on_segment is not None:
                 self._on_segment(o)
             self._held_events.append((monitor.SEGMENT_TOPIC, monitor.segment_event(o, plan)))

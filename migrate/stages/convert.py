@@ -27,6 +27,7 @@ from migrate.model import (
     PartitionState,
     Plan,
     Problem,
+    RangeProgress,
     SegmentOutcome,
     SegmentState,
     SegmentTask,
@@ -162,6 +163,9 @@ def convert_range_task(plan: Plan, task: TaskPlan, run: str = "") -> RangePart:
         part.outcome, part.problem = Outcome.FAILED, problem
     else:
         done.log_dir, done.partition = task.log_dir, ref.partition
+        if done.outcome == Outcome.VERIFIED:
+            size = span.end - span.start  # the nominal ranges of a segment add up to its size exactly
+            progress.report(RangeProgress(task.log_dir, ref.partition, ref.base_offset, span.index, span.count, size))
         return done
     part.convert_seconds = time.perf_counter() - started
     return part
