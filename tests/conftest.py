@@ -107,8 +107,18 @@ def oracle() -> Oracle:
 
 
 def needs_root_power(reason: str) -> None:
-    """A test that needs what root can do here (mount a tmpfs, a mount namespace) and cannot have it: as root, where
-    CI runs, that is a failure, so CI never passes by skipping it; as another user, a skip that says why."""
+    """A test that needs what root can do here (mount a tmpfs, a mount namespace, install a package) and cannot have
+    it: as root, where CI runs, that is a failure, so CI never passes by skipping it; as another user, a skip that
+    says why."""
     if os.geteuid() == 0:
-        pytest.fail(f"{reason}, although this runs as root: is the container unprivileged?")
+        pytest.fail(f"{reason}, although this runs as root (.ci/run sets it up): is the container unprivileged?")
     pytest.skip(reason=reason)
+
+
+def chromium_path() -> str:
+    """Debian's chromium, for the tests that open pages in a real headless browser (.ci/run installs it)."""
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if found is None:
+        needs_root_power("chromium is not installed (apt-get install chromium, as .ci/run does)")
+    assert found is not None
+    return found

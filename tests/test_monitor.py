@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import threading
 import time
@@ -19,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from conftest import chromium_path
 from kafka_layout import make_broker_logdir
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -249,14 +249,8 @@ def test_the_client_subscription_delivered_every_segment_as_it_finished(run):
     assert sorted(map(key, run.fed)) == sorted(map(key, run.finished))
 
 
-def find_chromium() -> str | None:
-    return shutil.which("chromium") or shutil.which("chromium-browser")
-
-
 def test_the_migration_page_renders_the_runs_figures_in_chromium(run, tmp_path):
-    chromium = find_chromium()
-    if chromium is None:
-        pytest.skip("chromium is not installed (.ci/run installs Debian's chromium package)")
+    chromium = chromium_path()
     proc = subprocess.run(
         [
             chromium,

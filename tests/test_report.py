@@ -13,6 +13,7 @@ from pathlib import Path
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
+from conftest import chromium_path
 from kafka_layout import make_broker_logdir
 
 from migrate.cli import main
@@ -103,13 +104,6 @@ def test_the_parquet_table_has_a_row_per_planned_segment_and_sums_to_the_runs_to
     assert summary["duration_seconds"] > 0 and summary["throughput_bytes_per_second"] > 0
 
 
-def chromium() -> str:
-    found = shutil.which("chromium") or shutil.which("chromium-browser")
-    if found is None:
-        pytest.skip("chromium is not installed (.ci/run installs Debian's chromium package)")
-    return found
-
-
 def headless(browser: str, profile: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [
@@ -134,7 +128,7 @@ def headless(browser: str, profile: Path, *args: str) -> subprocess.CompletedPro
 
 
 def test_the_html_report_in_chromium_shows_the_runs_totals_without_script_errors(executed, tmp_path):
-    browser = chromium()
+    browser = chromium_path()
     summary = executed["report"]
     url = executed["html"].resolve().as_uri()
     proc = headless(browser, tmp_path / "profile", "--dump-dom", url)
