@@ -14,6 +14,8 @@ from __future__ import annotations
 import importlib.util
 import struct
 import sys
+import threading
+import time
 import tracemalloc
 from collections import Counter
 
@@ -799,3 +801,110 @@ def test_fuzz_legacy_run(data, damage):
 )
 def test_fuzz_index_entries(cols, interval, state):
     fuzz.check_index_entries(speedups, cols, interval, state)
+
+
+# --- the loops run without the GIL ------------------------------------------------------------------------------
+
+
+def long_calls(n: int = 20_000) -> dict[str, tuple]:
+    """Per function: its arguments over ``n`` valid items (about 2-5 MB), for calls long enough to be caught in."""
+    batch = v2.encode_batch([Record(0, 5, b"key", b"v" * 100)])
+    message = legacy_segment()[0][: int(legacy_segment()[2][0])]
+    one = np.ones(n, np.int64)
+    piece_pos, piece_len = np.zeros(n, np.int64), one * len(SRB_BUF)
+    return {
+        "crc_ranges": (DATA * 8000, np.arange(n, dtype=np.int64) * 100, np.arange(n, dtype=np.int64) * 100 + 100, True),
+        "single_record_batches": (
+            SRB_BUF,
+            np.arange(n, dtype=np.int64),
+            one,
+            one * 0,
+            piece_pos,
+            piece_len,
+            piece_pos,
+            piece_len,
+            np.zeros(n, np.uint8),
+            -1,
+        ),
+        "digest_stream": (SRB_BUF, np.arange(n, dtype=np.int64), one, piece_pos, piece_len, piece_pos, piece_len, True),
+        "v2_batches": (batch * n, np.arange(n, dtype=np.int64) * len(batch), one * len(batch)),
+        "v2_records": (batch * n, np.arange(n, dtype=np.int64) * len(batch), one * len(batch)),
+        "legacy_run": (message * n, np.arange(n, dtype=np.int64) * len(message), one * len(message)),
+        # its loop is the shortest per item: as many items as the others have bytes
+        "index_entries": (np.full(n * 100, 100), np.arange(n * 100), np.arange(n * 100), 4096, *STATE),
+    }
+
+
+@pytest.mark.parametrize("name", list(long_calls(1)))
+def test_each_loop_lets_other_threads_run(name):
+    """With a switch interval of an hour the interpreter never takes the GIL from this thread, so the other thread,
+    woken just before, can run while a call is in progress only if the call's loop releases the GIL itself: the
+    driver's conversion then runs beside Dask's scheduler and dashboard, and a worker's event loop keeps answering."""
+    args = long_calls()[name]
+    function = getattr(speedups, name)
+    function(*args)  # valid arguments: this returns
+    calling, seen = threading.Event(), []
+    wake = threading.Lock()
+    wake.acquire()
+
+    def other() -> None:
+        with wake:  # blocks without the GIL until released below
+            seen.append(calling.is_set())
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(3600)
+    try:
+        calling.set()
+        wake.release()
+        for _ in range(2000):
+            function(*args)
+            if seen:
+                break
+        calling.clear()
+    finally:
+        sys.setswitchinterval(interval)
+    thread.join()
+    assert seen == [True]
+
+
+@pytest.mark.parametrize("name", list(long_calls(1)))
+def test_arrays_rewritten_by_another_thread_never_break_a_loop(name):
+    """Without the GIL another thread can write to the arrays between a function's checking pass and its loop: the
+    loop checks again what it reads and writes, so the call returns or raises RuntimeError, never reads or writes
+    out of bounds (a crash here kills the run; under the ASan build of benchmarks/README.md, so would a stray read).
+    The other thread gets the GIL while a call is in progress, that is while its loop runs, and then writes hostile
+    values into the arrays; they are made valid again between calls."""
+    args = long_calls()[name]
+    columns = [a for a in args if isinstance(a, np.ndarray) and a.dtype == np.int64]
+    pristine = [c.copy() for c in columns]
+    hostile = i64(-1, 2**31, I64_MAX, I64_MIN, 1 << 40, 10**6)
+    rng = np.random.default_rng(1)
+    calling, done = threading.Event(), threading.Event()
+
+    def rewrite() -> None:
+        while not done.is_set():
+            if calling.is_set():
+                column = columns[rng.integers(len(columns))]
+                column[rng.integers(len(column), size=64)] = hostile[rng.integers(len(hostile))]
+            time.sleep(0)
+
+    thread = threading.Thread(target=rewrite)
+    thread.start()
+    outcomes: Counter[str] = Counter()
+    try:
+        for _ in range(300):
+            calling.set()
+            try:
+                getattr(speedups, name)(*args)
+                outcomes["returned"] += 1
+            except (RuntimeError, *REFUSED) as exc:
+                outcomes[type(exc).__name__] += 1
+            calling.clear()
+            for column, valid in zip(columns, pristine):
+                column[:] = valid
+    finally:
+        done.set()
+        thread.join()
+    assert outcomes["RuntimeError"] > 0  # the writes did land inside loops, and each loop noticed

@@ -7,7 +7,14 @@
  * are 1-D, C-contiguous, aligned and of the item type it reads, that parallel arrays have one length, and that every
  * position and length lies inside its buffer, and raises TypeError, ValueError, OverflowError or MemoryError
  * otherwise. The checks run in a pass over the arrays before the loop that writes (which most functions need anyway
- * to size their output exactly), so the writing loops stay free of them. Public C API only. */
+ * to size their output exactly). Public C API only.
+ *
+ * The writing loops run without the GIL, so the driver's conversion goes on while Dask's scheduler and dashboard
+ * (threads of the same process) start or serve, and a worker's event loop answers while a chunk converts. Without
+ * the GIL another thread could change an argument between the checking pass and the loop, so each loop takes every
+ * position and length it uses once, into a local, and checks again that it reads and writes inside its buffers
+ * (cheap comparisons); an argument changed under it raises RuntimeError (CHANGED_UNDER_US) instead of reading or
+ * writing out of bounds. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
@@ -241,6 +248,8 @@ static inline int piece_inside(int64_t pos, int64_t len, Py_ssize_t size, int al
     return pos >= 0 && len <= (int64_t)size && pos <= (int64_t)size - len;
 }
 
+#define CHANGED_UNDER_US "an argument changed while it was being read (another thread wrote to it)"
+
 static int add_size(Py_ssize_t *total, int64_t more) {
     if (more < 0 || more > (int64_t)(PY_SSIZE_T_MAX - *total)) {
         PyErr_SetString(PyExc_OverflowError, "output would be larger than the largest bytes object");
@@ -317,10 +326,21 @@ static PyObject *crc_ranges(PyObject *self, PyObject *args) {
     result = PyBytes_FromStringAndSize(NULL, n * 4);
     if (result == NULL) goto done;
     uint32_t *out = (uint32_t *)PyBytes_AS_STRING(result);
-    if (castagnoli)
-        for (Py_ssize_t i = 0; i < n; i++) out[i] = crc32c(p + s[i], e[i] - s[i]);
-    else
-        for (Py_ssize_t i = 0; i < n; i++) out[i] = crc32_ieee(p + s[i], e[i] - s[i]);
+    int changed = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t a = s[i], b = e[i];
+        if (!(a >= 0 && a <= b && b <= (int64_t)buf.len)) {
+            changed = 1;
+            break;
+        }
+        out[i] = castagnoli ? crc32c(p + a, b - a) : crc32_ieee(p + a, b - a);
+    }
+    Py_END_ALLOW_THREADS
+    if (changed) {
+        PyErr_SetString(PyExc_RuntimeError, CHANGED_UNDER_US);
+        Py_CLEAR(result);
+    }
 done:
     release_columns(cols, 2);
     PyBuffer_Release(&buf);
@@ -414,9 +434,19 @@ static PyObject *single_record_batches(PyObject *self, PyObject *args) {
     result = PyBytes_FromStringAndSize(NULL, total);
     if (result == NULL) goto fail;
     uint8_t *o = (uint8_t *)PyBytes_AS_STRING(result);
+    int changed = 0;
+    Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n; i++) {
         uint8_t *start = o;
-        int64_t k = KL[i] > 0 ? KL[i] : 0, v = VL[i] > 0 ? VL[i] : 0;
+        int64_t kp = KP[i], kl = KL[i], vp = VP[i], vl = VL[i], ts = T[i];
+        int64_t body = single_record_body(kl, vl);
+        /* S is ours; the key and value must still be where they were and size this batch as they did */
+        if (!piece_inside(kp, kl, buf.len, 1) || !piece_inside(vp, vl, buf.len, 1) ||
+            61 + varint_size(body) + body != S[i]) {
+            changed = 1;
+            break;
+        }
+        int64_t k = kl > 0 ? kl : 0, v = vl > 0 ? vl : 0;
         o = put64(o, O[i]);
         o = put32(o, (int32_t)(S[i] - 12));
         o = put32(o, leader_epoch);
@@ -425,24 +455,29 @@ static PyObject *single_record_batches(PyObject *self, PyObject *args) {
         o += 4;
         o = put16(o, TY[i] == 1 ? 0x08 : 0);
         o = put32(o, 0);
-        o = put64(o, T[i]);
-        o = put64(o, T[i]);
+        o = put64(o, ts);
+        o = put64(o, ts);
         o = put64(o, -1);
         o = put16(o, -1);
         o = put32(o, -1);
         o = put32(o, 1);
-        o = put_varint(o, single_record_body(KL[i], VL[i]));
+        o = put_varint(o, body);
         *o++ = RA[i];
         *o++ = 0; /* timestamp delta */
         *o++ = 0; /* offset delta */
-        o = put_varint(o, KL[i]);
-        if (k) memcpy(o, src + KP[i], (size_t)k);
+        o = put_varint(o, kl);
+        if (k) memcpy(o, src + kp, (size_t)k);
         o += k;
-        o = put_varint(o, VL[i]);
-        if (v) memcpy(o, src + VP[i], (size_t)v);
+        o = put_varint(o, vl);
+        if (v) memcpy(o, src + vp, (size_t)v);
         o += v;
         *o++ = 0; /* headers */
         put32(crc_at, (int32_t)crc32c(start + 21, o - start - 21));
+    }
+    Py_END_ALLOW_THREADS
+    if (changed) {
+        PyErr_SetString(PyExc_RuntimeError, CHANGED_UNDER_US);
+        goto fail;
     }
     release_columns(cols, 8);
     PyBuffer_Release(&buf);
@@ -497,26 +532,41 @@ static PyObject *digest_stream(PyObject *self, PyObject *args) {
     result = PyBytes_FromStringAndSize(NULL, total);
     if (result == NULL) goto done;
     uint8_t *o = (uint8_t *)PyBytes_AS_STRING(result);
+    const uint8_t *out_end = o + total;
+    int changed = 0;
+    Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t kp = KP[i], kl = KL[i], vp = VP[i], vl = VL[i];
+        if ((kl >= 0 && (!piece_inside(kp, kl, buf.len, 0) || kl > INT32_MAX)) ||
+            (vl >= 0 && (!piece_inside(vp, vl, buf.len, 0) || vl > INT32_MAX)) ||
+            8 + (with_ts ? 8 : 0) + (kl < 0 ? 1 : 5 + kl) + (vl < 0 ? 1 : 5 + vl) + 4 > out_end - o) {
+            changed = 1;
+            break;
+        }
         o = put64(o, O[i]);
         if (with_ts) o = put64(o, T[i]);
-        if (KL[i] < 0) {
+        if (kl < 0) {
             *o++ = 1;
         } else {
             *o++ = 0;
-            o = put32(o, (int32_t)KL[i]);
-            if (KL[i]) memcpy(o, src + KP[i], (size_t)KL[i]);
-            o += KL[i];
+            o = put32(o, (int32_t)kl);
+            if (kl) memcpy(o, src + kp, (size_t)kl);
+            o += kl;
         }
-        if (VL[i] < 0) {
+        if (vl < 0) {
             *o++ = 1;
         } else {
             *o++ = 0;
-            o = put32(o, (int32_t)VL[i]);
-            if (VL[i]) memcpy(o, src + VP[i], (size_t)VL[i]);
-            o += VL[i];
+            o = put32(o, (int32_t)vl);
+            if (vl) memcpy(o, src + vp, (size_t)vl);
+            o += vl;
         }
         o = put32(o, 0);
+    }
+    Py_END_ALLOW_THREADS
+    if (changed || o != out_end) {
+        PyErr_SetString(PyExc_RuntimeError, CHANGED_UNDER_US);
+        Py_CLEAR(result);
     }
 done:
     release_columns(cols, 6);
@@ -602,12 +652,22 @@ static PyObject *v2_decode(PyObject *args, int checked) {
     int64_t *MX = checked ? (int64_t *)PyBytes_AS_STRING(maxes) : NULL;
     for (int c = 0; c < 6; c++) C[c] = (int64_t *)PyBytes_AS_STRING(cols[c]);
     Py_ssize_t r = 0;
+    int changed = 0;
+    Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < nb; i++) {
-        const uint8_t *b = src + P[i], *end = b + S[i];
-        if (i + 4 < nb) __builtin_prefetch(src + P[i + 4]); /* inside the buffer: checked above */
+        int64_t at = P[i], size = S[i];
+        if (!piece_inside(at, size, buf.len, 0)) {
+            changed = 1;
+            break;
+        }
+        const uint8_t *b = src + at, *end = b + size;
+        if (i + 4 < nb) { /* a hint, for a position inside the buffer only (another could overflow the pointer) */
+            int64_t ahead = P[i + 4];
+            if (ahead >= 0 && ahead < (int64_t)buf.len) __builtin_prefetch(src + ahead);
+        }
         CN[i] = 0;
         if (checked) LO[i] = MX[i] = 0;
-        if (S[i] < V2_HEADER) {
+        if (size < V2_HEADER) {
             ST[i] = V2_MALFORMED;
             continue;
         }
@@ -615,7 +675,7 @@ static PyObject *v2_decode(PyObject *args, int checked) {
             /* the batch's own header: last offset (Java long arithmetic) and max timestamp; then its CRC-32C */
             LO[i] = (int64_t)((uint64_t)be64(b) + (uint64_t)(int64_t)be32(b + 23));
             MX[i] = be64(b + 35);
-            if ((uint32_t)be32(b + 17) != crc32c(b + 21, S[i] - 21)) {
+            if ((uint32_t)be32(b + 17) != crc32c(b + 21, size - 21)) {
                 ST[i] = V2_MALFORMED;
                 continue;
             }
@@ -627,7 +687,8 @@ static PyObject *v2_decode(PyObject *args, int checked) {
             ST[i] = V2_DEFER;
             continue;
         }
-        if (v2_capacity(b, S[i]) < 0 || last_delta < 0) {
+        /* the columns hold `total` records, reserved from the counts the checking pass read: no more fit */
+        if (v2_capacity(b, size) < 0 || last_delta < 0 || count > total - r) {
             ST[i] = V2_MALFORMED;
             continue;
         }
@@ -686,6 +747,11 @@ static PyObject *v2_decode(PyObject *args, int checked) {
             continue;
         }
         CN[i] = r - r0;
+    }
+    Py_END_ALLOW_THREADS
+    if (changed) {
+        PyErr_SetString(PyExc_RuntimeError, CHANGED_UNDER_US);
+        goto done;
     }
     if (r < total) {
         /* some batches were not decoded: hand back exactly the records that were */
@@ -755,10 +821,19 @@ static PyObject *legacy_run(PyObject *self, PyObject *args) {
             *KL = (int64_t *)PyBytes_AS_STRING(cols[4]), *VP = (int64_t *)PyBytes_AS_STRING(cols[5]),
             *VL = (int64_t *)PyBytes_AS_STRING(cols[6]), *MG = (int64_t *)PyBytes_AS_STRING(cols[7]),
             *AT = (int64_t *)PyBytes_AS_STRING(cols[8]);
+    int changed = 0;
+    Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n; i++) {
-        const uint8_t *b = src + P[i];
-        int64_t size = S[i];
-        if (i + 4 < n) __builtin_prefetch(src + P[i + 4]); /* inside the buffer: checked above */
+        int64_t at = P[i], size = S[i];
+        if (!piece_inside(at, size, buf.len, 0)) {
+            changed = 1;
+            break;
+        }
+        const uint8_t *b = src + at;
+        if (i + 4 < n) { /* a hint, for a position inside the buffer only (another could overflow the pointer) */
+            int64_t ahead = P[i + 4];
+            if (ahead >= 0 && ahead < (int64_t)buf.len) __builtin_prefetch(src + ahead);
+        }
         ST[i] = 1;
         O[i] = CR[i] = TS[i] = KP[i] = KL[i] = VP[i] = VL[i] = MG[i] = AT[i] = 0;
         if (size < 26) continue; /* shorter than a magic 0 message's fixed fields */
@@ -773,14 +848,19 @@ static PyObject *legacy_run(PyObject *self, PyObject *args) {
         int64_t key_at = magic ? 26 : 18; /* within the fixed fields */
         int64_t kl = be32(b + key_at);
         KL[i] = kl;
-        KP[i] = P[i] + key_at + 4;
+        KP[i] = at + key_at + 4;
         int64_t value_at = key_at + 4 + (kl > 0 ? kl : 0);
         if (kl < -1 || value_at + 4 > size) continue;
         int64_t vl = be32(b + value_at);
         VL[i] = vl;
-        VP[i] = P[i] + value_at + 4;
+        VP[i] = at + value_at + 4;
         if (vl < -1 || value_at + 4 + (vl > 0 ? vl : 0) != size) continue;
         ST[i] = 0;
+    }
+    Py_END_ALLOW_THREADS
+    if (changed) {
+        PyErr_SetString(PyExc_RuntimeError, CHANGED_UNDER_US);
+        goto done;
     }
     result = PyTuple_Pack(10, status, cols[0], cols[1], cols[2], cols[3], cols[4], cols[5], cols[6], cols[7], cols[8]);
 done:
@@ -844,13 +924,25 @@ static PyObject *index_entries(PyObject *self, PyObject *args) {
         goto done;
     }
     Py_ssize_t no = 0, nt = 0;
+    int changed = 0;
+    int64_t end = valid + total; /* no overflow: checked above */
+    Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t size = S[i];
+        if (size < 0 || size > end - valid) {
+            changed = 1;
+            break;
+        }
         if (M[i] > max_ts) {
             max_ts = M[i];
             off_of_max = L[i];
         }
         /* valid >= last_entry >= 0: the difference cannot overflow */
         if (valid - last_entry > interval) {
+            if (no >= (cap ? cap : 1)) { /* the sizes summed to more entries than were allocated: they changed */
+                changed = 1;
+                break;
+            }
             off_buf[2 * no] = L[i];
             off_buf[2 * no + 1] = valid;
             no++;
@@ -862,7 +954,12 @@ static PyObject *index_entries(PyObject *self, PyObject *args) {
             }
             last_entry = valid;
         }
-        valid += S[i];
+        valid += size;
+    }
+    Py_END_ALLOW_THREADS
+    if (changed) {
+        PyErr_SetString(PyExc_RuntimeError, CHANGED_UNDER_US);
+        goto done;
     }
     offsets = PyBytes_FromStringAndSize((const char *)off_buf, no * 16);
     times = PyBytes_FromStringAndSize((const char *)time_buf, nt * 16);
