@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
+import psutil
 import pytest
 from distributed import get_worker
 from kafka_layout import make_broker_logdir
@@ -16,7 +19,7 @@ from runs import assert_scan_agrees
 
 from migrate import pipeline
 from migrate.engines import StageCall
-from migrate.engines.dask import DaskEngine
+from migrate.engines.dask import DaskEngine, worth_workers
 from migrate.plan import PlanRequest, build_plan
 
 
@@ -138,3 +141,58 @@ def test_this_hosts_calls_run_in_the_driver_while_the_local_cluster_starts():
         assert pids[0] == os.getpid()  # in order: what ran here came first
     finally:
         engine.close()
+
+
+def _status(engine: DaskEngine) -> dict:
+    base = engine.dashboard_link.rsplit("/", 1)[0]
+    with urllib.request.urlopen(f"{base}/migration/status.json", timeout=10) as r:
+        return json.loads(r.read())
+
+
+def test_a_plan_done_here_sooner_than_workers_start_starts_none(tmp_path):
+    """The default LocalCluster (no --workers) starts its scheduler and dashboard, and its worker processes only for
+    a plan worth them: these fixtures (about a megabyte) run in the driver, and the migration page still shows the
+    plan and every segment, from the events the driver held until the scheduler answered."""
+    logdir = make_broker_logdir(tmp_path / "a", partitions=["plain-v0-1", "gzip-v0-0", "lz4-v1-1"])
+    plan = build_plan(PlanRequest(log_dirs=(str(logdir),)))
+    assert not worth_workers(plan)
+    before = set(psutil.Process().children(recursive=True))  # an earlier test's forkserver lives on
+    engine = DaskEngine(dashboard_address="127.0.0.1:0", progress=False)
+    try:
+        report = pipeline.execute(plan, engine)
+        assert report.ok, report
+        assert_scan_agrees(plan, report)
+        assert engine.client.scheduler_info(n_workers=-1)["workers"] == {}
+        assert set(psutil.Process().children(recursive=True)) <= before  # no worker process was started
+        engine.publish_held_events()
+        deadline = time.monotonic() + 30
+        while (totals := _status(engine)["totals"])["verified"]["segments"] < plan.estimates.segments:
+            assert time.monotonic() < deadline, totals
+            time.sleep(0.2)
+        assert totals["planned"]["segments"] == plan.estimates.segments
+        assert totals["swapped"]["segments"] == plan.estimates.segments
+    finally:
+        engine.close()
+
+
+def test_a_plan_worth_workers_starts_them_and_they_take_the_calls_once_up(tmp_path):
+    """A plan estimated at more than about a second of this process's work starts one worker per core; the calls
+    made once they answer run on them."""
+    logdir = make_broker_logdir(tmp_path / "a", partitions=["plain-v0-1"])
+    plan = build_plan(PlanRequest(log_dirs=(str(logdir),)))
+    heavy = dataclasses.replace(plan, estimates=dataclasses.replace(plan.estimates, bytes=int(10e9)))
+    assert worth_workers(heavy) and not worth_workers(plan)
+    engine = DaskEngine(dashboard_address="127.0.0.1:0", progress=False)
+    try:
+        first = engine.map("probe", pid_of, [StageCall((heavy,))])
+        engine.start_workers(wait=True)  # started by the map above: this only waits
+        assert len(engine.client.scheduler_info(n_workers=-1)["workers"]) == (os.cpu_count() or 1)
+        later = engine.map("probe", pid_of, [StageCall((heavy,)) for _ in range(8)])
+        assert all(r.ok for r in first + later)
+        assert all(r.value != os.getpid() for r in later)
+    finally:
+        engine.close()
+
+
+def pid_of(plan: object) -> int:
+    return os.getpid()

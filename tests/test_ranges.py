@@ -444,7 +444,7 @@ def test_ranges_on_dask_workers_give_the_bytes_of_a_whole_run(tmp_path, whole_ru
     plan, _ = _ranged_plan(tmp_path, log_dir, 2500)
     engine = DaskEngine(n_workers=2, dashboard_address="127.0.0.1:0", progress=False)
     try:
-        engine.client.wait_for_workers(2, timeout=60)  # every range on a worker, none in this process
+        engine.start_workers(wait=True)  # every range on a worker, none in this process
         report = pipeline.execute(plan, engine)
     finally:
         engine.close()

@@ -71,7 +71,7 @@ def test_a_local_cluster_run_listens_on_loopback_only(tmp_path):
     engine = DaskEngine(n_workers=2, dashboard_address="127.0.0.1:0", progress=False)
     try:
         link = engine.dashboard_link  # the cluster starts in the background: wait until it answers
-        engine.client.wait_for_workers(2, timeout=60)
+        engine.start_workers(wait=True)
         pids = {os.getpid(), *(c.pid for c in psutil.Process().children(recursive=True))}
         listening = [
             c.laddr for c in psutil.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN and c.pid in pids

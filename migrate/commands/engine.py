@@ -25,7 +25,13 @@ def add_engine_options(p: argparse.ArgumentParser, full: bool, brokers: bool = T
             default="dask",
             help="where stages run: a Dask cluster (default), Spark through PySpark, or this process",
         )
-        g.add_argument("--workers", type=int, help="LocalCluster worker processes (default: one per core)")
+        g.add_argument(
+            "--workers",
+            type=int,
+            help="LocalCluster worker processes, started at once (default: one per core, started when the plan's "
+            "work is worth them: a plan this process finishes in about a second, the time workers take to start, "
+            "runs here beside the scheduler and its dashboard)",
+        )
         g.add_argument(
             "--dashboard-address",
             default="127.0.0.1:8787",

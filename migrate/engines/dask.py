@@ -4,6 +4,11 @@ Task keys are ``<stage>-<hash of plan id and arguments>``: deterministic, so the
 series per stage (convert-, verify-, swap-) and resubmitting the same work is recognised. Tasks restricted to a
 host that has no worker fail after ``no-workers-timeout`` instead of waiting forever.
 
+A LocalCluster (the default) starts its scheduler and dashboard at once, and, unless a number of workers is given,
+its worker processes (one per core) only for a plan whose work is worth them (``worth_workers``): until they are
+up, calls whose data is on this host run here, in the driver; a plan this process finishes in about the time
+workers take to start never starts them.
+
 Watching (``migrate.monitor``): workers publish each finished segment, and what each stage call changed, to the
 scheduler's event log, where ``MigrationPlugin`` turns them into the /migration page, status.json and Prometheus
 metrics; ``on_segment`` subscribes this client to the same events (the command line's progress lines). Warnings and
@@ -26,12 +31,30 @@ from typing import Any
 import dask
 from distributed import Client, LocalCluster, as_completed
 
-from migrate import monitor, progress
+from migrate import faults, monitor, progress
 from migrate.engines import CallResult, StageCall
+from migrate.format import accel
 from migrate.model import Plan
 
 NO_WORKERS_TIMEOUT = "60s"
 MONITOR = "migrate.monitor"
+# What this process does alone, measured on a 2-core VM (benchmarks/README.md): convert + verify at about 300 MB/s,
+# and about 3 ms of file work per segment (staging, swap); a LocalCluster's workers take 1.5-2.5 s to start, and
+# meanwhile take both cores from the driver. Below this estimate workers would come up when the work is done.
+LOCAL_BYTES_PER_SECOND = 300e6
+LOCAL_SECONDS_PER_SEGMENT = 0.003
+LOCAL_SECONDS_WORTH_WORKERS = 1.0
+# the package's own switches, read by worker code: see _worker_environment
+SWITCHES = (faults.CRASH_ENV, faults.FAIL_ENV, faults.TRACE_ENV, accel.ENV_VAR)
+
+
+def _worker_environment() -> dict[str, str]:
+    """The package's switches as this process has them now, for the workers of a LocalCluster. They fork from
+    Python's forkserver, which this process starts once and which keeps the environment of that moment; so every
+    switch is passed explicitly, an unset one as "" (which the package reads as unset), or a worker would keep one
+    an earlier cluster of this process had (the test suite's fault injection) or miss one set since."""
+    names = {*SWITCHES, *(k for k in os.environ if k.startswith("KAFKA_LOG_MIGRATE_"))}
+    return {name: os.environ.get(name, "") for name in sorted(names)}
 
 
 def _key(stage: str, call: StageCall, position: int = 0) -> str:
@@ -42,6 +65,14 @@ def _key(stage: str, call: StageCall, position: int = 0) -> str:
         args = (call.plan.plan_id, *args[1:])
     rest = json.dumps([call.host, position, *args], sort_keys=True, default=str)
     return f"{stage}-{hashlib.sha1(rest.encode()).hexdigest()[:16]}"
+
+
+def worth_workers(plan: Plan) -> bool:
+    """Whether a LocalCluster should start its workers for ``plan``: whether this process alone would take longer
+    than about a worker start-up (``LOCAL_SECONDS_WORTH_WORKERS``) over the plan's bytes and segments."""
+    e = plan.estimates
+    local = e.bytes / LOCAL_BYTES_PER_SECOND + e.segments * LOCAL_SECONDS_PER_SEGMENT
+    return local > LOCAL_SECONDS_WORTH_WORKERS
 
 
 def _on_worker(fn: Callable[..., Any], *args: Any) -> Any:
@@ -64,9 +95,10 @@ def _on_worker(fn: Callable[..., Any], *args: Any) -> Any:
 
 
 class DaskEngine:
-    """Stages on a Dask cluster. A LocalCluster starts in the background: until its workers are up, calls whose
-    data is on this host run here, in the driver, so the start-up (about 2.5 s) costs no wall time when there is work
-    to do meanwhile; their progress events reach the scheduler's page once it is up."""
+    """Stages on a Dask cluster. A LocalCluster's scheduler starts in the background, its workers once a plan is
+    worth them (``worth_workers``, or ``start_workers``): until they are up, calls whose data is on this host run
+    here, in the driver, so their start-up costs no wall time when there is work to do meanwhile, and none at all for
+    a plan that is done sooner; their progress events reach the scheduler's page once it is up."""
 
     name = "dask"
     run_here_while_starting = True  # tests that need a call to fail on a worker turn it off
@@ -91,6 +123,10 @@ class DaskEngine:
                 "distributed.scheduler.no-workers-timeout": NO_WORKERS_TIMEOUT,
                 # our /migration page and status.json beside the dashboard of a LocalCluster we start
                 "distributed.scheduler.http.routes": [*routes, *([] if MONITOR in routes else [MONITOR])],
+                # a LocalCluster's workers fork from one server process that has imported Dask once, instead of
+                # each starting a fresh interpreter ("spawn"): their start-up took both cores for about 1.5 s,
+                # while the driver converts; the forkserver is single-threaded, so forking it is safe
+                "distributed.worker.multiprocessing-method": "forkserver",
             }
         )
         self.cluster: LocalCluster | None = None
@@ -99,20 +135,27 @@ class DaskEngine:
         self._on_segment = on_segment
         self._on_ready = on_ready
         self._topics: list[str] = []
-        self._held_events: list[tuple[str, Any]] = []  # from calls run here before the scheduler was up
-        self._ready = threading.Event()
+        self._held_events: list[tuple[str, Any]] = []  # from calls run here, until the scheduler is up
+        self._plans_run_here: dict[str, Plan] = {}  # announced to the scheduler's page with them
+        self._ready = threading.Event()  # the scheduler answers (and, for a remote one, its workers)
+        self._workers_up = threading.Event()  # a LocalCluster's workers answer
+        self._workers_start: threading.Thread | None = None
+        self._n_workers = n_workers or os.cpu_count() or 1
+        # worker processes as many as cores, when a plan is worth them; as many as asked for, at once
+        self._workers_on_demand = scheduler is None and processes and n_workers is None
         self._start_error: BaseException | None = None
         self.progress = sys.stderr.isatty() if progress is None else progress
         self._scattered: dict[str, Any] = {}
+        self._announced: set[str] = set()
         if scheduler:
             self._start(lambda: Client(scheduler, security=security), remote=True)
         else:
             local = lambda: LocalCluster(  # noqa: E731
-                n_workers=n_workers or os.cpu_count() or 1,
+                n_workers=0 if self._workers_on_demand else self._n_workers,
                 threads_per_worker=1,
                 processes=processes,
                 # process workers listen on loopback only; in-process ones have no listener (inproc://) to bind
-                **({"host": "127.0.0.1"} if processes else {}),
+                **({"host": "127.0.0.1", "env": _worker_environment()} if processes else {}),
                 dashboard_address=dashboard_address,
             )
             if processes:
@@ -137,14 +180,39 @@ class DaskEngine:
                 client.subscribe_topic(monitor.SEGMENT_TOPIC, lambda event: on_segment(monitor.outcome_of(event[1])))
                 self._topics.append(monitor.SEGMENT_TOPIC)
             self._client = client
+            if not self._workers_on_demand:  # up with the cluster (remote: they are the cluster's business)
+                self._workers_up.set()
         except BaseException as exc:  # reported by the first call that needs the cluster
             self._start_error = exc
+            self._workers_up.set()
         finally:
             self._ready.set()
         if self._start_error is not None and threading.current_thread() is threading.main_thread():
             raise self._start_error
         if self._client is not None and self._on_ready is not None:
             self._on_ready(self)
+
+    def start_workers(self, wait: bool = False) -> None:
+        """Start a LocalCluster's workers (once; nothing to do for a remote cluster), and with ``wait`` wait until
+        they answer."""
+        if self._workers_start is None and not self._workers_up.is_set():
+            self._workers_start = threading.Thread(target=self._scale_up, name="dask-workers", daemon=True)
+            self._workers_start.start()
+        if wait:
+            self._workers_up.wait()
+            if self._start_error is not None:
+                raise self._start_error
+
+    def _scale_up(self) -> None:
+        try:
+            client = self.client
+            assert self.cluster is not None
+            self.cluster.scale(self._n_workers)
+            client.wait_for_workers(self._n_workers, timeout=120)
+        except BaseException as exc:  # reported by the first call that needs the workers
+            self._start_error = exc
+        finally:
+            self._workers_up.set()
 
     @property
     def client(self) -> Client:
@@ -161,8 +229,14 @@ class DaskEngine:
             return call.args
         if plan.plan_id not in self._scattered:
             self._scattered[plan.plan_id] = self.client.scatter(plan, broadcast=True, hash=False)
-            self.client.log_event(monitor.PLAN_TOPIC, monitor.plan_event(plan))
+            self._announce(plan)
         return (self._scattered[plan.plan_id], *call.args[1:])
+
+    def _announce(self, plan: Plan) -> None:
+        """The plan's totals on the scheduler's page, once per plan."""
+        if plan.plan_id not in self._announced:
+            self._announced.add(plan.plan_id)
+            self.client.log_event(monitor.PLAN_TOPIC, monitor.plan_event(plan))
 
     @property
     def dashboard_link(self) -> str:
@@ -180,6 +254,7 @@ class DaskEngine:
     def workers(self, expect: int = 0, timeout: float = 60.0) -> list[str]:
         """The address of every connected worker (on a cluster: one per broker host), after waiting up to
         ``timeout`` seconds for ``expect`` of them: workers started with the scheduler may still be connecting."""
+        self.start_workers(wait=True)
         deadline = time.monotonic() + timeout
         while True:
             found = sorted(self.client.scheduler_info(n_workers=-1)["workers"])
@@ -193,17 +268,21 @@ class DaskEngine:
         return self.dashboard_link.rsplit("/", 1)[0] + "/migration"
 
     def map(self, stage: str, fn: Callable[..., Any], calls: list[StageCall]) -> list[CallResult]:
+        local = self.run_here_while_starting and all(call.host is None for call in calls)
+        if not (local and all(call.plan is not None and not worth_workers(call.plan) for call in calls)):
+            self.start_workers()
         out: list[CallResult | None] = [None] * len(calls)
         for i, call in enumerate(calls):
-            if self._ready.is_set() or not self.run_here_while_starting:
+            if self._workers_up.is_set() or not self.run_here_while_starting:
                 break
-            if call.host is None:  # this host's data: run it here while the cluster starts
+            if call.host is None:  # this host's data: run it here until the workers are up
                 out[i] = self._run_here(fn, call)
         rest = [i for i, r in enumerate(out) if r is None]
         if rest:
-            self._release_held_events()
             for i, r in zip(rest, self._submit(stage, fn, [calls[i] for i in rest])):
                 out[i] = r
+        elif self._ready.is_set():
+            self.publish_held_events()
         return [r for r in out if r is not None]
 
     def _run_here(self, fn: Callable[..., Any], call: StageCall) -> CallResult:
@@ -214,6 +293,8 @@ class DaskEngine:
                 self._on_segment(o)
             self._held_events.append((monitor.SEGMENT_TOPIC, monitor.segment_event(o, plan)))
 
+        if plan is not None:
+            self._plans_run_here.setdefault(plan.plan_id, plan)
         previous = progress.set_sink(sink)
         try:
             value = fn(*call.args)
@@ -227,12 +308,19 @@ class DaskEngine:
                 self._held_events.append((monitor.STAGE_TOPIC, event))
         return CallResult(True, value)
 
-    def _release_held_events(self) -> None:
+    def publish_held_events(self) -> None:
+        """The events of the calls that ran here, on the scheduler's page (waits for the scheduler to answer; every
+        map does it once the scheduler is up, and close does it)."""
+        for plan in self._plans_run_here.values():
+            self._announce(plan)
+        self._plans_run_here.clear()
         while self._held_events:
             topic, event = self._held_events.pop(0)
             self.client.log_event(topic, event)
 
     def _submit(self, stage: str, fn: Callable[..., Any], calls: list[StageCall]) -> list[CallResult]:
+        self.start_workers(wait=True)
+        self.publish_held_events()
         futures = []
         for position, call in enumerate(calls):
             futures.append(
@@ -266,6 +354,11 @@ class DaskEngine:
 
     def close(self) -> None:
         self._ready.wait()
+        if self._workers_start is not None:
+            self._workers_start.join()
+        if self._client is not None:
+            with contextlib.suppress(Exception):  # the page shows what ran here; a scheduler gone shows nothing
+                self.publish_held_events()
         if self._client is None:
             if self.cluster is not None:
                 self.cluster.close()
