@@ -8,8 +8,10 @@ Four sections, each in child processes (so imports, peak RSS and start-up are ea
   and aiokafka's bare codec loop on the same bytes in memory (one core, CRCs checked, no files, no digests, no
   indexes). The ratio is Kafka's seconds over ours: 1.0x would be Kafka's speed.
 * ``execute``: ``plan`` + ``execute`` on the default engine (a Dask LocalCluster sized to the machine) over that
-  segment in a log dir, wall clock of a fresh process from its start (imports and cluster start-up included) to
-  the end of the run; against aiokafka's bare loop over the same records (from the ``segment`` section).
+  segment in a log dir, wall clock from the start of a fresh process (imports and cluster start-up included) to
+  its exit; against aiokafka's bare loop over the same records (from the ``segment`` section). Two ways: the two
+  commands as an operator runs them (``kafka-log-migrate plan``, then ``kafka-log-migrate execute``: two processes,
+  the run log, progress and the report's summary included), and both calls of the Python API in one process.
 * ``workers``: one partition of one large segment (``--workers-mib``, default 1024) executed on a LocalCluster of 1
   worker and of 2 (waiting for the workers first, so that only the workers work), and every worker's peak RSS.
 * ``small``: ms per small segment (``--small-records`` 200 x 100 B, about 26 KB) converted and verified in one
@@ -112,6 +114,19 @@ done = time.perf_counter()
 assert report.ok, (report.errors, report.problems)
 print(json.dumps({"plan": planned - start, "execute": done - planned, "records": report.totals.records,
                   "stages": report.stage_seconds, "tasks": len(plan.tasks)}))
+"""
+
+COMMANDS = r"""
+import json, subprocess, sys, time
+log_dir, digest, plan_path = sys.argv[1], sys.argv[2], sys.argv[3]
+cli = [sys.executable, "-m", "migrate.cli"]
+start = time.perf_counter()
+subprocess.run([*cli, "plan", "--log-dirs", log_dir, "--digest", digest, "-o", plan_path], check=True,
+               stdout=subprocess.DEVNULL)
+planned = time.perf_counter()
+subprocess.run([*cli, "execute", "--plan", plan_path], check=True, stdout=subprocess.DEVNULL)
+done = time.perf_counter()
+print(json.dumps({"plan": planned - start, "execute": done - planned, "wall": done - start}))
 """
 
 ROLLBACK = r"""
@@ -249,16 +264,20 @@ def section_execute(args: argparse.Namespace, tmp: Path, results: dict) -> None:
         aio = child(AIOKAFKA, src, args.repeat)
     rows: dict[str, dict] = {}
     for _ in range(args.rounds):
-        for name, digest, tree in [
-            ("ours, SHA-256", "sha256", None),
-            ("ours, XXH3-128", "xxh3-128", None),
-            *([("before, SHA-256", "sha256", args.before)] if args.before else []),
+        for name, how, digest, tree in [
+            ("ours, the two commands, SHA-256", COMMANDS, "sha256", None),
+            ("ours, the two commands, XXH3-128", COMMANDS, "xxh3-128", None),
+            ("ours, API in one process, SHA-256", EXECUTE, "sha256", None),
+            ("ours, API in one process, XXH3-128", EXECUTE, "xxh3-128", None),
+            *([("before, API in one process, SHA-256", EXECUTE, "sha256", args.before)] if args.before else []),
         ]:
             plan_path = tmp / "plan.json"
-            wall, r = timed_child(EXECUTE, log_dir, digest, plan_path, tree=tree)
-            r["wall"] = wall
+            wall, r = timed_child(how, log_dir, digest, plan_path, tree=tree)
+            if how is EXECUTE:
+                r["wall"] = wall  # the commands' child times its two processes itself, not its own start-up
             child(ROLLBACK, plan_path, tree=tree)
-            shutil.rmtree(f"{plan_path}.state", ignore_errors=True)
+            for leftover in (f"{plan_path}.state", f"{plan_path}.logs"):
+                shutil.rmtree(leftover, ignore_errors=True)
             if name not in rows or wall < rows[name]["wall"]:
                 rows[name] = r
     results["execute"] = {"records": args.records, "value_bytes": value_bytes, "aiokafka": aio, "rows": rows}
