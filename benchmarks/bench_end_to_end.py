@@ -13,7 +13,8 @@ Four sections, each in child processes (so imports, peak RSS and start-up are ea
   commands as an operator runs them (``kafka-log-migrate plan``, then ``kafka-log-migrate execute``: two processes,
   the run log, progress and the report's summary included), and both calls of the Python API in one process.
 * ``workers``: one partition of one large segment (``--workers-mib``, default 1024) executed on a LocalCluster of 1
-  worker and of 2 (waiting for the workers first, so that only the workers work), and every worker's peak RSS.
+  worker and of 2 (waiting for the workers first, so that only the workers work), and every worker's peak RSS; the
+  best time of each over the rounds, and each round's own ratio (its two runs back to back).
 * ``small``: ms per small segment (``--small-records`` 200 x 100 B, about 26 KB) converted and verified in one
   process, fresh staging files each time: the fixed cost per segment that dominates at 10,000 partitions.
 
@@ -290,13 +291,23 @@ def section_workers(args: argparse.Namespace, tmp: Path, results: dict) -> None:
     write_log_dir(log_dir, records, value_bytes=value_bytes)
     size = (log_dir / "bench-0" / f"{0:020d}.log").stat().st_size
     rows: dict[str, dict] = {}
+    paired: list[float] = []  # each round's 1-worker time over its 2-worker time, taken minutes apart
     for _ in range(args.rounds):
+        this_round = {}
         for workers in (1, 2):
             r = child(WORKERS, log_dir, workers, args.workers_digest, tmp / "big-plan.json")
             shutil.rmtree(tmp / "big-plan.json.state", ignore_errors=True)
+            this_round[workers] = r["seconds"]
             if str(workers) not in rows or r["seconds"] < rows[str(workers)]["seconds"]:
                 rows[str(workers)] = r
-    results["workers"] = {"bytes": size, "records": records, "digest": args.workers_digest, "rows": rows}
+        paired.append(this_round[1] / this_round[2])
+    results["workers"] = {
+        "bytes": size,
+        "records": records,
+        "digest": args.workers_digest,
+        "rows": rows,
+        "paired_speedups": paired,
+    }
     shutil.rmtree(log_dir)
 
 
@@ -361,6 +372,11 @@ def report(results: dict) -> str:
                 f"| {workers} | {r['seconds']:.2f} | {w['bytes'] / 1e6 / r['seconds']:.0f} | {one / r['seconds']:.2f}x "
                 f"| {r['tasks']} | {rss} |"
             )
+        paired = sorted(w["paired_speedups"])
+        lines.append(
+            f"\nspeed-up of each round (1 worker then 2, back to back; robust to the machine's drift between rounds): "
+            f"{', '.join(f'{x:.2f}x' for x in w['paired_speedups'])}; median {paired[len(paired) // 2]:.2f}x"
+        )
     if "small" in results:
         s = results["small"]
         lines.append(
