@@ -38,7 +38,26 @@ def two_host_cluster(tmp_path_factory):
         "DASK_DISTRIBUTED__SCHEDULER__NO_WORKERS_TIMEOUT": "3s",
         "PYTHONPATH": os.pathsep.join(p for p in (tests, os.environ.get("PYTHONPATH", "")) if p),
     }
-    procs = [
+    procs: list[subprocess.Popen] = []
+    engine = None
+    # the processes go whatever happens: a setup that fails half way (a scheduler up, an engine that never connects)
+    # left them running beside the rest of the suite and every benchmark after it
+    try:
+        engine = _start_two_hosts(procs, sched_file, env)
+        yield engine
+    finally:
+        if engine is not None:
+            engine.close()
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.wait(timeout=30)
+
+
+def _start_two_hosts(procs: list[subprocess.Popen], sched_file: Path, env: dict[str, str]):
+    """A scheduler and a worker on each of 127.0.0.1 and 127.0.0.2, appended to ``procs`` as they start; then an
+    engine connected to them."""
+    procs.append(
         subprocess.Popen(
             [
                 sys.executable,
@@ -57,7 +76,7 @@ def two_host_cluster(tmp_path_factory):
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-    ]
+    )
     for _ in range(200):
         if sched_file.exists() and sched_file.stat().st_size:
             break
@@ -89,12 +108,7 @@ def two_host_cluster(tmp_path_factory):
     address = json.loads(sched_file.read_text())["address"]
     engine = DaskEngine(scheduler=address, progress=False)
     engine.client.wait_for_workers(2, timeout=60)
-    yield engine
-    engine.close()
-    for p in procs:
-        p.terminate()
-    for p in procs:
-        p.wait(timeout=30)
+    return engine
 
 
 def test_tasks_run_only_on_the_host_that_owns_the_data(two_host_cluster):
