@@ -45,7 +45,7 @@ from migrate.format import accel, codecs
 from migrate.format._bytes import check_pieces, int64_column
 from migrate.format.checksums import crc32c
 from migrate.format.records import NO_TIMESTAMP, BatchColumns, Compression, Record, RecordColumns, TimestampType
-from migrate.format.varint import decode_varint, encode_varint
+from migrate.format.varint import decode_varint, encode_varint, varint_sizes
 
 MAGIC = 2
 RECORD_BATCH_OVERHEAD = 61
@@ -362,6 +362,16 @@ def single_record_batches(
         parts.append(covered)
         sizes.append(size)
     return b"".join(parts), np.array(sizes, np.int64).tobytes()
+
+
+def single_record_batch_sizes(key_len: np.ndarray, value_len: np.ndarray) -> np.ndarray:
+    """The size of each batch ``single_record_batches`` writes, from its record's key and value lengths alone (-1:
+    null): the 61-byte header, then the record's length varint and its body (attributes, timestamp delta 0, offset
+    delta 0, key, value, no headers). So a plan can tell where each legacy message's batch will start."""
+    key_len = np.asarray(key_len, np.int64)
+    value_len = np.asarray(value_len, np.int64)
+    body = 4 + varint_sizes(key_len) + np.maximum(key_len, 0) + varint_sizes(value_len) + np.maximum(value_len, 0)
+    return RECORD_BATCH_OVERHEAD + varint_sizes(body) + body
 
 
 def _refuse_negative_timestamps(timestamps: np.ndarray) -> None:
