@@ -159,6 +159,17 @@ class TailDrop:
 
 
 @dataclass(frozen=True)
+class RangeCut:
+    """Where a range of a large segment starts: ``position``, an entry start the plan found walking the file from
+    byte 0, and ``output_offset``, where that entry's converted bytes start in the joined segment. Known in advance
+    when every entry's converted size is (an uncompressed legacy message becomes one v2 batch whose size follows
+    from its key and value lengths alone; a v2 batch stays as it is), so each range writes straight into its place."""
+
+    position: int
+    output_offset: int
+
+
+@dataclass(frozen=True)
 class SegmentPlan:
     base_offset: int
     size: int
@@ -167,6 +178,9 @@ class SegmentPlan:
     entries_by_magic: dict[str, int]
     estimated_output_bytes: int
     tail_drop: TailDrop | None = None
+    # a segment converted in ranges whose outputs' places are known: the first cut is (0, 0), the last (size, the
+    # converted size); left out of the JSON when None
+    range_cuts: tuple[RangeCut, ...] | None = field(default=None, metadata=OMIT_IF_NONE)
 
     @property
     def file(self) -> str:
@@ -280,12 +294,21 @@ class SegmentRef:
 class ByteRange:
     """One of ``count`` ranges of a segment too large for one worker (``plan --range-bytes``): its task converts the
     entries that start in ``[start, end)`` (to the end of the file for the last one); a join makes them one segment
-    (``migrate.segment.ranges``)."""
+    (``migrate.segment.ranges``). With ``output_start`` and ``output_end`` (the plan's ``RangeCut``s), ``start`` is
+    an entry start and the range's converted bytes are exactly ``[output_start, output_end)`` of the joined segment."""
 
     index: int
     count: int
     start: int
     end: int
+    output_start: int | None = field(default=None, metadata=OMIT_IF_NONE)
+    output_end: int | None = field(default=None, metadata=OMIT_IF_NONE)
+
+    @property
+    def output(self) -> tuple[int, int] | None:
+        if self.output_start is None or self.output_end is None:
+            return None
+        return self.output_start, self.output_end
 
 
 @dataclass(frozen=True)
@@ -394,6 +417,13 @@ class Plan:
                 or any(a.end != b.start or a.start >= a.end for a, b in itertools.pairwise(found))
             ):
                 raise ModelError(f"segment {name}/{base}: its byte ranges do not cover 0..{size} in order")
+            outputs = [r.output for r in found]
+            if any(o is not None for o in outputs) and (
+                any(o is None or o[0] > o[1] for o in outputs)
+                or outputs[0][0] != 0  # type: ignore[index]
+                or any(a[1] != b[0] for a, b in itertools.pairwise(outputs))  # type: ignore[index]
+            ):
+                raise ModelError(f"segment {name}/{base}: its byte ranges' outputs do not follow one another from 0")
 
 
 _VOLATILE_PLAN_FIELDS = ("plan_id", "created", "planned_on")

@@ -16,6 +16,7 @@ everything ``execute`` would refuse before anything is touched.
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import socket
@@ -43,6 +44,7 @@ from migrate.model import (
     DEFAULT_TASK_SEGMENTS,
     PLAN_VERSION,
     ByteRange,
+    Codec,
     CompactionPlan,
     ConvertOptions,
     Estimates,
@@ -50,6 +52,7 @@ from migrate.model import (
     LogDirPlan,
     PartitionPlan,
     Plan,
+    RangeCut,
     SegmentPlan,
     SegmentRef,
     TailDrop,
@@ -258,8 +261,9 @@ def _plan_partition(part: Partition, request: PlanRequest, found: _Findings) -> 
             continue
         # a crash can tear only the segment being appended to: the partition's last (a roll follows a full write)
         is_last = seg is part.segments[-1]
+        cuts = _predicted_cuts(seg.size, request, rule)
         try:
-            profile = profile_segment(seg.path, check_crc=True)
+            profile = profile_segment(seg.path, check_crc=True, cuts=cuts)
         except LocatedError as exc:
             found.refusals.append(str(exc))
             continue
@@ -297,6 +301,7 @@ def _plan_partition(part: Partition, request: PlanRequest, found: _Findings) -> 
                 entries_by_magic=dict(sorted(profile.entries_by_magic.items())),
                 estimated_output_bytes=estimated_output_bytes(profile),
                 tail_drop=tail_drop,
+                range_cuts=profile.range_cuts,
             )
         )
     if not segments:
@@ -318,6 +323,24 @@ def _plan_partition(part: Partition, request: PlanRequest, found: _Findings) -> 
         segments=tuple(segments),
         compaction=compaction,
     )
+
+
+def nominal_cuts(size: int, range_bytes: int) -> list[int]:
+    """The byte positions that cut a segment of ``size`` bytes into ranges of about ``range_bytes``: first 0, last
+    ``size``."""
+    count = -(-size // range_bytes)
+    return [size * i // count for i in range(count + 1)]
+
+
+def _predicted_cuts(size: int, request: PlanRequest, rule: CompactionRule | None) -> list[int] | None:
+    """The inner cuts of a segment ``make_tasks`` will split, when its ranges' output places can be known: every
+    uncompressed legacy message then converts to one v2 batch (no --compression, --pack-bytes or compaction)."""
+    opts, range_bytes = request.options, request.range_bytes
+    if range_bytes is None or range_bytes <= 0 or size <= range_bytes or rule is not None:
+        return None
+    if opts.target_magic != 2 or opts.pack_bytes is not None or opts.compression not in (None, Codec.NONE):
+        return None
+    return nominal_cuts(size, range_bytes)[1:-1]
 
 
 def _plan_compaction(
@@ -430,10 +453,7 @@ def make_tasks(
             for s in p.segments:
                 ref = SegmentRef(p.name, s.base_offset)
                 if split and s.size > range_bytes and p.compaction is None:  # type: ignore[operator]
-                    count = -(-s.size // range_bytes)  # type: ignore[operator]
-                    cuts = [s.size * i // count for i in range(count + 1)]
-                    for i in range(count):
-                        span = ByteRange(i, count, cuts[i], cuts[i + 1])
+                    for span in _ranges(s, range_bytes):  # type: ignore[arg-type]
                         tasks.append(TaskPlan(f"t{len(tasks):05d}", d.key, (ref,), span.end - span.start, span))
                     continue
                 current.append(ref)
@@ -444,6 +464,23 @@ def make_tasks(
         if current:
             tasks.append(TaskPlan(f"t{len(tasks):05d}", d.key, tuple(current), size))
     return tuple(tasks)
+
+
+def _ranges(segment: SegmentPlan, range_bytes: int) -> list[ByteRange]:
+    return byte_ranges(nominal_cuts(segment.size, range_bytes), segment.range_cuts)
+
+
+def byte_ranges(cuts: list[int], found: tuple[RangeCut, ...] | None) -> list[ByteRange]:
+    """The ranges between nominal ``cuts`` (first 0, last the size): at the plan's ``RangeCut``s of those cuts when
+    it found them (two cuts on one entry start make one range), else at the cuts themselves, each range then
+    finding its first entry itself."""
+    distinct = [c for i, c in enumerate(found or ()) if i == 0 or c.position != found[i - 1].position]  # type: ignore[index]
+    if found is None or len(found) != len(cuts) or len(distinct) < 2:
+        return [ByteRange(i, len(cuts) - 1, a, b) for i, (a, b) in enumerate(itertools.pairwise(cuts))]
+    return [
+        ByteRange(i, len(distinct) - 1, a.position, b.position, a.output_offset, b.output_offset)
+        for i, (a, b) in enumerate(itertools.pairwise(distinct))
+    ]
 
 
 def load_plan(path: str | Path) -> Plan:

@@ -69,15 +69,17 @@ def test_plan_digest_and_range_options_reach_the_plan_and_the_run(tmp_path, caps
     )
     plan = json.loads(chosen.read_text())
     assert plan["options"]["digest"] == "sha256"
-    # 2,060 bytes stay one task; 8,468 bytes become 3 ranges of about 3,000, cut at the nominal thirds
+    # 2,060 bytes stay one task; 8,468 bytes become 3 ranges of about 3,000, cut at the first entry start after
+    # each nominal third (2,822 and 5,645), with the place of each range's converted bytes (uncompressed v0)
     tasks = [(t["segments"][0]["base_offset"], t.get("byte_range")) for t in plan["tasks"]]
     assert tasks == [
-        (30, {"index": 0, "count": 3, "start": 0, "end": 2822}),
-        (30, {"index": 1, "count": 3, "start": 2822, "end": 5645}),
-        (30, {"index": 2, "count": 3, "start": 5645, "end": 8468}),
+        (30, {"index": 0, "count": 3, "start": 0, "end": 2826, "output_start": 0, "output_end": 3310}),
+        (30, {"index": 1, "count": 3, "start": 2826, "end": 5772, "output_start": 3310, "output_end": 6652}),
+        (30, {"index": 2, "count": 3, "start": 5772, "end": 8468, "output_start": 6652, "output_end": 9788}),
         (0, None),
     ]
     assert main(["execute", "--plan", str(chosen), "--engine", "serial"]) == 0
     assert "2 segments converted and verified" in capsys.readouterr().out
+    assert (log_dir / "plain-v0-1" / f"{30:020d}.log").stat().st_size == 9788
     assert main(["scan", "--log-dirs", str(log_dir)]) == 0
     assert main(["plan", "--log-dirs", str(log_dir), "-o", str(chosen), "--range-bytes", "-1"]) == 2

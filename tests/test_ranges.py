@@ -16,7 +16,7 @@ import pytest
 from conftest import FIXTURES, LEGACY_LOGDIR, fixture_id
 from kafka_layout import make_broker_logdir
 from runs import assert_scan_agrees, run_verb, snapshot
-from segment_helpers import convert_in_ranges, range_cuts
+from segment_helpers import convert_in_ranges, planned_ranges, range_cuts
 
 from migrate import pipeline
 from migrate.engines import SerialEngine
@@ -66,10 +66,17 @@ def _copy(src: Path, dst_dir: Path) -> Path:
 
 
 def _same_as_whole(
-    src: Path, tmp: Path, options: ConvertOptions, cuts: list[tuple[int, int]], tail=None, run=None, order=None
-) -> None:
+    src: Path,
+    tmp: Path,
+    options: ConvertOptions,
+    cuts: list[tuple[int, int]],
+    tail=None,
+    run=None,
+    order=None,
+    outputs=None,
+) -> list:
     """Ranges and a whole conversion agree: the same three files byte for byte (or the same refusal), the same
-    counts, and the joined segment verifies from disk, composite digest included."""
+    counts, and the joined segment verifies from disk, composite digest included. Returns the range parts."""
     base = int(src.stem)
     whole_task = SegmentTask(str(src), str(tmp / "whole"), base, options, tail_drop=tail)
     ranged_task = dataclasses.replace(whole_task, staging_dir=str(tmp / "ranges"))
@@ -77,12 +84,12 @@ def _same_as_whole(
         whole = convert_segment(whole_task)
     except LocatedError as exc:
         with pytest.raises((LocatedError, RangeRefusedError)) as err:
-            convert_in_ranges(ranged_task, cuts, run, order)
+            convert_in_ranges(ranged_task, cuts, run, order, outputs)
         got = err.value.problem if isinstance(err.value, RangeRefusedError) else err.value
         assert (got.position, got.kind) == (exc.position, exc.kind), (fixture_id(src), cuts)
         assert not list((tmp / "ranges").glob("*")), "a refused join leaves nothing"
-        return
-    joined, _ = convert_in_ranges(ranged_task, cuts, run, order)
+        return []
+    joined, parts = convert_in_ranges(ranged_task, cuts, run, order, outputs)
     assert joined.status == whole.status, (fixture_id(src), cuts)
     assert joined.outputs.keys() == whole.outputs.keys()
     for sfx, path in whole.outputs.items():
@@ -97,6 +104,7 @@ def _same_as_whole(
         assert check.ok, (fixture_id(src), cuts, check.problems)
         if not joined.digest_splits:
             assert (joined.source_digest, joined.output_digest_ts) == (whole.source_digest, whole.output_digest_ts)
+    return parts
 
 
 @pytest.mark.parametrize("options", OPTIONS, ids=["default", "none-xxh3", "target-v1", "lz4-small-chunks"])
@@ -207,6 +215,124 @@ def test_generated_segments_with_every_codec_convert_to_the_same_bytes_in_ranges
         _same_as_whole(src, tmp_path / f"r{trial}", options, list(itertools.pairwise(cuts)))
 
 
+# --- ranges written straight into their place in the joined file --------------------------------------------------
+
+
+def _plain_segment(path: Path, seed: int, huge: int = 0) -> Path:
+    """The segments whose layout a plan predicts: uncompressed v0 then v1 messages whose key and value lengths cross
+    every varint size a v2 record gives them (63/64, 8191/8192 bytes), null and empty keys and values, offset gaps,
+    then v2 batches of every codec a later broker appended (kept as they are). ``huge``: one value that large."""
+    rng = np.random.default_rng(seed)
+    sizes = [0, 1, 63, 64, 65, 8191, 8192, 8193]
+    offset = 5000
+    parts = []
+    for magic in (0, 1):
+        for _ in range(40):
+            batch = []
+            for _ in range(int(rng.integers(1, 12))):
+                offset += 1 + int(rng.integers(0, 3))
+                k = int(rng.choice(sizes)) if rng.random() < 0.5 else int(rng.integers(0, 300))
+                v = int(rng.choice(sizes)) if rng.random() < 0.5 else int(rng.integers(0, 3000))
+                key = None if rng.random() < 0.1 else rng.bytes(k)
+                value = None if rng.random() < 0.1 else rng.bytes(v)
+                batch.append(Record(offset, 1_600_000_000_000 + offset if magic else -1, key, value))
+            parts.append(legacy.encode_messages(batch, magic))
+    if huge:
+        offset += 1
+        parts.append(legacy.encode_messages([Record(offset, 1_700_000_000_000, b"big", rng.bytes(huge))], 1))
+    for i, codec in enumerate(Compression):
+        batch = [Record(offset + j + 1, 1_700_000_000_000, b"k", rng.bytes(100)) for j in range(5 + i)]
+        offset += len(batch)
+        parts.append(v2.encode_batch(batch, compression=codec, partition_leader_epoch=2))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"".join(parts))
+    os.utime(path, ns=(1_500_000_000_000_000_000, 1_500_000_000_000_000_000))
+    return path
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_the_plan_predicts_where_each_ranges_converted_bytes_go(tmp_path, seed):
+    src = _plain_segment(tmp_path / "in" / f"{5000:020d}.log", seed)
+    data = src.read_bytes()
+    whole = convert_segment(SegmentTask(str(src), str(tmp_path / "whole"), 5000, ConvertOptions()))
+    out = Path(whole.outputs[".log"]).read_bytes()
+    entry_starts = set(walk_entries(data).positions.tolist())
+    batch_starts = set(walk_entries(out).positions.tolist())
+    for count in (2, 7, 40, 300):
+        spans = planned_ranges(src, count)
+        assert all(s.output is not None for s in spans)
+        assert (spans[0].output_start, spans[-1].output_end, spans[-1].end) == (0, len(out), len(data))
+        for s in spans:
+            assert s.start in entry_starts and s.output_start in batch_starts, (count, s)
+            # the entry and the batch it converts to start with the same offset
+            assert data[s.start : s.start + 8] == out[s.output_start : s.output_start + 8], (count, s)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_ranges_written_in_their_planned_place_give_the_bytes_of_a_whole_run(tmp_path, seed):
+    rng = np.random.default_rng(seed)
+    src = _plain_segment(tmp_path / "in" / f"{5000:020d}.log", seed)
+    for count in (2, 5, 16, 97):
+        spans = planned_ranges(src, count)
+        order = rng.permutation(len(spans)).tolist()
+        cuts, outputs = [(s.start, s.end) for s in spans], [s.output for s in spans]
+        for run in (None, f"run{count}"):
+            parts = _same_as_whole(src, tmp_path / f"{count}-{run}", ConvertOptions(), cuts, None, run, order, outputs)
+            assert all(p.in_place for p in parts), count
+    for src in SEGMENTS:  # a fixture whose layout cannot be predicted (wrappers) gets nominal ranges, as before
+        spans = planned_ranges(src, 3)
+        work = tmp_path / f"{src.parent.name}-{src.stem}"
+        outputs = [s.output for s in spans]
+        _same_as_whole(
+            _copy(src, work / "in"), work, ConvertOptions(), [(s.start, s.end) for s in spans], None, "r", None, outputs
+        )
+
+
+def test_an_entry_larger_than_a_range_joins_the_cuts_inside_it(tmp_path):
+    src = _plain_segment(tmp_path / "in" / f"{5000:020d}.log", 4, huge=300_000)
+    size = src.stat().st_size
+    spans = planned_ranges(src, 40)  # ranges of about 20 KB: several cuts fall inside the 300 KB message
+    assert 1 < len(spans) < 40 and spans[0].count == len(spans)
+    assert all(a.end == b.start and a.start < a.end for a, b in itertools.pairwise(spans)) and spans[-1].end == size
+    parts = _same_as_whole(
+        src, tmp_path, ConvertOptions(), [(s.start, s.end) for s in spans], None, "r", None, [s.output for s in spans]
+    )
+    assert all(p.in_place for p in parts)
+
+
+@pytest.mark.parametrize("shift", [-1, 1, 61])
+def test_a_range_whose_planned_place_is_wrong_makes_the_join_convert_the_segment_whole(tmp_path, shift):
+    """A place that does not hold (a bug in the prediction, a file changed in a way its size, mtime and inode do not
+    show) costs a whole conversion, never wrong bytes."""
+    src = _plain_segment(tmp_path / "in" / f"{5000:020d}.log", 5)
+    spans = planned_ranges(src, 6)
+    outputs = [s.output for s in spans]
+    outputs[2] = (outputs[2][0], outputs[2][1] + shift)
+    outputs[3] = (outputs[3][0] + shift, outputs[3][1])
+    parts = _same_as_whole(
+        src, tmp_path, ConvertOptions(), [(s.start, s.end) for s in spans], None, "r", [5, 3, 2, 4, 0, 1], outputs
+    )
+    assert not parts[2].in_place and not parts[3].in_place and parts[0].in_place
+
+
+def test_the_plan_predicts_no_places_where_sizes_are_known_only_once_written(tmp_path):
+    plain = _plain_segment(tmp_path / "in" / f"{5000:020d}.log", 6)
+    gzip = LEGACY_LOGDIR / "gzip-v0-0" / "00000000000000000092.log"
+    assert all(s.output is not None for s in planned_ranges(plain, 4))
+    assert all(s.output is None for s in planned_ranges(gzip, 4))  # a wrapper is recompressed
+    log_dir = make_broker_logdir(tmp_path / "b", ["plain-v0-1"])
+    for options, predicted in [
+        (ConvertOptions(), True),
+        (ConvertOptions(compression="lz4"), False),
+        (ConvertOptions(target_magic=1), False),
+    ]:
+        plan = build_plan(PlanRequest(log_dirs=(str(log_dir),), range_bytes=600, options=options))
+        spans = [t.byte_range for t in plan.tasks if t.byte_range is not None]
+        assert spans and all((s.output is not None) == predicted for s in spans), options
+        segments = [s for p in plan.log_dirs[0].partitions for s in p.segments]
+        assert all((s.range_cuts is not None) == predicted for s in segments if s.size > 600)
+
+
 def _embedded_segment(path: Path) -> tuple[Path, int, int]:
     """v0 messages, one of which carries as the end of its value a whole message set of four messages with
     plausible offsets and valid CRCs: exactly what a range looking for its first entry can mistake for entries.
@@ -298,10 +424,7 @@ def test_the_composite_digest_is_checked_by_the_verifier(tmp_path):
 
 
 def _ranged_plan(tmp_path: Path, log_dir: Path, range_bytes: int, **request):
-    plan = build_plan(PlanRequest(log_dirs=(str(log_dir),), **request))
-    tasks = make_tasks(list(plan.log_dirs), 64 << 20, 256, range_bytes=range_bytes, options=plan.options)
-    plan = dataclasses.replace(plan, tasks=tasks)
-    plan = dataclasses.replace(plan, plan_id=content_id(plan))
+    plan = build_plan(PlanRequest(log_dirs=(str(log_dir),), range_bytes=range_bytes, **request))
     path = tmp_path / "plan.json"
     write_plan(plan, path)
     return plan, path
@@ -345,6 +468,24 @@ def test_a_plan_whose_ranges_do_not_cover_the_segment_is_refused(tmp_path):
     bad = dataclasses.replace(bad, plan_id=content_id(bad))
     with pytest.raises(ModelError, match="do not cover"):
         bad.check_integrity()
+
+
+def test_a_plan_whose_range_outputs_do_not_follow_one_another_is_refused(tmp_path):
+    log_dir = make_broker_logdir(tmp_path, ["plain-v0-1"])
+    plan, _ = _ranged_plan(tmp_path, log_dir, 600)
+    tasks = list(plan.tasks)
+    i = next(i for i, t in enumerate(tasks) if t.byte_range is not None and t.byte_range.index == 1)
+    span = tasks[i].byte_range
+    assert span.output is not None
+    for wrong in (
+        dataclasses.replace(span, output_start=span.output_start + 1),
+        dataclasses.replace(span, output_start=None, output_end=None),
+    ):
+        tasks[i] = dataclasses.replace(tasks[i], byte_range=wrong)
+        bad = dataclasses.replace(plan, tasks=tuple(tasks))
+        bad = dataclasses.replace(bad, plan_id=content_id(bad))
+        with pytest.raises(ModelError, match="outputs do not follow"):
+            bad.check_integrity()
 
 
 # --- execute -----------------------------------------------------------------------------------------------------

@@ -175,7 +175,8 @@ def add_plan_options(p: argparse.ArgumentParser) -> None:
         default=DEFAULT_RANGE_BYTES,
         help="a segment larger than this is converted as ranges of about this size on several workers at once and "
         "joined in order, byte-identical to a one-worker conversion (default 64 MiB; 0: never split). Not used on "
-        "compacted partitions or with --pack-bytes.",
+        "compacted partitions or with --pack-bytes. For uncompressed legacy data the plan records where each range's "
+        "bytes go, and ranges write straight into the joined file.",
     )
     g.add_argument(
         "--digest",

@@ -3,8 +3,11 @@
 ``profile_segment`` walks every entry header (positions, sizes, magics), optionally checks every entry's stored
 checksum (CRC-32 of a legacy message, CRC-32C of a v2 batch: one call over all ranges of a chunk), and remembers
 what ``plan`` needs to tell a torn tail from corruption: the last complete entry's offset, the partial entry's
-header, and the largest entry. ``check_segment`` is ``plan --check``: a deep read of every entry (decompression,
-inner CRCs, offsets strictly increasing within base..base+2^31-1), exactly what conversion would refuse.
+header, and the largest entry. Given cut positions (a segment ``plan`` converts in ranges), it also finds the
+first entry start at or after each cut and where that entry's converted bytes will start (``RangeCut``), when the
+converted size of every entry is known in advance. ``check_segment`` is ``plan --check``: a deep read of every
+entry (decompression, inner CRCs, offsets strictly increasing within base..base+2^31-1), exactly what conversion
+would refuse.
 """
 
 from __future__ import annotations
@@ -18,9 +21,11 @@ import numpy as np
 from migrate.errors import CorruptRecordError, LocatedError, UnsupportedFormatError
 from migrate.format import batch as v2
 from migrate.format import legacy
+from migrate.format._bytes import gather_be
 from migrate.format.checksums import crc32_ranges, crc32c_ranges
 from migrate.format.entries import HEADER_SIZE_UP_TO_MAGIC, walk_entries
 from migrate.format.records import Compression
+from migrate.model import RangeCut
 from migrate.segment.reader import read_chunks
 
 MAX_RELATIVE_OFFSET = 2**31 - 1
@@ -45,6 +50,7 @@ class SegmentProfile:
     tail_bytes: int = 0
     tail_claimed_offset: int | None = None  # offset field of the partial entry's header, when it has one
     corruption: LocatedError | None = None  # the first bad checksum or unknown magic, with its position
+    range_cuts: tuple[RangeCut, ...] | None = None  # for the cuts asked for, when every entry's output size is known
 
     def has_magic_below(self, magic: int) -> bool:
         return any(int(m) < magic for m in self.entries_by_magic)
@@ -111,8 +117,59 @@ def _count(
     profile.wrappers += int((legacy_entries & (codecs != Compression.NONE)).sum())
 
 
-def profile_segment(path: str | Path, chunk_bytes: int = 8 << 20, check_crc: bool = False) -> SegmentProfile:
+class _Layout:
+    """The ``RangeCut`` of each cut, entry by entry: an uncompressed legacy message converts to one v2 batch (its
+    size from its key and value lengths), a v2 batch stays as it is; a compressed wrapper (recompressed: its size is
+    known only once written) or a message too short for its own key ends the prediction."""
+
+    def __init__(self, cuts: list[int]) -> None:
+        self.cuts = cuts
+        self.found: list[RangeCut] = [RangeCut(0, 0)]
+        self.output = 0
+        self.known = True
+
+    def add(self, u8: np.ndarray, chunk_position: int, positions: np.ndarray, sizes: np.ndarray, magics: np.ndarray):
+        if not self.known or not len(positions):
+            return
+        out = sizes.astype(np.int64)
+        is_legacy = magics < v2.MAGIC
+        if is_legacy.any():
+            pos, size, magic = positions[is_legacy], sizes[is_legacy], magics[is_legacy].astype(np.int64)
+            if (u8[pos + legacy.ATTRIBUTES_OFFSET] & legacy.CODEC_MASK).any():
+                self.known = False
+                return
+            key_at = np.where(magic == 0, legacy.KEY_LENGTH_OFFSET[0], legacy.KEY_LENGTH_OFFSET[1])
+            key_len = gather_be(u8, pos + key_at, 4)
+            overhead = legacy.LOG_OVERHEAD + np.where(magic == 0, legacy.RECORD_OVERHEAD[0], legacy.RECORD_OVERHEAD[1])
+            # a null value and an empty one have varints of the same size: the bytes left are all that matters
+            value_bytes = size - overhead - np.maximum(key_len, 0)
+            if (key_len < -1).any() or (value_bytes < 0).any():
+                self.known = False  # conversion refuses such a message, with its position
+                return
+            out[is_legacy] = v2.single_record_batch_sizes(key_len, value_bytes)
+        starts = chunk_position + positions
+        before = self.output + np.cumsum(out) - out
+        while len(self.found) <= len(self.cuts):
+            i = int(np.searchsorted(starts, self.cuts[len(self.found) - 1]))
+            if i == len(starts):
+                break
+            self.found.append(RangeCut(int(starts[i]), int(before[i])))
+        self.output += int(out.sum())
+
+    def finish(self, size: int) -> tuple[RangeCut, ...] | None:
+        if not self.known:
+            return None
+        end = RangeCut(size, self.output)
+        return (*self.found, *[end] * (len(self.cuts) + 1 - len(self.found)), end)
+
+
+def profile_segment(
+    path: str | Path, chunk_bytes: int = 8 << 20, check_crc: bool = False, cuts: list[int] | None = None
+) -> SegmentProfile:
+    """``cuts``: the inner cut positions of a segment converted in ranges, ascending; their ``RangeCut``s (with the
+    first, (0, 0), and the last, (file size, converted size)) go to ``range_cuts`` when they can be predicted."""
     profile = SegmentProfile()
+    layout = _Layout(sorted(cuts)) if cuts is not None else None
     with open(path, "rb") as src:
         for chunk in read_chunks(src, str(path), chunk_bytes, decode=lambda buf, final: walk_entries(buf)):
             walk = chunk.entries
@@ -137,7 +194,10 @@ def profile_segment(path: str | Path, chunk_bytes: int = 8 << 20, check_crc: boo
                             offset=_OFFSET_SIZE.unpack_from(buf, int(positions[i]))[0],
                             path=str(path),
                         )
-            _count(profile, np.frombuffer(buf, np.uint8), positions, sizes, magics)
+            u8 = np.frombuffer(buf, np.uint8)
+            _count(profile, u8, positions, sizes, magics)
+            if layout is not None and profile.corruption is None:
+                layout.add(u8, chunk.position, positions, sizes, magics)
             if len(positions):
                 i = int(np.argmax(sizes))
                 if int(sizes[i]) > profile.largest_entry:
@@ -152,6 +212,8 @@ def profile_segment(path: str | Path, chunk_bytes: int = 8 << 20, check_crc: boo
             if walk.tail is not None and walk.tail.size >= 12:
                 profile.tail_claimed_offset = _OFFSET_SIZE.unpack_from(buf, walk.tail.position)[0]
     size = Path(path).stat().st_size
+    if layout is not None and profile.corruption is None:
+        profile.range_cuts = layout.finish(size)
     if size > profile.valid_bytes:
         profile.tail_position = profile.valid_bytes
         profile.tail_bytes = size - profile.valid_bytes

@@ -22,6 +22,13 @@ converted again). The files of a run carry its id: a crashed run's leftovers are
 The bytes are those of a one-worker conversion: each entry converts on its own, and the indexes see the same
 batches in the same order.
 
+Planned places (``ByteRange.output``, what ``plan`` predicts for a segment of uncompressed legacy messages and v2
+batches, whose converted sizes are known before conversion): each range starts at the entry start the plan found
+and writes straight into its place in the joined file, re-reads that place, and hands its pages back to the kernel
+once they are on disk (``_write_out``). Nothing is copied, no part file is written, and the join only checks. A
+range whose bytes do not fill its place exactly is not in place, and the join then converts the segment whole: a
+wrong prediction costs time, never bytes.
+
 Digests: each range digests its records apart; the segment's digests are composite (``digest.composite``) with
 ``SegmentResult.digest_splits`` naming where the ranges' records begin, so ``verify_segment`` recomputes them from
 the joined file alone.
@@ -43,6 +50,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -98,6 +106,8 @@ class RangePart:
     convert_seconds: float = 0.0
     verify_seconds: float = 0.0
     files: list[str] = field(default_factory=list)  # everything it wrote, for cleanup
+    output: tuple[int, int] | None = None  # its place in the joined file, when the plan knew it (ByteRange.output)
+    in_place: bool = False  # its converted bytes are at ``output`` in the joined file, exactly as the plan said
 
 
 class RangeRefusedError(Exception):
@@ -131,20 +141,26 @@ def convert_range(
     nominal_end: int,
     exact_start: int | None = None,
     run: str | None = None,
+    output: tuple[int, int] | None = None,
 ) -> RangePart:
     """Convert and verify the entries of ``task.source`` that start in ``[nominal_start, nominal_end)`` (to the end
     of the file for the last range), from ``exact_start`` when the caller knows where the first one starts; with
     ``run``, then place what can be placed in the joined file (see the module docstring).
 
+    ``output`` (the plan's ``ByteRange.output``): ``nominal_start`` is an entry start and the converted bytes go
+    straight to ``[start, end)`` of the joined file; a range whose bytes would not fit there exactly is left
+    VERIFIED but not ``in_place``, and the join then converts the segment whole.
+
     What ``convert_segment`` would refuse comes back as a REFUSED part with the problem (it counts only if the join
     confirms the range's start), as does a part that does not verify; OSError is raised.
     """
-    part = RangePart(index, count, nominal_start, nominal_end)
+    part = RangePart(index, count, nominal_start, nominal_end, output=output)
     try:
-        _convert_range(task, part, exact_start, run)
+        _convert_range(task, part, nominal_start if output is not None else exact_start, run)
     except LocatedError as exc:
         part.outcome, part.problem = Outcome.REFUSED, Problem.of(exc)
-    if run and exact_start is None and part.outcome == Outcome.VERIFIED and part.start is not None:
+    placeable = part.outcome == Outcome.VERIFIED and part.start is not None and output is None
+    if run and exact_start is None and placeable:
         _place(task, part, run)
     return part
 
@@ -168,22 +184,36 @@ def _convert_range(task: SegmentTask, part: RangePart, exact_start: int | None, 
             return
         last = index == count - 1
         Path(task.staging_dir).mkdir(parents=True, exist_ok=True)
-        out_path = part_path(task, index, "log", run)
-        part.files.append(str(out_path))
+        if part.output is None:
+            out_path = part_path(task, index, "log", run)
+            part.files.append(str(out_path))
+            out: BinaryIO | _PlacedWriter = open(out_path, "wb", buffering=_WRITE_BUFFER)  # noqa: SIM115 (closed below)
+        else:
+            out_path = joining_path(task, run)
+            out = _PlacedWriter(out_path, *part.output)
         src.seek(start)
-        with open(out_path, "wb", buffering=_WRITE_BUFFER) as out:
-            if last or start < nominal_end:
-                streamed = stream_entries(task, src, out, st, start=start, limit=None if last else nominal_end)
-                result, part.stop, part.changed = streamed.result, streamed.stop, streamed.changed
-            else:  # no entry starts in this range (one entry spans it): an empty part
-                result = SegmentResult(task.source, task.base_offset, ConversionStatus.EMPTY, digest=opts.digest)
-                result.source_digest, result.output_digest_ts = LogDigest(algorithm=opts.digest).hexdigests()
-                part.stop = start
+        try:
+            with out:
+                if last or start < nominal_end:
+                    streamed = stream_entries(task, src, out, st, start=start, limit=None if last else nominal_end)
+                    result, part.stop, part.changed = streamed.result, streamed.stop, streamed.changed
+                else:  # no entry starts in this range (one entry spans it): an empty part
+                    result = SegmentResult(task.source, task.base_offset, ConversionStatus.EMPTY, digest=opts.digest)
+                    result.source_digest, result.output_digest_ts = LogDigest(algorithm=opts.digest).hexdigests()
+                    part.stop = start
+        except _OutsidePlace:
+            return  # not in place: the join converts the segment whole
+        if part.output is not None:
+            if result.output_bytes != part.output[1] - part.output[0]:
+                return
+            part.in_place = True
         part.at_end = part.stop + result.truncated_tail_bytes >= st.st_size
         result.outputs = {".log": str(out_path)}
         part.result = result
         part.convert_seconds = time.perf_counter() - started
         _verify_part(task, part, run)
+        if part.in_place:
+            _write_out(out_path, *part.output)  # type: ignore[misc]
         part.verify_seconds = time.perf_counter() - started - part.convert_seconds
 
 
@@ -201,13 +231,19 @@ def _verify_part(task: SegmentTask, part: RangePart, run: str | None) -> None:
         def keep(b: BatchColumns) -> None:
             sink.write(np.stack([b.sizes, b.last_offsets, b.max_timestamps], axis=1).astype(np.int64).tobytes())
 
-        back = read_back(result.outputs[".log"], digest, None, opts.target_magic, opts.chunk_bytes, on_batches=keep)
+        back = read_back(
+            result.outputs[".log"], digest, None, opts.target_magic, opts.chunk_bytes, keep, region=part.output
+        )
     part.batches = str(batches_path)
     part.head = back.head
     result.output_bytes = back.size + back.tail
     problems = []
     if back.tail:
         problems.append(f"{back.tail} bytes after the last complete batch")
+    if part.output is not None and back.size != part.output[1] - part.output[0]:
+        problems.append(
+            f"{back.size} bytes of batches read back from its place in the joined file, not {result.output_bytes}"
+        )
     if digest.hexdigests()[1] != result.output_digest_ts:
         problems.append(f"records or timestamps differ from the source ({result.digest} of the records read back)")
     if back.records != result.records:
@@ -245,6 +281,10 @@ def join_parts(task: SegmentTask, parts: list[RangePart], run: str | None = None
         if task.options.pack_bytes is not None:
             # --pack-bytes groups the messages of each run the reader sees: only a whole conversion gives its bytes
             return convert_segment(task)
+        if _missed_place(parts):
+            # the plan's places did not hold (a bug, or a file changed in a way its size, mtime and inode hide):
+            # nothing in the joined file can be trusted, and a whole conversion gives the segment's bytes
+            return convert_segment(task)
         chain = _chain(task, sorted(parts, key=lambda p: p.index), run)
         return _join(task, chain, started, run)
     finally:
@@ -262,6 +302,11 @@ def remove_range_files(task: SegmentTask) -> None:
             path.unlink(missing_ok=True)
 
 
+def _missed_place(parts: list[RangePart]) -> bool:
+    """Some range had a place in the joined file from the plan and its bytes are not exactly there."""
+    return any(p.output is not None and p.outcome == Outcome.VERIFIED and not p.in_place for p in parts)
+
+
 def _chain(task: SegmentTask, parts: list[RangePart], run: str | None) -> list[RangePart]:
     """The ranges that follow one another from byte 0 to the end of the file; a range that does not start where
     the previous one stopped is converted again from there."""
@@ -271,6 +316,11 @@ def _chain(task: SegmentTask, parts: list[RangePart], run: str | None) -> list[R
         if chain and chain[-1].at_end:
             break  # the file ended (a listed torn tail) before this range: whatever it found is not entries
         if part.start != expected:
+            if part.output is not None:
+                raise RuntimeError(
+                    f"range {part.index + 1} of {task.source} starts at byte {part.start}, where the plan found an "
+                    f"entry, but the previous range stopped at byte {expected}"
+                )
             discard([part])
             part = convert_range(task, part.index, part.count, part.nominal_start, part.nominal_end, expected, run)
         if part.outcome != Outcome.VERIFIED:
@@ -345,7 +395,11 @@ def _join(task: SegmentTask, chain: list[RangePart], started: float, run: str | 
     finals = {sfx: staging / segment_name(task.base_offset, sfx) for sfx in SUFFIXES}
     try:
         joined = joining_path(task, run)
-        _assemble(joined, chain, _placed_prefix(task, chain, run), total)
+        if all(p.in_place for p in chain):
+            with open(joined, "ab") as f:  # every byte is in place; nothing of an earlier attempt past the end
+                f.truncate(total)
+        else:
+            _assemble(joined, chain, _placed_prefix(task, chain, run), total)
         os.replace(joined, finals[".log"])
         index = IndexBuilder(task.base_offset, task.options.index_interval_bytes)
         for part in chain:
@@ -395,6 +449,39 @@ def _assemble(joined: Path, chain: list[RangePart], placed: int, total: int) -> 
         os.ftruncate(out, total)  # nothing of an earlier attempt past the end
     finally:
         os.close(out)
+
+
+class _OutsidePlace(Exception):
+    """A range's converted bytes would not fit the place the plan gave it in the joined file."""
+
+
+class _PlacedWriter:
+    """Writes a range's converted bytes straight into its place ``[start, end)`` of the joined file (which the
+    segment's ranges share, each in its own place), refusing any byte past ``end``; when closed, asks the kernel to
+    start writing them to disk (see ``_start_writeback``)."""
+
+    def __init__(self, path: Path, start: int, end: int) -> None:
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+        self.start, self.end, self.at = start, end, start
+
+    def write(self, data: bytes | memoryview) -> int:
+        n = len(data)
+        if self.at + n > self.end:
+            raise _OutsidePlace(f"{n} bytes at byte {self.at} of the joined file pass the range's end {self.end}")
+        view, written = memoryview(data), 0
+        while written < n:
+            written += os.pwrite(self.fd, view[written:], self.at + written)
+        self.at += n
+        return n
+
+    def __enter__(self) -> _PlacedWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            _start_writeback(self.fd, self.start, self.at - self.start)
+        finally:
+            os.close(self.fd)
 
 
 # --- placement: ranges copy themselves into the joined file as soon as their offset is known ---------------------
@@ -480,6 +567,29 @@ _sync_file_range = getattr(_libc, "sync_file_range", None)
 if _sync_file_range is not None:
     _sync_file_range.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
 _SYNC_FILE_RANGE_WRITE = 2
+
+
+_SYNC_FILE_RANGE_WAIT_ALL = 1 | 2 | 4  # wait for earlier writeback, write, wait for it
+
+
+def _write_out(path: Path, start: int, end: int) -> None:
+    """Wait until a verified range's place is on disk, then let the kernel drop those pages from its cache.
+
+    Nothing reads them again before the broker does (the join reads one header per range, the swap renames), and
+    the pages freed are the ones the next range writes into: without this a GiB-scale migration grows the page cache
+    by every byte it writes, and each new page costs the kernel (on this project's VMs, whose freed memory returns
+    to the host, about three times the conversion's own cost per byte). Durability is still the swap's syncfs;
+    this only writes earlier. Advisory: where sync_file_range is missing, only the pages already clean are dropped.
+    """
+    if end <= start:
+        return
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        if _sync_file_range is not None:
+            _sync_file_range(fd, start, end - start, _SYNC_FILE_RANGE_WAIT_ALL)
+        os.posix_fadvise(fd, start, end - start, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
 
 
 def _start_writeback(fd: int, offset: int, size: int) -> None:

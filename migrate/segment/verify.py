@@ -94,15 +94,23 @@ def read_back(
     target_magic: int,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     on_batches: Callable[[BatchColumns], None] | None = None,
+    region: tuple[int, int] | None = None,
 ) -> ReadBack:
     """Re-read ``log_path`` once: every batch CRC-checked, its records into ``digest``, its batches into ``index``
-    (Kafka's recovery rule) and ``on_batches``."""
+    (Kafka's recovery rule) and ``on_batches``. ``region``: only the batches that start in ``[start, end)`` of the
+    file (a range's place in a joined segment); sizes and the head are then the region's."""
     back = ReadBack()
     src, st = open_unbuffered(log_path)
+    start, end = region if region is not None else (0, None)
     with src:
-        for chunk in read_chunks(src, str(log_path), chunk_bytes, decode=_decode, reuse=True, size_hint=st.st_size):
+        src.seek(start)
+        left = (st.st_size if end is None else min(end, st.st_size)) - start
+        chunks = read_chunks(
+            src, str(log_path), chunk_bytes, decode=_decode, reuse=True, start=start, limit=end, size_hint=left
+        )
+        for chunk in chunks:
             decoded: _Decoded = chunk.entries
-            if chunk.position == 0:
+            if chunk.position == start:
                 back.head = bytes(chunk.buffer[:12])
             groups = decoded.groups
             for _, records in groups:
@@ -115,7 +123,7 @@ def read_back(
                     on_batches(batches)
                 back.batches += len(batches)
                 back.below_magic += int(np.count_nonzero(batches.magics < target_magic))
-            back.size = chunk.end
+            back.size = chunk.end - start
             back.tail = decoded.tail or back.tail
     back.records = digest.records
     return back

@@ -155,7 +155,9 @@ def convert_range_task(plan: Plan, task: TaskPlan, run: str = "") -> RangePart:
     started = time.perf_counter()
     try:
         faults.point("before:convert-range")
-        done = convert_range(seg_task, span.index, span.count, span.start, span.end, run=run or None)
+        done = convert_range(
+            seg_task, span.index, span.count, span.start, span.end, run=run or None, output=span.output
+        )
     except OSError as exc:
         part.outcome, part.problem = Outcome.FAILED, Problem.of(exc)
     except Exception as exc:  # a bug met on this range: fail its partition, keep the traceback for the run log
