@@ -42,7 +42,9 @@ PLAN_VERSION = 2
 DEFAULT_INDEX_INTERVAL_BYTES = 4096  # Kafka's index.interval.bytes default
 DEFAULT_MAX_MESSAGE_BYTES = 1048588  # Kafka's max.message.bytes default: 1 MiB + 12 bytes of log overhead
 MAX_SEGMENT_BYTES = 2**31 - 1  # FileRecords cannot open a larger .log
-DEFAULT_CHUNK_BYTES = 8 << 20
+# read size: 1-2 MiB chunks converted and verified 204 MB in 0.36-0.39 s here against 0.58 s at 8 MiB (fewer
+# fresh-page faults, a working set that stays in cache); an entry up to Kafka's default 1 MiB limit fits in one
+DEFAULT_CHUNK_BYTES = 2 << 20
 DEFAULT_TASK_BYTES = 64 << 20
 DEFAULT_TASK_SEGMENTS = 256
 DEFAULT_RANGE_BYTES = 64 << 20  # a segment larger than this is converted in ranges of about this size, in parallel

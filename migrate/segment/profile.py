@@ -25,7 +25,7 @@ from migrate.format._bytes import gather_be
 from migrate.format.checksums import crc32_ranges, crc32c_ranges
 from migrate.format.entries import HEADER_SIZE_UP_TO_MAGIC, walk_entries
 from migrate.format.records import Compression
-from migrate.model import RangeCut
+from migrate.model import DEFAULT_CHUNK_BYTES, RangeCut
 from migrate.segment.reader import read_chunks
 
 MAX_RELATIVE_OFFSET = 2**31 - 1
@@ -164,7 +164,7 @@ class _Layout:
 
 
 def profile_segment(
-    path: str | Path, chunk_bytes: int = 8 << 20, check_crc: bool = False, cuts: list[int] | None = None
+    path: str | Path, chunk_bytes: int = DEFAULT_CHUNK_BYTES, check_crc: bool = False, cuts: list[int] | None = None
 ) -> SegmentProfile:
     """``cuts``: the inner cut positions of a segment converted in ranges, ascending; their ``RangeCut``s (with the
     first, (0, 0), and the last, (file size, converted size)) go to ``range_cuts`` when they can be predicted."""
@@ -254,7 +254,7 @@ def first_good_checksum(buf: bytes, positions: np.ndarray, sizes: np.ndarray, ma
     return -1
 
 
-def check_segment(path: str | Path, base_offset: int, chunk_bytes: int = 8 << 20) -> int:
+def check_segment(path: str | Path, base_offset: int, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> int:
     """Read every entry deeply, as conversion will (decompression, inner checksums, offsets strictly increasing and
     within the segment's range); raise the LocatedError conversion would raise. Returns the number of records."""
     records = 0

@@ -25,8 +25,8 @@ from migrate.errors import CorruptRecordError
 from migrate.format import legacy
 from migrate.format.checksums import crc32, crc32c
 from migrate.format.entries import HEADER_SIZE_UP_TO_MAGIC, MIN_ENTRY_SIZE, read_entries
+from migrate.model import DEFAULT_CHUNK_BYTES
 
-DEFAULT_CHUNK_BYTES = 8 << 20
 _SIZE = struct.Struct(">i")
 _OFFSET_SIZE = struct.Struct(">qi")
 MAX_RELATIVE_OFFSET = 2**31 - 1
