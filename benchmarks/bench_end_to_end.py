@@ -292,6 +292,7 @@ def section_workers(args: argparse.Namespace, tmp: Path, results: dict) -> None:
     size = (log_dir / "bench-0" / f"{0:020d}.log").stat().st_size
     rows: dict[str, dict] = {}
     paired: list[float] = []  # each round's 1-worker time over its 2-worker time, taken minutes apart
+    rounds: list[dict[str, float]] = []
     for _ in range(args.rounds):
         this_round = {}
         for workers in (1, 2):
@@ -301,12 +302,14 @@ def section_workers(args: argparse.Namespace, tmp: Path, results: dict) -> None:
             if str(workers) not in rows or r["seconds"] < rows[str(workers)]["seconds"]:
                 rows[str(workers)] = r
         paired.append(this_round[1] / this_round[2])
+        rounds.append({str(k): v for k, v in this_round.items()})
     results["workers"] = {
         "bytes": size,
         "records": records,
         "digest": args.workers_digest,
         "rows": rows,
         "paired_speedups": paired,
+        "rounds": rounds,
     }
     shutil.rmtree(log_dir)
 
@@ -376,6 +379,10 @@ def report(results: dict) -> str:
         lines.append(
             f"\nspeed-up of each round (1 worker then 2, back to back; robust to the machine's drift between rounds): "
             f"{', '.join(f'{x:.2f}x' for x in w['paired_speedups'])}; median {paired[len(paired) // 2]:.2f}x"
+        )
+        lines.append(
+            "seconds of each round (1 worker / 2 workers): "
+            + ", ".join(f"{r['1']:.2f} / {r['2']:.2f}" for r in w.get("rounds", []))
         )
     if "small" in results:
         s = results["small"]
