@@ -150,16 +150,19 @@ write_plan(plan, plan_path)
 engine = DaskEngine(n_workers=workers, dashboard_address="127.0.0.1:0", progress=False)
 try:
     engine.client.wait_for_workers(workers, timeout=120)
+    cpu = engine.client.run(time.process_time)
     t = time.perf_counter()
     report = pipeline.execute(plan, engine)
     wall = time.perf_counter() - t
+    cpu = {k: v - cpu[k] for k, v in engine.client.run(time.process_time).items()}
     rss = engine.client.run(lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     assert pipeline.rollback(plan, engine, plan_path).ok
 finally:
     engine.close()
 assert report.ok, (report.errors, report.problems)
 print(json.dumps({"seconds": wall, "records": report.totals.records, "stages": report.stage_seconds,
-                  "tasks": len(plan.tasks), "worker_peak_rss_mb": sorted(rss.values())}))
+                  "tasks": len(plan.tasks), "worker_peak_rss_mb": sorted(rss.values()),
+                  "worker_cpu_seconds": sorted(cpu.values())}))
 """
 
 SMALL = r"""
@@ -293,16 +296,20 @@ def section_workers(args: argparse.Namespace, tmp: Path, results: dict) -> None:
     rows: dict[str, dict] = {}
     paired: list[float] = []  # each round's 1-worker time over its 2-worker time, taken minutes apart
     rounds: list[dict[str, float]] = []
+    stages: list[dict[str, dict]] = []  # each run's stage seconds, to see where a slow run lost its time
     for _ in range(args.rounds):
         this_round = {}
+        these_stages = {}
         for workers in (1, 2):
             r = child(WORKERS, log_dir, workers, args.workers_digest, tmp / "big-plan.json")
             shutil.rmtree(tmp / "big-plan.json.state", ignore_errors=True)
             this_round[workers] = r["seconds"]
+            these_stages[str(workers)] = {**r["stages"], "worker_cpu": r["worker_cpu_seconds"]}
             if str(workers) not in rows or r["seconds"] < rows[str(workers)]["seconds"]:
                 rows[str(workers)] = r
         paired.append(this_round[1] / this_round[2])
         rounds.append({str(k): v for k, v in this_round.items()})
+        stages.append(these_stages)
     results["workers"] = {
         "bytes": size,
         "records": records,
@@ -310,6 +317,7 @@ def section_workers(args: argparse.Namespace, tmp: Path, results: dict) -> None:
         "rows": rows,
         "paired_speedups": paired,
         "rounds": rounds,
+        "round_stages": stages,
     }
     shutil.rmtree(log_dir)
 
