@@ -457,15 +457,22 @@ def test_make_tasks_splits_large_segments_and_plans_keep_their_ranges(tmp_path):
     assert all(t.byte_range is None for t in packed)
 
 
+def _second_range(plan):
+    return next(t.byte_range for t in plan.tasks if t.byte_range is not None and t.byte_range.index == 1)
+
+
+def _with_second_range(plan, span: ByteRange):
+    """``plan`` with its first segment's second range replaced by ``span``, under a new id (edited, not stale)."""
+    tasks = [dataclasses.replace(t, byte_range=span) if t.byte_range == _second_range(plan) else t for t in plan.tasks]
+    bad = dataclasses.replace(plan, tasks=tuple(tasks))
+    return dataclasses.replace(bad, plan_id=content_id(bad))
+
+
 def test_a_plan_whose_ranges_do_not_cover_the_segment_is_refused(tmp_path):
     log_dir = make_broker_logdir(tmp_path, ["gzip-v0-0"])
     plan, _ = _ranged_plan(tmp_path, log_dir, 3000)
-    tasks = list(plan.tasks)
-    i = next(i for i, t in enumerate(tasks) if t.byte_range is not None and t.byte_range.index == 1)
-    span = tasks[i].byte_range
-    tasks[i] = dataclasses.replace(tasks[i], byte_range=ByteRange(span.index, span.count, span.start + 1, span.end))
-    bad = dataclasses.replace(plan, tasks=tuple(tasks))
-    bad = dataclasses.replace(bad, plan_id=content_id(bad))
+    span = _second_range(plan)
+    bad = _with_second_range(plan, ByteRange(span.index, span.count, span.start + 1, span.end))
     with pytest.raises(ModelError, match="do not cover"):
         bad.check_integrity()
 
@@ -473,19 +480,14 @@ def test_a_plan_whose_ranges_do_not_cover_the_segment_is_refused(tmp_path):
 def test_a_plan_whose_range_outputs_do_not_follow_one_another_is_refused(tmp_path):
     log_dir = make_broker_logdir(tmp_path, ["plain-v0-1"])
     plan, _ = _ranged_plan(tmp_path, log_dir, 600)
-    tasks = list(plan.tasks)
-    i = next(i for i, t in enumerate(tasks) if t.byte_range is not None and t.byte_range.index == 1)
-    span = tasks[i].byte_range
+    span = _second_range(plan)
     assert span.output is not None
     for wrong in (
         dataclasses.replace(span, output_start=span.output_start + 1),
         dataclasses.replace(span, output_start=None, output_end=None),
     ):
-        tasks[i] = dataclasses.replace(tasks[i], byte_range=wrong)
-        bad = dataclasses.replace(plan, tasks=tuple(tasks))
-        bad = dataclasses.replace(bad, plan_id=content_id(bad))
         with pytest.raises(ModelError, match="outputs do not follow"):
-            bad.check_integrity()
+            _with_second_range(plan, wrong).check_integrity()
 
 
 # --- execute -----------------------------------------------------------------------------------------------------
