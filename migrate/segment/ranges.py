@@ -241,9 +241,8 @@ def _verify_part(task: SegmentTask, part: RangePart, run: str | None) -> None:
     if back.tail:
         problems.append(f"{back.tail} bytes after the last complete batch")
     if part.output is not None and back.size != part.output[1] - part.output[0]:
-        problems.append(
-            f"{back.size} bytes of batches read back from its place in the joined file, not {result.output_bytes}"
-        )
+        planned = part.output[1] - part.output[0]
+        problems.append(f"{back.size} bytes of batches read back from its place in the joined file, not {planned}")
     if digest.hexdigests()[1] != result.output_digest_ts:
         problems.append(f"records or timestamps differ from the source ({result.digest} of the records read back)")
     if back.records != result.records:
@@ -463,7 +462,7 @@ class _PlacedWriter:
 
     def __init__(self, path: Path, start: int, end: int) -> None:
         self.fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
-        self.start, self.end, self.at = start, end, start
+        self.end, self.at = end, start
 
     def write(self, data: bytes | memoryview) -> int:
         n = len(data)
@@ -577,8 +576,8 @@ def _write_out(path: Path, start: int, end: int) -> None:
     Nothing reads them again before the broker does (the join reads one header per range, the swap renames), and
     the pages freed are the ones the next range writes into: without this a GiB-scale migration grows the page cache
     by every byte it writes, and each new page costs the kernel (on this project's VMs, whose freed memory returns
-    to the host, about three times the conversion's own cost per byte). Durability is still the swap's syncfs;
-    this only writes earlier. Advisory: where sync_file_range is missing, only the pages already clean are dropped.
+    to the host, an 88 MB range took 0.35-0.45 s in fresh pages against 0.2 s in reused ones). Durability is still
+    the swap's syncfs; this only writes earlier. Advisory: without sync_file_range only the clean pages are dropped.
     """
     if end <= start:
         return
