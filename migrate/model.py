@@ -134,6 +134,12 @@ class ConvertOptions:
             if getattr(self, name) < 1:
                 raise ModelError(f"options.{name}: must be positive, not {getattr(self, name)}")
 
+    @property
+    def one_batch_per_message(self) -> bool:
+        """Each uncompressed legacy message becomes one uncompressed v2 batch, as Kafka 4's cleaner writes them: no
+        --pack-bytes, no --compression, target v2. The plan then knows each batch's size from the message alone."""
+        return self.target_magic == 2 and self.pack_bytes is None and self.compression in (None, Codec.NONE)
+
     def for_partition(self, leader_epoch: int) -> ConvertOptions:
         return dataclasses.replace(self, partition_leader_epoch=leader_epoch)
 

@@ -44,7 +44,6 @@ from migrate.model import (
     DEFAULT_TASK_SEGMENTS,
     PLAN_VERSION,
     ByteRange,
-    Codec,
     CompactionPlan,
     ConvertOptions,
     Estimates,
@@ -334,11 +333,11 @@ def nominal_cuts(size: int, range_bytes: int) -> list[int]:
 
 def _predicted_cuts(size: int, request: PlanRequest, rule: CompactionRule | None) -> list[int] | None:
     """The inner cuts of a segment ``make_tasks`` will split, when its ranges' output places can be known: every
-    uncompressed legacy message then converts to one v2 batch (no --compression, --pack-bytes or compaction)."""
+    uncompressed legacy message then converts to one v2 batch (``one_batch_per_message``; no compaction)."""
     opts, range_bytes = request.options, request.range_bytes
     if range_bytes is None or range_bytes <= 0 or size <= range_bytes or rule is not None:
         return None
-    if opts.target_magic != 2 or opts.pack_bytes is not None or opts.compression not in (None, Codec.NONE):
+    if not opts.one_batch_per_message:
         return None
     return nominal_cuts(size, range_bytes)[1:-1]
 

@@ -116,7 +116,7 @@ class _Converter:
         if opts.target_magic == 1:
             return self._run_to_v1(run, out_cols, types)
         self.changed = True
-        if opts.pack_bytes is None and opts.compression in (None, "none"):
+        if opts.one_batch_per_message:
             data, sizes = v2.encode_single_record_batches(
                 out_cols,
                 types,

@@ -128,7 +128,9 @@ class _Layout:
         self.output = 0
         self.known = True
 
-    def add(self, u8: np.ndarray, chunk_position: int, positions: np.ndarray, sizes: np.ndarray, magics: np.ndarray):
+    def add(
+        self, u8: np.ndarray, chunk_position: int, positions: np.ndarray, sizes: np.ndarray, magics: np.ndarray
+    ) -> None:
         if not self.known or not len(positions):
             return
         out = sizes.astype(np.int64)
