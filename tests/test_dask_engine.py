@@ -11,6 +11,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import dask
 import psutil
 import pytest
 from distributed import get_worker
@@ -19,7 +20,7 @@ from runs import assert_scan_agrees
 
 from migrate import pipeline
 from migrate.engines import StageCall
-from migrate.engines.dask import DaskEngine, worth_workers
+from migrate.engines.dask import LOCAL_CLUSTER_PERIODS, DaskEngine, _local_cluster_periods, worth_workers
 from migrate.plan import PlanRequest, build_plan
 
 
@@ -201,6 +202,9 @@ def test_a_plan_worth_workers_starts_them_and_they_take_the_calls_once_up(tmp_pa
         first = engine.map("probe", pid_of, [StageCall((heavy,))])
         engine.start_workers(wait=True)  # started by the map above: this only waits
         assert len(engine.client.scheduler_info(n_workers=-1)["workers"]) == (os.cpu_count() or 1)
+        # Dask's own periodic work runs at LOCAL_CLUSTER_PERIODS in the scheduler and in each worker
+        assert engine.cluster.scheduler.periodic_callbacks["tick"].callback_time == 500
+        assert set(engine.client.run(_periods).values()) == {(500, 100, 1000)}
         later = engine.map("probe", pid_of, [StageCall((heavy,)) for _ in range(8)])
         assert all(r.ok for r in first + later)
         assert all(r.value != os.getpid() for r in later)
@@ -210,3 +214,20 @@ def test_a_plan_worth_workers_starts_them_and_they_take_the_calls_once_up(tmp_pa
 
 def pid_of(plan: object) -> int:
     return os.getpid()
+
+
+def _periods(dask_worker) -> tuple[float, float, float]:
+    callbacks = dask_worker.periodic_callbacks
+    return tuple(callbacks[name].callback_time for name in ("tick", "profile", "monitor"))
+
+
+def test_a_period_the_operator_configured_is_kept():
+    shipped = dask.config.merge(*dask.config.defaults)
+    defaults = {key: dask.config.get(key, config=shipped) for key in LOCAL_CLUSTER_PERIODS}
+    with dask.config.set(defaults):
+        assert _local_cluster_periods() == LOCAL_CLUSTER_PERIODS
+        with dask.config.set({"distributed.admin.tick.interval": "50ms"}):
+            assert _local_cluster_periods() == {
+                "distributed.admin.system-monitor.interval": "1s",
+                "distributed.worker.profile.interval": "100ms",
+            }

@@ -44,6 +44,17 @@ MONITOR = "migrate.monitor"
 LOCAL_BYTES_PER_SECOND = 300e6
 LOCAL_SECONDS_PER_SEGMENT = 0.003
 LOCAL_SECONDS_WORTH_WORKERS = 1.0
+# Dask's own periodic work in each process of a LocalCluster (the driver holds the scheduler and one nanny per
+# worker): an event-loop tick every 20 ms in each of them, a stack sample every 10 ms in each worker (the dashboard's
+# Profile page), psutil every 500 ms. Idle, that was 0.14 of a core on a 2-core VM, taken from the workers once both
+# cores convert; at these rates 0.035 (benchmarks/README.md). The Profile page, the System page and the warning about
+# a blocked event loop all still work, at a coarser grain. A value the operator set (a Dask config file or a DASK_*
+# variable) is kept.
+LOCAL_CLUSTER_PERIODS = {
+    "distributed.admin.tick.interval": "500ms",
+    "distributed.admin.system-monitor.interval": "1s",
+    "distributed.worker.profile.interval": "100ms",
+}
 # the package's own switches, read by worker code: see _worker_environment
 SWITCHES = (faults.CRASH_ENV, faults.FAIL_ENV, faults.TRACE_ENV, accel.ENV_VAR)
 
@@ -55,6 +66,16 @@ def _worker_environment() -> dict[str, str]:
     an earlier cluster of this process had (the test suite's fault injection) or miss one set since."""
     names = {*SWITCHES, *(k for k in os.environ if k.startswith("KAFKA_LOG_MIGRATE_"))}
     return {name: os.environ.get(name, "") for name in sorted(names)}
+
+
+def _local_cluster_periods() -> dict[str, str]:
+    """``LOCAL_CLUSTER_PERIODS`` but for those the operator configured (whatever differs from Dask's own default)."""
+    shipped = dask.config.merge(*dask.config.defaults)
+    return {
+        key: value
+        for key, value in LOCAL_CLUSTER_PERIODS.items()
+        if dask.config.get(key) == dask.config.get(key, config=shipped)
+    }
 
 
 def _key(stage: str, call: StageCall, position: int = 0) -> str:
@@ -150,6 +171,7 @@ class DaskEngine:
         if scheduler:
             self._start(lambda: Client(scheduler, security=security), remote=True)
         else:
+            dask.config.set(_local_cluster_periods())  # before the cluster: its workers get this process's config
             local = lambda: LocalCluster(  # noqa: E731
                 n_workers=0 if self._workers_on_demand else self._n_workers,
                 threads_per_worker=1,
