@@ -14,7 +14,9 @@ Four sections, each in child processes (so imports, peak RSS and start-up are ea
   the run log, progress and the report's summary included), and both calls of the Python API in one process.
 * ``workers``: one partition of one large segment (``--workers-mib``, default 1024) executed on a LocalCluster of 1
   worker and of 2 (waiting for the workers first, so that only the workers work), and every worker's peak RSS; the
-  best time of each over the rounds, and each round's own ratio (its two runs back to back).
+  best time of each over the rounds, and each round's own ratio (its two runs back to back, in alternating order);
+  with the segment in the page cache before each run (``warm``) and out of it (``cold``), and the machine's own 1 ->
+  2 process speed-up on a memory copy for reference (on a VM, two cores seldom get twice one core's bandwidth).
 * ``small``: ms per small segment (``--small-records`` 200 x 100 B, about 26 KB) converted and verified in one
   process, fresh staging files each time: the fixed cost per segment that dominates at 10,000 partitions.
 
@@ -23,7 +25,8 @@ an older commit with its accelerator built: ``git archive COMMIT | tar -x -C TRE
 build_ext --inplace``), alternating with this tree in the same run.
 
     python benchmarks/bench_end_to_end.py [--records 1500000] [--values 100,1000] [--sections segment,execute,...]
-           [--workers-mib 1024] [--before TREE] [--repeat 3] [--json out.json] [--dir SCRATCH]
+           [--workers-mib 1024] [--source-cache warm,cold] [--before TREE] [--repeat 3] [--rounds 2]
+           [--json out.json] [--dir SCRATCH]
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -287,39 +291,87 @@ def section_execute(args: argparse.Namespace, tmp: Path, results: dict) -> None:
     results["execute"] = {"records": args.records, "value_bytes": value_bytes, "aiokafka": aio, "rows": rows}
 
 
+def set_source_cache(path: Path, state: str) -> None:
+    """Start a run with the segment in the page cache (``warm``: read through once) or out of it (``cold``: its
+    clean pages dropped, as on a broker host whose segments were written long ago). Left alone, the state depends on
+    the minutes before: this VM's kernel evicts page cache untouched for about a minute (DAMON), so an unprepared
+    run read its source from disk or from memory by chance."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        if state == "cold":
+            os.fdatasync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        else:
+            while os.read(fd, 8 << 20):
+                pass
+    finally:
+        os.close(fd)
+
+
 def section_workers(args: argparse.Namespace, tmp: Path, results: dict) -> None:
     value_bytes = int(args.values.split(",")[0])
     records = args.workers_mib * (1 << 20) // message_size(10, value_bytes, 0)
     log_dir = tmp / "big"
     write_log_dir(log_dir, records, value_bytes=value_bytes)
-    size = (log_dir / "bench-0" / f"{0:020d}.log").stat().st_size
-    rows: dict[str, dict] = {}
-    paired: list[float] = []  # each round's 1-worker time over its 2-worker time, taken minutes apart
-    rounds: list[dict[str, float]] = []
-    stages: list[dict[str, dict]] = []  # each run's stage seconds, to see where a slow run lost its time
-    for _ in range(args.rounds):
-        this_round = {}
-        these_stages = {}
-        for workers in (1, 2):
-            r = child(WORKERS, log_dir, workers, args.workers_digest, tmp / "big-plan.json")
-            shutil.rmtree(tmp / "big-plan.json.state", ignore_errors=True)
-            this_round[workers] = r["seconds"]
-            these_stages[str(workers)] = {**r["stages"], "worker_cpu": r["worker_cpu_seconds"]}
-            if str(workers) not in rows or r["seconds"] < rows[str(workers)]["seconds"]:
-                rows[str(workers)] = r
-        paired.append(this_round[1] / this_round[2])
-        rounds.append({str(k): v for k, v in this_round.items()})
-        stages.append(these_stages)
+    segment = log_dir / "bench-0" / f"{0:020d}.log"
+    size = segment.stat().st_size
+    by_cache: dict[str, dict] = {}
+    machine_before = copy_scaling()
+    for state in args.source_cache.split(","):
+        rows: dict[str, dict] = {}
+        paired: list[float] = []  # each round's 1-worker time over its 2-worker time, run back to back
+        rounds: list[dict[str, float]] = []
+        stages: list[dict[str, dict]] = []  # each run's stage seconds, to see where a slow run lost its time
+        for i in range(args.rounds):
+            this_round = {}
+            these_stages = {}
+            for workers in (1, 2) if i % 2 == 0 else (2, 1):  # alternating: a drift of the machine favours neither
+                set_source_cache(segment, state)
+                r = child(WORKERS, log_dir, workers, args.workers_digest, tmp / "big-plan.json")
+                shutil.rmtree(tmp / "big-plan.json.state", ignore_errors=True)
+                this_round[workers] = r["seconds"]
+                these_stages[str(workers)] = {**r["stages"], "worker_cpu": r["worker_cpu_seconds"]}
+                if str(workers) not in rows or r["seconds"] < rows[str(workers)]["seconds"]:
+                    rows[str(workers)] = r
+            paired.append(this_round[1] / this_round[2])
+            rounds.append({str(k): v for k, v in this_round.items()})
+            stages.append(these_stages)
+        by_cache[state] = {"rows": rows, "paired_speedups": paired, "rounds": rounds, "round_stages": stages}
     results["workers"] = {
         "bytes": size,
         "records": records,
         "digest": args.workers_digest,
-        "rows": rows,
-        "paired_speedups": paired,
-        "rounds": rounds,
-        "round_stages": stages,
+        "by_source_cache": by_cache,
+        "machine_copy_scaling": [machine_before, copy_scaling()],
     }
     shutil.rmtree(log_dir)
+
+
+COPY_SCALING = r"""
+import json, sys, time
+import numpy as np
+from multiprocessing import get_context
+def copy(q):
+    a = np.ones(32 << 20); b = np.empty_like(a)
+    np.copyto(b, a)
+    t = time.perf_counter()
+    for _ in range(10):
+        np.copyto(b, a)
+    q.put(time.perf_counter() - t)
+def run(procs):
+    ctx = get_context("fork"); q = ctx.Queue()
+    ps = [ctx.Process(target=copy, args=(q,)) for _ in range(procs)]
+    [p.start() for p in ps]; [p.join() for p in ps]
+    return max(q.get() for _ in ps)
+print(json.dumps(sorted(2 * run(1) / run(2) for _ in range(5))))
+"""
+
+
+def copy_scaling() -> float:
+    """The machine's own speed-up from 1 to 2 processes on memory-bound work (each copies 256 MB, ten times): the
+    median of five; 2.0 on a machine whose memory bandwidth both cores get in full."""
+    ratios = child(COPY_SCALING)
+    return ratios[len(ratios) // 2]
 
 
 def section_small(args: argparse.Namespace, tmp: Path, results: dict) -> None:
@@ -371,27 +423,31 @@ def report(results: dict) -> str:
         lines.append(f"| aiokafka bare codec loop | {e['aiokafka']['seconds']:.2f} | | | {aio_rate:,.0f} | 1.00x |")
     if "workers" in results:
         w = results["workers"]
-        one = w["rows"]["1"]["seconds"]
         lines.append(
-            f"\none partition, one segment of {w['bytes'] / 2**30:.2f} GiB ({w['records']:,} records), {w['digest']}:\n"
+            f"\none partition, one segment of {w['bytes'] / 2**30:.2f} GiB ({w['records']:,} records), {w['digest']}; "
+            "the machine's own 1 -> 2 process speed-up on a memory copy, before and after: "
+            + " and ".join(f"{x:.2f}x" for x in w["machine_copy_scaling"])
         )
-        lines.append("| workers | seconds | MB/s | speed-up | tasks | peak RSS per worker MB |")
-        lines.append("| ---: | ---: | ---: | ---: | ---: | --- |")
-        for workers, r in w["rows"].items():
-            rss = ", ".join(f"{x:.0f}" for x in r["worker_peak_rss_mb"])
+        for state, c in w["by_source_cache"].items():
+            one = c["rows"]["1"]["seconds"]
+            lines.append(f"\nsource {state} ({'in the page cache' if state == 'warm' else 'read from disk'}):\n")
+            lines.append("| workers | best seconds | MB/s | speed-up | tasks | peak RSS per worker MB |")
+            lines.append("| ---: | ---: | ---: | ---: | ---: | --- |")
+            for workers, r in c["rows"].items():
+                rss = ", ".join(f"{x:.0f}" for x in r["worker_peak_rss_mb"])
+                lines.append(
+                    f"| {workers} | {r['seconds']:.2f} | {w['bytes'] / 1e6 / r['seconds']:.0f} "
+                    f"| {one / r['seconds']:.2f}x | {r['tasks']} | {rss} |"
+                )
+            paired = c["paired_speedups"]
             lines.append(
-                f"| {workers} | {r['seconds']:.2f} | {w['bytes'] / 1e6 / r['seconds']:.0f} | {one / r['seconds']:.2f}x "
-                f"| {r['tasks']} | {rss} |"
+                "\nspeed-up of each round (its two runs back to back, in alternating order): "
+                f"{', '.join(f'{x:.2f}x' for x in c['paired_speedups'])}; median {statistics.median(paired):.2f}x"
             )
-        paired = sorted(w["paired_speedups"])
-        lines.append(
-            f"\nspeed-up of each round (1 worker then 2, back to back; robust to the machine's drift between rounds): "
-            f"{', '.join(f'{x:.2f}x' for x in w['paired_speedups'])}; median {paired[len(paired) // 2]:.2f}x"
-        )
-        lines.append(
-            "seconds of each round (1 worker / 2 workers): "
-            + ", ".join(f"{r['1']:.2f} / {r['2']:.2f}" for r in w.get("rounds", []))
-        )
+            lines.append(
+                "seconds of each round (1 worker / 2 workers): "
+                + ", ".join(f"{r['1']:.2f} / {r['2']:.2f}" for r in c["rounds"])
+            )
     if "small" in results:
         s = results["small"]
         lines.append(
@@ -411,6 +467,9 @@ def main() -> None:
     ap.add_argument("--sections", default="segment,execute,workers,small")
     ap.add_argument("--workers-mib", type=int, default=1024)
     ap.add_argument("--workers-digest", default="xxh3-128")
+    ap.add_argument(
+        "--source-cache", default="warm,cold", help="workers: the segment in the page cache before each run, or not"
+    )
     ap.add_argument("--small-records", type=int, default=200)
     ap.add_argument("--small-segments", type=int, default=1000)
     ap.add_argument("--repeat", type=int, default=3, help="runs per child, best kept")
