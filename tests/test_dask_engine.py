@@ -202,6 +202,9 @@ def test_a_plan_worth_workers_starts_them_and_they_take_the_calls_once_up(tmp_pa
         first = engine.map("probe", pid_of, [StageCall((heavy,))])
         engine.start_workers(wait=True)  # started by the map above: this only waits
         assert len(engine.client.scheduler_info(n_workers=-1)["workers"]) == (os.cpu_count() or 1)
+        # each worker imported the stages while it started, not in its first task (first: a function of this module
+        # run there would import them, through this module's imports)
+        assert all(engine.client.run(lambda: "migrate.stages.convert" in sys.modules).values())
         # Dask's own periodic work runs at LOCAL_CLUSTER_PERIODS in the scheduler and in each worker
         assert engine.cluster.scheduler.periodic_callbacks["tick"].callback_time == 500
         assert set(engine.client.run(_periods).values()) == {(500, 100, 1000)}

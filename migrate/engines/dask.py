@@ -68,6 +68,11 @@ def _worker_environment() -> dict[str, str]:
     return {name: os.environ.get(name, "") for name in sorted(names)}
 
 
+# what a worker of a LocalCluster imports while it starts (every stage, through the pipeline that names them): about
+# 0.15 s of imports that its first task paid otherwise, on both cores at once at the start of a run
+WORKER_PRELOAD = "migrate.pipeline"
+
+
 def _local_cluster_periods() -> dict[str, str]:
     """``LOCAL_CLUSTER_PERIODS`` but for those the operator configured (whatever differs from Dask's own default)."""
     shipped = dask.config.merge(*dask.config.defaults)
@@ -76,6 +81,17 @@ def _local_cluster_periods() -> dict[str, str]:
         for key, value in LOCAL_CLUSTER_PERIODS.items()
         if dask.config.get(key) == dask.config.get(key, config=shipped)
     }
+
+
+def _worker_preload() -> list[str]:
+    """The operator's worker preloads (Dask's ``distributed.worker.preload``), then ``WORKER_PRELOAD``. In the worker,
+    not in the forkserver it forks from: there the package would keep the switches (``accel``) of that moment."""
+    return [*dask.config.get("distributed.worker.preload"), WORKER_PRELOAD]
+
+
+def _process_workers() -> dict[str, Any]:
+    """LocalCluster arguments for worker processes: loopback only, this process's switches, the package imported."""
+    return {"host": "127.0.0.1", "env": _worker_environment(), "preload": _worker_preload()}
 
 
 def _key(stage: str, call: StageCall, position: int = 0) -> str:
@@ -177,7 +193,7 @@ class DaskEngine:
                 threads_per_worker=1,
                 processes=processes,
                 # process workers listen on loopback only; in-process ones have no listener (inproc://) to bind
-                **({"host": "127.0.0.1", "env": _worker_environment()} if processes else {}),
+                **(_process_workers() if processes else {}),
                 dashboard_address=dashboard_address,
             )
             if processes:
