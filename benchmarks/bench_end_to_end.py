@@ -15,8 +15,9 @@ Four sections, each in child processes (so imports, peak RSS and start-up are ea
 * ``workers``: one partition of one large segment (``--workers-mib``, default 1024) executed on a LocalCluster of 1
   worker and of 2 (waiting for the workers first, so that only the workers work), and every worker's peak RSS; the
   best time of each over the rounds, and each round's own ratio (its two runs back to back, in alternating order);
-  with the segment in the page cache before each run (``warm``) and out of it (``cold``), and the machine's own 1 ->
-  2 process speed-up on a memory copy for reference (on a VM, two cores seldom get twice one core's bandwidth).
+  with the segment in the page cache when ``execute`` starts (``warm``) and out of it (``cold``, the MB read from the
+  disk reported), and the machine's own 1 -> 2 process speed-up on a memory copy for reference (on a VM, two cores
+  seldom get twice one core's bandwidth).
 * ``small``: ms per small segment (``--small-records`` 200 x 100 B, about 26 KB) converted and verified in one
   process, fresh staging files each time: the fixed cost per segment that dominates at 10,000 partitions.
 
@@ -143,21 +144,42 @@ assert pipeline.rollback(load_plan(sys.argv[1]), SerialEngine(), sys.argv[1]).ok
 """
 
 WORKERS = r"""
-import json, resource, sys, time
+import json, os, resource, sys, time
 from migrate import pipeline
 from migrate.engines.dask import DaskEngine
 from migrate.model import ConvertOptions
 from migrate.plan import PlanRequest, build_plan, write_plan
-log_dir, workers, digest, plan_path = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+log_dir, workers, digest, plan_path, segment, cache = sys.argv[1], int(sys.argv[2]), *sys.argv[3:7]
 plan = build_plan(PlanRequest(log_dirs=(log_dir,), options=ConvertOptions(digest=digest)))
 write_plan(plan, plan_path)
 engine = DaskEngine(n_workers=workers, dashboard_address="127.0.0.1:0", progress=False)
 try:
     engine.client.wait_for_workers(workers, timeout=120)
+    # after the plan, which reads the whole segment: see section_workers
+    fd = os.open(segment, os.O_RDONLY)
+    if cache == "cold":
+        os.fdatasync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    else:
+        while os.read(fd, 8 << 20):
+            pass
+    os.close(fd)
+    dev = os.stat(segment).st_dev
+    def sectors_read():  # of the segment's device (a partition's own line), or None off Linux
+        try:
+            for line in open("/proc/diskstats"):
+                f = line.split()
+                if (int(f[0]), int(f[1])) == (os.major(dev), os.minor(dev)):
+                    return int(f[5])
+        except OSError:
+            return None
+    read0 = sectors_read()
     cpu = engine.client.run(time.process_time)
     t = time.perf_counter()
     report = pipeline.execute(plan, engine)
     wall = time.perf_counter() - t
+    read1 = sectors_read()
+    output_bytes = os.stat(segment).st_size  # the converted segment, swapped in
     cpu = {k: v - cpu[k] for k, v in engine.client.run(time.process_time).items()}
     rss = engine.client.run(lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
     assert pipeline.rollback(plan, engine, plan_path).ok
@@ -166,7 +188,8 @@ finally:
 assert report.ok, (report.errors, report.problems)
 print(json.dumps({"seconds": wall, "records": report.totals.records, "stages": report.stage_seconds,
                   "tasks": len(plan.tasks), "worker_peak_rss_mb": sorted(rss.values()),
-                  "worker_cpu_seconds": sorted(cpu.values())}))
+                  "worker_cpu_seconds": sorted(cpu.values()), "output_bytes": output_bytes,
+                  "disk_read_mb": None if read0 is None or read1 is None else (read1 - read0) * 512 / 1e6}))
 """
 
 SMALL = r"""
@@ -291,24 +314,11 @@ def section_execute(args: argparse.Namespace, tmp: Path, results: dict) -> None:
     results["execute"] = {"records": args.records, "value_bytes": value_bytes, "aiokafka": aio, "rows": rows}
 
 
-def set_source_cache(path: Path, state: str) -> None:
-    """Start a run with the segment in the page cache (``warm``: read through once) or out of it (``cold``: its
-    clean pages dropped, as on a broker host whose segments were written long ago). Left alone, the state depends on
-    the minutes before: this VM's kernel evicts page cache untouched for about a minute (DAMON), so an unprepared
-    run read its source from disk or from memory by chance."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        if state == "cold":
-            os.fdatasync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        else:
-            while os.read(fd, 8 << 20):
-                pass
-    finally:
-        os.close(fd)
-
-
 def section_workers(args: argparse.Namespace, tmp: Path, results: dict) -> None:
+    """Each run starts ``execute`` with the segment in the page cache (``warm``: read through once) or out of it
+    (``cold``: its clean pages dropped, as on a broker host whose segments were written long ago, or planned hours
+    before): set after the plan, which reads the whole segment. Left alone, the state depends on the minutes before:
+    this VM's kernel evicts page cache untouched for about a minute (DAMON)."""
     value_bytes = int(args.values.split(",")[0])
     records = args.workers_mib * (1 << 20) // message_size(10, value_bytes, 0)
     log_dir = tmp / "big"
@@ -322,21 +332,33 @@ def section_workers(args: argparse.Namespace, tmp: Path, results: dict) -> None:
         paired: list[float] = []  # each round's 1-worker time over its 2-worker time, run back to back
         rounds: list[dict[str, float]] = []
         stages: list[dict[str, dict]] = []  # each run's stage seconds, to see where a slow run lost its time
+        copies: list[dict[str, float]] = []  # the same bytes copied plainly, 1 and 2 processes, each round
         for i in range(args.rounds):
             this_round = {}
             these_stages = {}
             for workers in (1, 2) if i % 2 == 0 else (2, 1):  # alternating: a drift of the machine favours neither
-                set_source_cache(segment, state)
-                r = child(WORKERS, log_dir, workers, args.workers_digest, tmp / "big-plan.json")
+                r = child(WORKERS, log_dir, workers, args.workers_digest, tmp / "big-plan.json", segment, state)
                 shutil.rmtree(tmp / "big-plan.json.state", ignore_errors=True)
                 this_round[workers] = r["seconds"]
-                these_stages[str(workers)] = {**r["stages"], "worker_cpu": r["worker_cpu_seconds"]}
+                these_stages[str(workers)] = {
+                    **r["stages"],
+                    "worker_cpu": r["worker_cpu_seconds"],
+                    "disk_read_mb": r["disk_read_mb"],
+                }
                 if str(workers) not in rows or r["seconds"] < rows[str(workers)]["seconds"]:
                     rows[str(workers)] = r
             paired.append(this_round[1] / this_round[2])
             rounds.append({str(k): v for k, v in this_round.items()})
             stages.append(these_stages)
-        by_cache[state] = {"rows": rows, "paired_speedups": paired, "rounds": rounds, "round_stages": stages}
+            out_bytes = rows["1"]["output_bytes"]
+            copies.append({str(n): byte_copy(segment, tmp / "copy.out", out_bytes, n, state) for n in (1, 2)})
+        by_cache[state] = {
+            "rows": rows,
+            "paired_speedups": paired,
+            "rounds": rounds,
+            "round_stages": stages,
+            "byte_copy_rounds": copies,
+        }
     results["workers"] = {
         "bytes": size,
         "records": records,
@@ -365,6 +387,47 @@ def run(procs):
     return max(q.get() for _ in ps)
 print(json.dumps(sorted(2 * run(1) / run(2) for _ in range(5))))
 """
+
+
+BYTE_COPY = r"""
+import json, os, sys, time
+from multiprocessing import get_context
+segment, out, output_bytes, procs, cache = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+size = os.stat(segment).st_size
+def part(i):
+    lo, hi = size * i // procs, size * (i + 1) // procs
+    src, dst = os.open(segment, os.O_RDONLY), os.open(out, os.O_WRONLY)
+    buf = bytearray(2 << 20)
+    pos, at = lo, lo * output_bytes // size
+    while pos < hi:
+        n = os.preadv(src, [memoryview(buf)[: min(len(buf), hi - pos)]], pos)
+        grown = (pos + n) * output_bytes // size - pos * output_bytes // size  # as many bytes out as a conversion
+        for piece in (memoryview(buf)[:n], memoryview(buf)[: grown - n]):
+            at += os.pwrite(dst, piece, at)
+        pos += n
+    os.close(src); os.close(dst)
+fd = os.open(segment, os.O_RDONLY)
+if cache == "cold":
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+else:
+    while os.read(fd, 8 << 20):
+        pass
+os.close(fd)
+os.close(os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC))
+t = time.perf_counter()
+ps = [get_context("fork").Process(target=part, args=(i,)) for i in range(procs)]
+[p.start() for p in ps]; [p.join() for p in ps]
+fd = os.open(out, os.O_RDONLY); os.fsync(fd); os.close(fd)
+seconds = time.perf_counter() - t
+os.unlink(out)
+print(json.dumps({"seconds": seconds}))
+"""
+
+
+def byte_copy(segment: Path, out: Path, output_bytes: int, procs: int, cache: str) -> float:
+    """A plain copy of the segment's bytes from the same cache state, writing as many bytes as the conversion did
+    and syncing them, in ``procs`` processes (each its share): what the disk and memory allow without any codec."""
+    return child(BYTE_COPY, segment, out, output_bytes, procs, cache)["seconds"]
 
 
 def copy_scaling() -> float:
@@ -454,6 +517,17 @@ def report(results: dict) -> str:
                 "seconds of each round (1 worker / 2 workers): "
                 + ", ".join(f"{r['1']:.2f} / {r['2']:.2f}" for r in c["rounds"])
             )
+            if c.get("byte_copy_rounds"):
+                copy_ratios = [r["1"] / r["2"] for r in c["byte_copy_rounds"]]
+                lines.append(
+                    "a plain copy of the same bytes, same cache state, fsync'd, 1 / 2 processes, each round: "
+                    + ", ".join(f"{r['1']:.2f} / {r['2']:.2f}" for r in c["byte_copy_rounds"])
+                    + f"; its speed-up: median {statistics.median(copy_ratios):.2f}x"
+                )
+            read = [x.get("disk_read_mb") for st in c["round_stages"] for x in st.values()]
+            read = [x for x in read if x is not None]
+            if read:
+                lines.append(f"read from disk by each execute: {min(read):.0f}-{max(read):.0f} MB")
     if "small" in results:
         s = results["small"]
         lines.append(
@@ -474,7 +548,7 @@ def main() -> None:
     ap.add_argument("--workers-mib", type=int, default=1024)
     ap.add_argument("--workers-digest", default="xxh3-128")
     ap.add_argument(
-        "--source-cache", default="warm,cold", help="workers: the segment in the page cache before each run, or not"
+        "--source-cache", default="warm,cold", help="workers: the segment in the page cache when execute starts, or not"
     )
     ap.add_argument("--small-records", type=int, default=200)
     ap.add_argument("--small-segments", type=int, default=1000)
