@@ -55,6 +55,9 @@ LOCAL_CLUSTER_PERIODS = {
     "distributed.admin.system-monitor.interval": "1s",
     "distributed.worker.profile.interval": "100ms",
 }
+# what a worker of a LocalCluster imports while it starts (every stage, through the pipeline that names them): about
+# 0.15 s of imports that its first task paid otherwise, on both cores at once at the start of a run
+WORKER_PRELOAD = "migrate.pipeline"
 # the package's own switches, read by worker code: see _worker_environment
 SWITCHES = (faults.CRASH_ENV, faults.FAIL_ENV, faults.TRACE_ENV, accel.ENV_VAR)
 
@@ -66,11 +69,6 @@ def _worker_environment() -> dict[str, str]:
     an earlier cluster of this process had (the test suite's fault injection) or miss one set since."""
     names = {*SWITCHES, *(k for k in os.environ if k.startswith("KAFKA_LOG_MIGRATE_"))}
     return {name: os.environ.get(name, "") for name in sorted(names)}
-
-
-# what a worker of a LocalCluster imports while it starts (every stage, through the pipeline that names them): about
-# 0.15 s of imports that its first task paid otherwise, on both cores at once at the start of a run
-WORKER_PRELOAD = "migrate.pipeline"
 
 
 def _local_cluster_periods() -> dict[str, str]:
