@@ -34,14 +34,17 @@ from distributed import Client, LocalCluster, as_completed
 from migrate import faults, monitor, progress
 from migrate.engines import CallResult, StageCall
 from migrate.format import accel
-from migrate.model import Plan
+from migrate.model import DigestAlgorithm, Plan
 
 NO_WORKERS_TIMEOUT = "60s"
 MONITOR = "migrate.monitor"
-# What this process does alone, measured on a 2-core VM (benchmarks/README.md): convert + verify at about 300 MB/s,
-# and about 3 ms of file work per segment (staging, swap); a LocalCluster's workers take 1.5-2.5 s to start, and
-# meanwhile take both cores from the driver. Below this estimate workers would come up when the work is done.
-LOCAL_BYTES_PER_SECOND = 300e6
+# What this process does alone, measured on a 2-core VM (benchmarks/README.md, issue 9's fifth session): convert +
+# verify at about 600 MB/s with XXH3-128 digests and 290 MB/s with SHA-256, and about 3 ms of file work per segment
+# (staging, swap; not re-measured since issue 8); a LocalCluster's workers take 1.5-2.5 s to start, and meanwhile
+# take both cores from the driver. Below this estimate workers would come up when the work is done: plan + execute
+# of one 450 MB partition (API, one process, XXH3-128) took 2.93-3.33 s without workers and 3.26-3.86 s with them
+# (six runs each), of a 750 MB one 3.44-4.26 s and 4.02-4.80 s (three each).
+LOCAL_BYTES_PER_SECOND = {DigestAlgorithm.XXH3_128: 600e6, DigestAlgorithm.SHA256: 290e6}
 LOCAL_SECONDS_PER_SEGMENT = 0.003
 LOCAL_SECONDS_WORTH_WORKERS = 1.0
 # Dask's own periodic work in each process of a LocalCluster (the driver holds the scheduler and one nanny per
@@ -106,7 +109,7 @@ def worth_workers(plan: Plan) -> bool:
     """Whether a LocalCluster should start its workers for ``plan``: whether this process alone would take longer
     than about a worker start-up (``LOCAL_SECONDS_WORTH_WORKERS``) over the plan's bytes and segments."""
     e = plan.estimates
-    local = e.bytes / LOCAL_BYTES_PER_SECOND + e.segments * LOCAL_SECONDS_PER_SEGMENT
+    local = e.bytes / LOCAL_BYTES_PER_SECOND[plan.options.digest] + e.segments * LOCAL_SECONDS_PER_SEGMENT
     return local > LOCAL_SECONDS_WORTH_WORKERS
 
 
