@@ -49,7 +49,7 @@ from migrate.errors import CorruptRecordError, SegmentRefusedError
 from migrate.format import batch as v2
 from migrate.format import codecs, legacy
 from migrate.format.checksums import crc32c
-from migrate.format.entries import Entry, entry_offsets
+from migrate.format.entries import Entry
 from migrate.format.records import NO_TIMESTAMP, RecordColumns, TimestampType
 from migrate.format.varint import decode_varint
 from migrate.model import CompactionPlan, CompactionStrategy, ConvertOptions, TimestampPolicy
@@ -325,7 +325,7 @@ def iter_facts(
                 offset=first,
                 path=src.path,
             )
-        last = entry_offsets(item)[1]
+        last = item.last_offset
         yield facts
 
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from migrate.format import batch as v2
 from migrate.format import legacy
-from migrate.format.entries import Entry, iter_records
+from migrate.format.entries import Entry
 from migrate.format.records import Record, TimestampType
 from migrate.model import CompactionStrategy, TimestampPolicy
 from migrate.segment.reader import read_file
@@ -62,7 +62,7 @@ def _record_attributes(batch: v2.V2Batch) -> list[int]:
 
 def _rows(entry: Entry) -> list[tuple[Record, int]]:
     """Each record of the entry with its attributes byte (0 outside v2: no KIP-87 flag there)."""
-    records = list(iter_records([entry]))
+    records = entry.rows()
     if isinstance(entry, v2.V2Batch):
         return list(zip(records, _record_attributes(entry)))
     return [(r, 0) for r in records]

@@ -38,7 +38,7 @@ from migrate.format import batch as v2
 from migrate.format import codecs, legacy
 from migrate.format.batch import V2Batch
 from migrate.format.checksums import crc32, crc32c
-from migrate.format.entries import HEADER_SIZE_UP_TO_MAGIC, MIN_ENTRY_SIZE, Entry, Tail, entry_offsets, read_entries
+from migrate.format.entries import HEADER_SIZE_UP_TO_MAGIC, MIN_ENTRY_SIZE, Entry, Tail, read_entries
 from migrate.format.records import NO_TIMESTAMP, Compression, Header, RecordColumns, TimestampType
 
 NO_SEQUENCE = -1
@@ -225,7 +225,7 @@ def read_log(buf: bytes | memoryview, base_offset: int | None = None) -> LogRead
             error, tail = CorruptRecordError(reason, position=at, offset=offset), None
         if entries:
             parts.append(ValidRun(pos, entries))
-            last_offset = entry_offsets(entries[-1])[1]
+            last_offset = entries[-1].last_offset
         if error is None:
             return LogRead(parts, _shifted_tail(tail, pos), None)
         error = _shifted(error, pos)
@@ -244,7 +244,7 @@ def _out_of_order(entries: list[Entry], last_offset: int | None) -> tuple[int, s
     """(position, reason, offset) if the first entry does not follow ``last_offset`` (the reader checks the rest)."""
     if not entries or last_offset is None:
         return None
-    first = _first_offset(entries[0])
+    first = entries[0].first_offset
     if first > last_offset:
         return None
     return 0, f"offset {first} does not increase on the previous entry's last offset {last_offset}", first
@@ -264,10 +264,10 @@ def _out_of_range(entries: list[Entry], base_offset: int | None) -> tuple[int, s
             j = int(np.argmax(outside))
             position, offset = int(item.positions[j]), int(offsets[j])
         else:
-            first, last = _first_offset(item), entry_offsets(item)[1]
+            first, last = item.first_offset, item.last_offset
             if base_offset <= first and last <= top:
                 continue
-            position, offset = item.position, first if first < base_offset else last
+            position, offset = item.first_position, first if first < base_offset else last
         reason = (
             f"offset {offset} is outside the segment's offsets {base_offset}..{top} (the base offset in its file "
             "name + 2^31-1): Kafka's offset index cannot hold it"
@@ -458,12 +458,6 @@ def _header_view(raw: bytearray, at: int) -> EntryView | None:
 
 def _no_records() -> Iterator[RecordView]:
     return iter(())
-
-
-def _first_offset(item: Entry) -> int:
-    if isinstance(item, V2Batch) and item.records is not None and len(item.records):
-        return int(item.records.offsets[0])  # a compacted batch's base offset may be below its first record
-    return entry_offsets(item)[0]
 
 
 def _shifted(error: ReadError, by: int) -> ReadError:

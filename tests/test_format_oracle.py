@@ -71,12 +71,6 @@ class Copy:
     v2_sources: dict[int, dict] = field(default_factory=dict)  # written batch index -> source v2 batch line
 
 
-def _types(item) -> np.ndarray:
-    if isinstance(item, legacy.LegacyRun):
-        return item.timestamp_types()
-    return np.full(len(item.records), int(item.timestamp_type), np.int64)
-
-
 def _write_entries(copy: Copy, items: list, kafka_batches: list[dict]) -> bytes:
     """One written entry per source entry (an uncompressed legacy target writes one message per record)."""
     t = copy.target
@@ -140,7 +134,7 @@ def write_copy(folder: Path, source: Path, target: Target) -> Copy | None:
         kafka_batches = [x for x in expected_lines(source) if x["type"] == "batch"]
         raw = _write_entries(copy, entries.items, kafka_batches)
     elif target.shape == "single":
-        types = np.concatenate([_types(i) for i in entries.items])
+        types = np.concatenate([i.timestamp_types() for i in entries.items])
         raw, sizes = v2.encode_single_record_batches(RecordColumns.from_records(records), np.maximum(types, 0))
         copy.entries = len(sizes)
         copy.timestamp_types.update(TimestampType(int(max(x, 0))).name for x in types)

@@ -92,6 +92,13 @@ class V2Batch:
         return BatchColumns.one(self.position, self.size, self.last_offset, self.max_timestamp, MAGIC)
 
     @property
+    def first_offset(self) -> int:
+        """The first record's offset: a compacted batch's base offset may lie below it."""
+        if self.records is not None and len(self.records):
+            return int(self.records.offsets[0])
+        return self.base_offset
+
+    @property
     def last_offset(self) -> int:
         return self.base_offset + self.last_offset_delta
 
@@ -104,6 +111,19 @@ class V2Batch:
         if self.attributes & TIMESTAMP_TYPE_BIT:
             return TimestampType.LOG_APPEND_TIME
         return TimestampType.CREATE_TIME
+
+    def timestamp_types(self) -> np.ndarray:
+        """Per record: the batch's type."""
+        return np.full(len(self._decoded()), int(self.timestamp_type), np.int64)
+
+    def rows(self) -> list[Record]:
+        """Every record, row-wise, at the batch's position (slow path: tests, dump, small data)."""
+        return self._decoded().rows(self.timestamp_type, self.position)
+
+    def _decoded(self) -> RecordColumns:
+        if self.records is None:
+            raise ValueError("this batch was read with deep=False: its records were not decoded")
+        return self.records
 
     @property
     def is_transactional(self) -> bool:

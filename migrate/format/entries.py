@@ -24,7 +24,7 @@ from migrate.errors import CorruptRecordError, UnsupportedFormatError
 from migrate.format import accel, legacy
 from migrate.format import batch as v2
 from migrate.format._bytes import as_u8
-from migrate.format.records import BatchColumns, Compression, Record, TimestampType
+from migrate.format.records import BatchColumns, Record
 
 HEADER_SIZE_UP_TO_MAGIC = 17
 MIN_ENTRY_SIZE = legacy.MIN_MESSAGE_SIZE
@@ -170,18 +170,10 @@ def read_entries(
     return result
 
 
-def entry_offsets(item: Entry) -> tuple[int, int]:
-    """(first offset, last offset) of an entry; a v2 batch's come from its header."""
-    if isinstance(item, v2.V2Batch):
-        return item.base_offset, item.last_offset
-    offsets = item.records.offsets
-    return int(offsets[0]), int(offsets[-1])
-
-
 def _check_offsets_increase(items: list[Entry]) -> None:
     last = None
     for item in items:
-        if isinstance(item, legacy.LegacyRun):
+        if isinstance(item, legacy.LegacyRun):  # many entries in one: checked within itself, column-wise
             offs = item.records.offsets
             if len(offs) > 1 and (back := offs[1:] <= offs[:-1]).any():
                 j = int(np.argmax(back)) + 1
@@ -190,47 +182,17 @@ def _check_offsets_increase(items: list[Entry]) -> None:
                     position=int(item.positions[j]),
                     offset=int(offs[j]),
                 )
-            first, final = int(offs[0]), int(offs[-1])
-            position = int(item.positions[0])
-        else:
-            first, final = entry_offsets(item)
-            if isinstance(item, v2.V2Batch) and item.records is not None and len(item.records):
-                first = int(item.records.offsets[0])
-            position = item.position
+        first = item.first_offset
         if last is not None and first <= last:
             raise CorruptRecordError(
                 f"offset {first} does not increase on the previous entry's last offset {last}",
-                position=position,
+                position=item.first_position,
                 offset=first,
             )
-        last = final
+        last = item.last_offset
 
 
 def iter_records(items: list[Entry]) -> Iterator[Record]:
     """Every record, row-wise, with Kafka's view of its timestamp (slow path: tests, dump, small data)."""
     for item in items:
-        if isinstance(item, legacy.LegacyRun):
-            cols = item.records
-            types = item.timestamp_types()
-            for j in range(len(cols)):
-                yield Record(
-                    int(cols.offsets[j]),
-                    int(cols.timestamps[j]),
-                    cols.key(j),
-                    cols.value(j),
-                    (),
-                    TimestampType(int(types[j])),
-                    int(item.positions[j]),
-                )
-        elif isinstance(item, legacy.LegacyWrapper):
-            yield from item.records.rows(item.timestamp_type, item.position)
-        else:
-            if item.records is None:
-                raise ValueError("entries were read with deep=False")
-            yield from item.records.rows(item.timestamp_type, item.position)
-
-
-def entry_compression(item: Entry) -> Compression:
-    if isinstance(item, legacy.LegacyRun):
-        return Compression.NONE
-    return item.compression
+        yield from item.rows()

@@ -82,14 +82,42 @@ class LegacyRun:
     def first_position(self) -> int:
         return int(self.positions[0])
 
+    @property
+    def first_offset(self) -> int:
+        return int(self.records.offsets[0])
+
+    @property
+    def last_offset(self) -> int:
+        return int(self.records.offsets[-1])
+
+    compression = Compression.NONE
+
     def batch_columns(self) -> BatchColumns:
         """Each message is a batch of its own: its offset, and its timestamp as max (-1 for magic 0)."""
         return BatchColumns(self.positions, self.sizes, self.records.offsets, self.records.timestamps, self.magics)
 
     def timestamp_types(self) -> np.ndarray:
-        """Per entry: -1 (v0), 0 CreateTime, 1 LogAppendTime."""
+        """Per record (here: per entry): -1 (v0), 0 CreateTime, 1 LogAppendTime."""
         v1 = self.magics == 1
         return np.where(v1, ((self.attributes & TIMESTAMP_TYPE_BIT) > 0).astype(np.int64), -1)
+
+    def rows(self) -> list[Record]:
+        """Every record, row-wise, each at its own message's position (slow path: tests, dump, small data)."""
+        cols = self.records
+        types = self.timestamp_types().tolist()
+        positions = self.positions.tolist()
+        return [
+            Record(
+                int(cols.offsets[j]),
+                int(cols.timestamps[j]),
+                cols.key(j),
+                cols.value(j),
+                (),
+                TimestampType(types[j]),
+                positions[j],
+            )
+            for j in range(len(cols))
+        ]
 
 
 @dataclass(slots=True)
@@ -111,6 +139,14 @@ class LegacyWrapper:
     def first_position(self) -> int:
         return self.position
 
+    @property
+    def first_offset(self) -> int:
+        return int(self.records.offsets[0])
+
+    @property
+    def last_offset(self) -> int:
+        return int(self.records.offsets[-1])
+
     def batch_columns(self) -> BatchColumns:
         return BatchColumns.one(self.position, self.size, self.offset, self.timestamp, self.magic)
 
@@ -121,6 +157,14 @@ class LegacyWrapper:
     @property
     def timestamp_type(self) -> TimestampType:
         return timestamp_type_of(self.magic, self.attributes)
+
+    def timestamp_types(self) -> np.ndarray:
+        """Per record: the wrapper's type (-1 for v0)."""
+        return np.full(len(self.records), int(self.timestamp_type), np.int64)
+
+    def rows(self) -> list[Record]:
+        """Every record, row-wise, at the wrapper's position (slow path: tests, dump, small data)."""
+        return self.records.rows(self.timestamp_type, self.position)
 
 
 def decode_run(buf: bytes | memoryview, positions: np.ndarray, sizes: np.ndarray) -> LegacyRun:

@@ -32,7 +32,7 @@ from migrate.errors import SegmentRefusedError, SourceChangedError, TruncatedTai
 from migrate.format import batch as v2
 from migrate.format import legacy
 from migrate.format.digest import LogDigest, timestamps_only
-from migrate.format.entries import Entry, entry_offsets
+from migrate.format.entries import Entry
 from migrate.format.records import NO_TIMESTAMP, Compression, Record, RecordColumns, TimestampType
 from migrate.model import (
     MAX_SEGMENT_BYTES,
@@ -553,7 +553,7 @@ def _drop(item: Entry, converter: _Converter, result: SegmentResult, base: int, 
     check_offsets(offsets, result.last_offset, base, buf_position + item.first_position, path)
     if result.first_offset is None:
         result.first_offset = int(offsets[0])
-    result.last_offset = entry_offsets(item)[1]
+    result.last_offset = item.last_offset
     converter.dropped(item)
     result.records_dropped += len(offsets)
     result.entries_in += item.entry_count
