@@ -17,7 +17,8 @@ Four sections, each in child processes (so imports, peak RSS and start-up are ea
   best time of each over the rounds, and each round's own ratio (its two runs back to back, in alternating order);
   with the segment in the page cache when ``execute`` starts (``warm``) and out of it (``cold``, the MB read from the
   disk reported), and the machine's own 1 -> 2 process speed-up on a memory copy for reference (on a VM, two cores
-  seldom get twice one core's bandwidth).
+  seldom get twice one core's bandwidth). ``--host-memory quiet`` turns the VM's free page reporting off for the
+  run (see ``quiet_host_memory``) and restores it after; the report says which state the run had.
 * ``small``: ms per small segment (``--small-records`` 200 x 100 B, about 26 KB) converted and verified in one
   process, fresh staging files each time: the fixed cost per segment that dominates at 10,000 partitions.
 
@@ -26,13 +27,14 @@ an older commit with its accelerator built: ``git archive COMMIT | tar -x -C TRE
 build_ext --inplace``), alternating with this tree in the same run.
 
     python benchmarks/bench_end_to_end.py [--records 1500000] [--values 100,1000] [--sections segment,execute,...]
-           [--workers-mib 1024] [--source-cache warm,cold] [--before TREE] [--repeat 3] [--rounds 2]
-           [--json out.json] [--dir SCRATCH]
+           [--workers-mib 1024] [--source-cache warm,cold] [--host-memory as-is|quiet] [--before TREE]
+           [--repeat 3] [--rounds 2] [--json out.json] [--dir SCRATCH]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -41,6 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -430,6 +433,54 @@ def byte_copy(segment: Path, out: Path, output_bytes: int, procs: int, cache: st
     return child(BYTE_COPY, segment, out, output_bytes, procs, cache)["seconds"]
 
 
+PAGE_REPORTING_ORDER = Path("/sys/module/page_reporting/parameters/page_reporting_order")
+NO_REPORTING_ORDER = 11  # above the buddy allocator's largest order (10 on x86-64): no free block qualifies
+HOST_WARM_BYTES = 6 << 30  # more than a workers run allocates at once (page cache of source and output, processes)
+
+TOUCH_MEMORY = r"""
+import mmap, sys
+size = int(sys.argv[1])
+m = mmap.mmap(-1, size)
+for at in range(0, size, 4096):
+    m[at] = 1
+"""
+
+
+def page_reporting_order() -> int | None:
+    """The guest's free page reporting (virtio-balloon): free blocks of at least this order are handed back to the
+    host, which drops them; the next touch of such a page faults it back in from the host (measured here: about 1.2 s
+    of system CPU per GiB, taken by whichever process touches it first). None without the feature."""
+    try:
+        return int(PAGE_REPORTING_ORDER.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+@contextlib.contextmanager
+def quiet_host_memory(warm_bytes: int) -> Iterator[int | None]:
+    """Free page reporting off, and ``warm_bytes`` of the guest's memory touched once, for the block: pages then come
+    back warm whichever run frees and reuses them, instead of cold by chance (a cold read of 1 GiB took 0.5-0.7 s or
+    1.2-1.7 s in alternation on this VM with reporting on, 0.50-0.58 s with it off). At most half the memory available
+    is touched. The previous order is restored after."""
+    before = page_reporting_order()
+    if before is None:
+        yield None
+        return
+    try:
+        PAGE_REPORTING_ORDER.write_text(str(NO_REPORTING_ORDER))
+    except OSError as exc:
+        print(f"free page reporting stays on ({exc}): run as root to turn it off", file=sys.stderr)
+        yield before
+        return
+    try:
+        meminfo = Path("/proc/meminfo").read_text().splitlines()
+        available = next(int(line.split()[1]) << 10 for line in meminfo if line.startswith("MemAvailable:"))
+        subprocess.run([sys.executable, "-c", TOUCH_MEMORY, str(min(warm_bytes, available // 2))], check=True)
+        yield NO_REPORTING_ORDER
+    finally:
+        PAGE_REPORTING_ORDER.write_text(str(before))
+
+
 def copy_scaling() -> float:
     """The machine's own speed-up from 1 to 2 processes on memory-bound work (each copies 256 MB, ten times): the
     median of five; 2.0 on a machine whose memory bandwidth both cores get in full."""
@@ -456,7 +507,15 @@ def section_small(args: argparse.Namespace, tmp: Path, results: dict) -> None:
 
 
 def report(results: dict) -> str:
-    lines = []
+    order = results.get("page_reporting_order")
+    lines = [
+        "host memory: "
+        + (
+            "no free page reporting"
+            if order is None
+            else f"free page reporting {'off' if order >= NO_REPORTING_ORDER else f'on (order {order})'}"
+        )
+    ]
     for value_bytes, case in results.get("segment", {}).items():
         rows = case["rows"]
         n, mb = case["records"], case["bytes"] / 1e6
@@ -550,6 +609,12 @@ def main() -> None:
     ap.add_argument(
         "--source-cache", default="warm,cold", help="workers: the segment in the page cache when execute starts, or not"
     )
+    ap.add_argument(
+        "--host-memory",
+        choices=("as-is", "quiet"),
+        default="as-is",
+        help="quiet: the VM's free page reporting off for the run, and memory touched once before it (root)",
+    )
     ap.add_argument("--small-records", type=int, default=200)
     ap.add_argument("--small-segments", type=int, default=1000)
     ap.add_argument("--repeat", type=int, default=3, help="runs per child, best kept")
@@ -561,7 +626,9 @@ def main() -> None:
     args = ap.parse_args()
     sections = args.sections.split(",")
     results: dict = {"args": {k: str(v) for k, v in vars(args).items()}}
-    with tempfile.TemporaryDirectory(dir=args.dir, prefix="bench-e2e-") as tmp_name:
+    host = quiet_host_memory(HOST_WARM_BYTES) if args.host_memory == "quiet" else contextlib.nullcontext(None)
+    with tempfile.TemporaryDirectory(dir=args.dir, prefix="bench-e2e-") as tmp_name, host as order:
+        results["page_reporting_order"] = order if args.host_memory == "quiet" else page_reporting_order()
         tmp = Path(tmp_name)
         for name in ("segment", "execute", "workers", "small"):
             if name in sections:
