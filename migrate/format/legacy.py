@@ -60,8 +60,23 @@ def timestamp_type_of(magic: int, attributes: int) -> TimestampType:
     return TimestampType.LOG_APPEND_TIME if attributes & TIMESTAMP_TYPE_BIT else TimestampType.CREATE_TIME
 
 
+class _OffsetsOfRecords:
+    """First and last offset of a legacy entry kind: its records' own (absolute, checked on decode)."""
+
+    __slots__ = ()
+    records: RecordColumns
+
+    @property
+    def first_offset(self) -> int:
+        return self.records.first_offset
+
+    @property
+    def last_offset(self) -> int:
+        return self.records.last_offset
+
+
 @dataclass(slots=True)
-class LegacyRun:
+class LegacyRun(_OffsetsOfRecords):
     """Consecutive uncompressed magic 0/1 messages: each one is its own log entry and holds one record."""
 
     positions: np.ndarray  # entry start, relative to the buffer
@@ -82,14 +97,6 @@ class LegacyRun:
     def first_position(self) -> int:
         return int(self.positions[0])
 
-    @property
-    def first_offset(self) -> int:
-        return int(self.records.offsets[0])
-
-    @property
-    def last_offset(self) -> int:
-        return int(self.records.offsets[-1])
-
     compression = Compression.NONE
 
     def batch_columns(self) -> BatchColumns:
@@ -103,25 +110,11 @@ class LegacyRun:
 
     def rows(self) -> list[Record]:
         """Every record, row-wise, each at its own message's position (slow path: tests, dump, small data)."""
-        cols = self.records
-        types = self.timestamp_types().tolist()
-        positions = self.positions.tolist()
-        return [
-            Record(
-                int(cols.offsets[j]),
-                int(cols.timestamps[j]),
-                cols.key(j),
-                cols.value(j),
-                (),
-                TimestampType(types[j]),
-                positions[j],
-            )
-            for j in range(len(cols))
-        ]
+        return self.records.rows(self.timestamp_types(), self.positions)
 
 
 @dataclass(slots=True)
-class LegacyWrapper:
+class LegacyWrapper(_OffsetsOfRecords):
     """One compressed magic 0/1 message and the records of its inner message set (absolute offsets)."""
 
     position: int
@@ -138,14 +131,6 @@ class LegacyWrapper:
     @property
     def first_position(self) -> int:
         return self.position
-
-    @property
-    def first_offset(self) -> int:
-        return int(self.records.offsets[0])
-
-    @property
-    def last_offset(self) -> int:
-        return int(self.records.offsets[-1])
 
     def batch_columns(self) -> BatchColumns:
         return BatchColumns.one(self.position, self.size, self.offset, self.timestamp, self.magic)

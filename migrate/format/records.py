@@ -89,7 +89,16 @@ class RecordColumns:
         p = int(self.value_pos[i])
         return bytes(self.buffer[p : p + n])
 
-    def rows(self, timestamp_type: TimestampType = TimestampType.CREATE_TIME, batch_position: int = 0) -> list[Record]:
+    def rows(
+        self,
+        timestamp_type: TimestampType | np.ndarray = TimestampType.CREATE_TIME,
+        batch_position: int | np.ndarray = 0,
+    ) -> list[Record]:
+        """Every record, row-wise. ``timestamp_type`` and ``batch_position``: one for all records, or one each (the
+        messages of a legacy run are each their own entry)."""
+        n = len(self)
+        types = [TimestampType(t) for t in timestamp_type.tolist()] if isinstance(timestamp_type, np.ndarray) else None
+        positions = batch_position.tolist() if isinstance(batch_position, np.ndarray) else None
         headers = self.headers
         return [
             Record(
@@ -98,11 +107,19 @@ class RecordColumns:
                 self.key(i),
                 self.value(i),
                 headers[i] if headers is not None else (),
-                timestamp_type,
-                batch_position,
+                timestamp_type if types is None else types[i],
+                batch_position if positions is None else positions[i],
             )
-            for i in range(len(self))
+            for i in range(n)
         ]
+
+    @property
+    def first_offset(self) -> int:
+        return int(self.offsets[0])
+
+    @property
+    def last_offset(self) -> int:
+        return int(self.offsets[-1])
 
     def slice(self, start: int, end: int) -> RecordColumns:
         """Records ``start`` to ``end`` (exclusive), over the same buffer: no bytes are copied."""
