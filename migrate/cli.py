@@ -1,7 +1,9 @@
 """The ``kafka-log-migrate`` command line: verbs that mirror kafka-reassign-partitions (plan, execute, verify).
 
 Each verb lives in a module of ``migrate.commands`` whose ``register(subparsers)`` adds its parser(s) and sets
-``handler`` (``Namespace -> exit code``); adding a verb is an import and an entry in ``COMMANDS``.
+``handler`` (``Namespace -> exit code``); adding a verb is an entry in ``VERBS`` (and its module in
+``COMMAND_MODULES``). A run imports only its own verb's module: ``plan`` does not load the report's Parquet library,
+nor ``execute`` the rehearsal or dump code.
 
 Exit codes: 0 ok; 1 failure (bad data, refused, a stage failed); 2 usage error; 3 verification found differences;
 4 scan found legacy data left.
@@ -11,16 +13,28 @@ from __future__ import annotations
 
 import argparse
 import gc
+import importlib
 import os
 import sys
-from types import ModuleType
 from typing import NoReturn
 
 from migrate import __version__, runlog
-from migrate.commands import demo, dump, maintenance, migration, rehearse, report, scan
 from migrate.errors import MigrateError
 
-COMMANDS: list[ModuleType] = [scan, migration, maintenance, report, rehearse, dump, demo]
+COMMAND_MODULES = ("scan", "migration", "maintenance", "report", "rehearse", "dump", "demo")  # their order in --help
+VERBS: dict[str, str] = {  # verb -> the module of migrate.commands that registers it
+    "scan": "scan",
+    "plan": "migration",
+    "execute": "migration",
+    "verify": "migration",
+    "status": "maintenance",
+    "rollback": "maintenance",
+    "finalize": "maintenance",
+    "report": "report",
+    "rehearse": "rehearse",
+    "dump": "dump",
+    "demo": "demo",
+}
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
@@ -50,7 +64,8 @@ inspect one segment (read-only, kafka-dump-log.sh fields; --json for Kafka's dum
 """
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
+    """Every verb's parser, or only ``verb``'s (what a run of that verb needs: the other modules stay unimported)."""
     parser = argparse.ArgumentParser(
         prog="kafka-log-migrate",
         description="Offline up-conversion of Kafka log segments from message format v0/v1 to v2 (or v1).",
@@ -59,18 +74,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"kafka-log-migrate {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for command in COMMANDS:
-        command.register(sub)
+    for name in (VERBS[verb],) if verb in VERBS else COMMAND_MODULES:
+        importlib.import_module(f"migrate.commands.{name}").register(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    words = sys.argv[1:] if argv is None else argv
+    parser = build_parser(words[0] if words else None)
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse exits itself: 2 after a usage error, 0 after --help or --version
         return _exit_code(exc)
-    log = _run_log(args, sys.argv[1:] if argv is None else argv)
+    log = _run_log(args, words)
     if log is None:
         return _run(args)
     with log:

@@ -2,12 +2,36 @@
 
 from __future__ import annotations
 
+import argparse
 import json
+import subprocess
+import sys
 
 from kafka_layout import make_broker_logdir
 from runs import snapshot
 
-from migrate.cli import main
+from migrate.cli import VERBS, build_parser, main
+
+
+def _verbs(parser: argparse.ArgumentParser) -> set[str]:
+    return set(next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices)
+
+
+def test_each_verb_is_registered_by_the_module_the_cli_imports_for_it():
+    assert _verbs(build_parser()) == set(VERBS)
+    for verb in VERBS:
+        assert verb in _verbs(build_parser(verb))
+        assert _verbs(build_parser(verb)) == {v for v, module in VERBS.items() if module == VERBS[verb]}
+
+
+def test_plan_loads_neither_the_report_nor_the_rehearsal_nor_dump():
+    heavy = ("pyarrow", "migrate.report", "migrate.rehearse", "migrate.dump")
+    code = (
+        "import sys\nfrom migrate.cli import main\nassert main(['plan', '--help']) == 0\n"
+        f"print(sorted(m for m in {heavy!r} if m in sys.modules))"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert run.stdout.splitlines()[-1] == "[]"
 
 
 def test_plan_execute_verify_status_rollback(tmp_path, capsys):

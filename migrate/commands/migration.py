@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from migrate import pipeline, report
+from migrate import pipeline
 from migrate.commands.engine import add_cluster_options, add_engine_options, load_plan_for, make_engine, parse_brokers
 from migrate.compaction import CompactionRule
 from migrate.errors import MigrateError
@@ -273,6 +273,8 @@ def _usage(message: str) -> int:
 
 
 def run_execute(args: argparse.Namespace) -> int:
+    from migrate import report  # the summary's table (pyarrow): not for the other verbs of this module
+
     plan = load_plan_for(args)
     progress = Progress(plan, output(), tty=sys.stderr.isatty())
     engine, accelerator = make_engine(args, on_segment=progress.segment)
@@ -289,11 +291,11 @@ def run_execute(args: argparse.Namespace) -> int:
     body = to_json(outcome)
     if summary is not None:
         body["summary"] = report.summary_json(summary)
-    result(body, args.json, execute_text(outcome, args.plan, summary))
+    result(body, args.json, execute_text(outcome, args.plan, report.summary_lines(summary) if summary else []))
     return 0 if outcome.ok else 1
 
 
-def execute_text(report_: ExecuteReport, plan_path: str, summary: report.Summary | None = None) -> str:
+def execute_text(report_: ExecuteReport, plan_path: str, summary_lines: list[str] | None = None) -> str:
     t = report_.totals
     growth = f" ({(t.bytes_out - t.bytes_in) / t.bytes_in:+.0%})" if t.bytes_in else ""
     lines = [
@@ -325,8 +327,7 @@ def execute_text(report_: ExecuteReport, plan_path: str, summary: report.Summary
             + ", ".join(f"broker {b} {h[:12]}" for b, h in d.digests.items())
             + ")"
         )
-    if summary is not None:
-        lines += report.summary_lines(summary)
+    lines += summary_lines or []
     mixed = [p.partition for d in report_.log_dirs for p in d.partitions if p.state.mixed]
     report_cmd = f"`kafka-log-migrate report --plan {plan_path}` writes the Parquet table and HTML report of the run"
     if report_.ok:
