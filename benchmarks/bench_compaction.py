@@ -5,14 +5,14 @@ KIP-280 sizes the cleaner's map per distinct key: a 16-byte key digest and the 8
 own cleaner), plus the 8-byte compared value for the timestamp and header strategies (32 bytes). Pass one keeps
 exactly that, plus one flags byte for header (has the header). This script writes a partition of N v1 messages
 with N distinct keys (the worst case: nothing to compact, the state holds every key) in segments of
-``--segment-records``, then runs ``migrate.compaction.pass_one`` on it once per strategy, each in a child process
-so its peak RSS is its own, and prints seconds, records per second, peak RSS above the child's baseline (Python,
+``--segment-records``, then runs ``migrate.compaction.pass_one.pass_one`` on it once per strategy, each in a child
+process so its peak RSS is its own, and prints seconds, records per second, peak RSS above the child's baseline (Python,
 numpy and the package imported) and that peak divided by N x the KIP's bytes per key.
 
     python benchmarks/bench_compaction.py                      # 10,000,000 keys (~640 MB of segments, a few minutes)
     python benchmarks/bench_compaction.py --records 1000000 --strategies offset --reference
 
-``--reference`` also runs the deliberately simple implementation (``migrate.compaction_reference``, a dict over
+``--reference`` also runs the deliberately simple implementation (``migrate.compaction.reference``, a dict over
 every key, what verification trusts) on the same partition, to show what pass one's arrays save.
 """
 
@@ -37,8 +37,8 @@ import json, sys, time
 def rss(field):
     return int(next(l for l in open("/proc/self/status") if l.startswith(field)).split()[1]) * 1024
 
-from migrate.compaction import SegmentSource, Settings, pass_one
-from migrate.compaction_reference import reference_survivors
+from migrate.compaction.pass_one import SegmentSource, Settings, pass_one
+from migrate.compaction.reference import reference_survivors
 from migrate.model import CompactionStrategy, TimestampPolicy
 what, strategy, paths = sys.argv[1], CompactionStrategy(sys.argv[2]), json.loads(sys.argv[3])
 sources = [SegmentSource(p, base, 0) for p, base in paths]

@@ -23,7 +23,7 @@ from gen_legacy import message_size, write_log_dir
 
 from migrate import pipeline
 from migrate.model import ConvertOptions
-from migrate.plan import PlanRequest, build_plan
+from migrate.planning.plan import PlanRequest, build_plan
 
 
 def run(plan, engine, workers: int, label: str) -> dict:

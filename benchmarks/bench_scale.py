@@ -10,7 +10,7 @@ migrated log dir v2-only.
                                      [--engine dask|serial] [--workers 2] [--json out.json]
 
 The segment bytes are generated once (benchmarks/gen_legacy.py) and written N times, with the files a cleanly stopped
-broker keeps (migrate/legacy_logdir.py: meta.properties, checkpoints, partition.metadata, leader-epoch-checkpoint,
+broker keeps (migrate/demo/legacy_logdir.py: meta.properties, checkpoints, partition.metadata, leader-epoch-checkpoint,
 .kafka_cleanshutdown), so generating 10,000 partitions takes seconds.
 """
 
@@ -28,9 +28,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 from gen_legacy import segment_bytes
 
 from migrate import pipeline
-from migrate.legacy_logdir import PartitionFiles, write_broker_files
-from migrate.plan import PlanRequest, build_plan, write_plan
-from migrate.scan import scan_log_dirs
+from migrate.demo.legacy_logdir import PartitionFiles, write_broker_files
+from migrate.planning.plan import PlanRequest, build_plan, write_plan
+from migrate.reports.scan import scan_log_dirs
 
 SEGMENT_MTIME_NS = 1_500_000_000 * 10**9
 

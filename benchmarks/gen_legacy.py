@@ -10,8 +10,8 @@ message: one ``zlib.crc32`` call per message (driven by ``map``: no Python frame
 writes ``OUT_DIR/<topic>-0/00000000000000000000.log`` (``--partitions N`` writes ``<topic>-0`` .. ``<topic>-N-1``)
 and, unless ``--no-broker-files``, the files a cleanly stopped broker keeps around them (meta.properties,
 .kafka_cleanshutdown, checkpoints, partition.metadata, leader-epoch-checkpoint), written by the project's one log-dir
-writer, ``migrate.legacy_logdir``, so ``kafka-log-migrate plan`` accepts the directory. The same arguments always give
-the same bytes.
+writer, ``migrate.demo.legacy_logdir``, so ``kafka-log-migrate plan`` accepts the directory. The same arguments always
+give the same bytes.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from migrate import legacy_logdir
+from migrate.demo import legacy_logdir
 
 TEXT_WORDS = (
     b"kafka log segment offset record batch broker topic partition replica leader follower consumer producer "
@@ -168,7 +168,7 @@ def write_log_dir(
     **kwargs: int | str,
 ) -> list[Path]:
     """``root/<topic>-<p>/00000000000000000000.log`` for each partition p; returns the segment paths. With
-    ``broker_files``, the files a cleanly stopped broker keeps around them (``migrate.legacy_logdir``)."""
+    ``broker_files``, the files a cleanly stopped broker keeps around them (``migrate.demo.legacy_logdir``)."""
     root.mkdir(parents=True, exist_ok=True)
     seed = int(kwargs.pop("seed", 1))
     segments = [

@@ -18,8 +18,9 @@ import os
 import sys
 from typing import NoReturn
 
-from migrate import __version__, runlog
+from migrate import __version__
 from migrate.errors import MigrateError
+from migrate.watch import runlog
 
 COMMAND_MODULES = ("scan", "migration", "maintenance", "report", "rehearse", "dump", "demo")  # their order in --help
 VERBS: dict[str, str] = {  # verb -> the module of migrate.commands that registers it

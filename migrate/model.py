@@ -18,7 +18,7 @@ The plan tree::
 space seen): an edited plan no longer matches its id and is refused; planning the same inputs with the same options
 gives the same id, so a re-made plan resumes the state of a crashed run.
 
-The run's state lives per log dir (``migrate.state``): a state per segment and per partition, and an event history.
+The run's state lives per log dir (``migrate.run.state``): a state per segment and per partition, and an event history.
 A partition is migrated only when every planned segment of it is live in the new format; a log dir is migrated
 only when every planned partition is.
 """

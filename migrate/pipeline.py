@@ -15,7 +15,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from migrate.cluster import replicas
 from migrate.engines import CallResult, Engine, StageCall
 from migrate.model import (
     Divergence,
@@ -35,8 +34,10 @@ from migrate.model import (
     StatusReport,
     VerifyReport,
 )
+from migrate.planning.cluster import replicas
 from migrate.replicas import DEFAULT_BUCKET_OFFSETS, common_range, compare
-from migrate.runlock import RunLock
+from migrate.run.run_lock import RunLock
+from migrate.run.state import StateStore
 from migrate.segment.ranges import RangePart
 from migrate.stages.compact import compact_partition
 from migrate.stages.convert import convert_task
@@ -47,7 +48,6 @@ from migrate.stages.prepare import prepare_log_dir
 from migrate.stages.replicas import fail_divergent, replica_digests, replica_ranges
 from migrate.stages.rollback import rollback_check_log_dir, rollback_log_dir
 from migrate.stages.swap import swap_log_dir
-from migrate.state import StateStore
 
 
 def _per_log_dir(plan: Plan, keys: list[str] | None = None, *extra: Any) -> list[StageCall]:

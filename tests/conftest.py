@@ -57,7 +57,7 @@ def copy_logdir(src: Path, dst: Path, manifest: Path) -> Path:
 @pytest.fixture(autouse=True)
 def fresh_fault_counts():
     """Fault points count their passes per process; every test starts from zero."""
-    from migrate import faults
+    from migrate.run import faults
 
     faults.reset()
     yield

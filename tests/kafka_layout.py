@@ -2,8 +2,8 @@
 
 ``make_broker_logdir(tmp_path, partitions=[...])`` copies fixture partition dirs (Kafka-written bytes, with the fixture
 mtimes) into ``tmp_path/kafka-logs`` and adds what a cleanly stopped broker leaves, written by the project's one
-log-dir writer (``migrate.legacy_logdir``): ``meta.properties``, ``.kafka_cleanshutdown`` (3.7+ JSON form), the four
-offset checkpoints of the log dir root, and per partition ``partition.metadata`` (one topic id per topic) and
+log-dir writer (``migrate.demo.legacy_logdir``): ``meta.properties``, ``.kafka_cleanshutdown`` (3.7+ JSON form), the
+four offset checkpoints of the log dir root, and per partition ``partition.metadata`` (one topic id per topic) and
 ``leader-epoch-checkpoint``. A cleanly stopped broker has no ``.lock`` (it deletes it on shutdown);
 ``stale_lock=True`` leaves an unheld one, as a killed broker does.
 """
@@ -20,7 +20,7 @@ from pathlib import Path
 
 from conftest import EXPECTED, FIXTURES, LEGACY_LOGDIR, REAL_BROKER, apply_mtimes
 
-from migrate.legacy_logdir import BrokerFiles, PartitionFiles, checkpoint_text, topic_id, write_broker_files
+from migrate.demo.legacy_logdir import BrokerFiles, PartitionFiles, checkpoint_text, topic_id, write_broker_files
 
 __all__ = [
     "BROKER_EPOCH",

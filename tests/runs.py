@@ -11,11 +11,11 @@ from pathlib import Path
 
 from conftest import REPO
 
-from migrate.faults import CRASH_EXIT
 from migrate.model import ExecuteReport, PartitionState, Plan
-from migrate.plan import PlanRequest, build_plan, write_plan
-from migrate.scan import scan_log_dirs
-from migrate.workspace import FENCE_NAME
+from migrate.planning.plan import PlanRequest, build_plan, write_plan
+from migrate.reports.scan import scan_log_dirs
+from migrate.run.faults import CRASH_EXIT
+from migrate.run.workspace import FENCE_NAME
 
 
 def make_plan(tmp_path: Path, *log_dirs: Path, name: str = "plan.json", **request) -> tuple[Plan, Path]:
@@ -78,7 +78,7 @@ _VERB = """
 import sys
 from migrate import pipeline
 from migrate.engines import SerialEngine
-from migrate.plan import load_plan
+from migrate.planning.plan import load_plan
 plan = load_plan(sys.argv[2])
 if sys.argv[1] == "execute":
     pipeline.execute(plan, SerialEngine())

@@ -29,7 +29,7 @@ def range_cuts(size: int, count: int) -> list[tuple[int, int]]:
 def planned_ranges(path: Path, count: int) -> list:
     """The ``ByteRange``s ``plan`` makes of the segment at ``path`` cut into ``count`` nominal ranges: with the
     places of their outputs when the plan can predict them."""
-    from migrate.plan import byte_ranges
+    from migrate.planning.plan import byte_ranges
     from migrate.segment.profile import profile_segment
 
     size = path.stat().st_size

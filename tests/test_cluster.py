@@ -18,9 +18,9 @@ from kafka_layout import make_broker_logdir
 from runs import snapshot
 
 from migrate.cli import main
-from migrate.cluster import BrokerSurvey, ClusterPlanRefusedError, merge
 from migrate.format.entries import walk_entries
-from migrate.plan import load_plan
+from migrate.planning.cluster import BrokerSurvey, ClusterPlanRefusedError, merge
+from migrate.planning.plan import load_plan
 
 pytestmark = pytest.mark.slow
 SUMMARIES = expected_summaries()

@@ -14,14 +14,14 @@ from kafka_layout import make_broker_logdir
 from runs import assert_scan_agrees, make_plan, snapshot
 
 from migrate import pipeline
-from migrate.compaction import (
+from migrate.compaction.pass_one import (
     CompactionRefusedError,
     CompactionRule,
     SegmentSource,
     Settings,
     pass_one,
 )
-from migrate.compaction_reference import expected_records, reference_survivors
+from migrate.compaction.reference import expected_records, reference_survivors
 from migrate.engines import SerialEngine
 from migrate.format.records import Compression
 from migrate.model import (
@@ -33,12 +33,12 @@ from migrate.model import (
     TimestampPolicy,
     load_plan_json,
 )
-from migrate.plan import PlanRefusedError, PlanRequest, build_plan
+from migrate.planning.plan import PlanRefusedError, PlanRequest, build_plan
+from migrate.run.workspace import work_dir
 from migrate.segment.convert import convert_segment
 from migrate.segment.verify import verify_segment
 from migrate.stages.compact import compact_partition, record_path, survivors_path
 from migrate.units import parse_duration_ms, parse_memory_bytes
-from migrate.workspace import work_dir
 
 OFFSET, TIMESTAMP, HEADER = CompactionStrategy.OFFSET, CompactionStrategy.TIMESTAMP, CompactionStrategy.HEADER
 MTIME = 1_600_000_000_000
@@ -421,7 +421,7 @@ def test_a_rewritten_v2_batch_keeps_the_kip87_flag_codec_and_timestamps(tmp_path
     assert (batch.base_offset, batch.last_offset, batch.records_count) == (0, 3, 2)
     assert batch.records.offsets.tolist() == [1, 2] and batch.records.timestamps.tolist() == [T + 1, T + 2]
     assert (batch.base_timestamp, batch.max_timestamp) == (T + 1, T + 2)
-    from migrate.compaction import record_attributes
+    from migrate.compaction.pass_one import record_attributes
 
     assert record_attributes(batch).tolist() == [v2.KIP87_TOMBSTONE_BIT, 0]  # the delete flag survives
     assert single.records.offsets.tolist() == [4]
@@ -549,7 +549,7 @@ def test_execute_compacts_verifies_and_rollback_restores(broker, tmp_path, oracl
 
 def test_a_partition_the_compact_stage_refuses_fails_alone(broker, tmp_path, monkeypatch):
     plan, _ = make_plan(tmp_path, broker, compact=RULES)
-    from migrate.compaction_reference import ReferenceResult
+    from migrate.compaction.reference import ReferenceResult
     from migrate.stages import compact
 
     real = compact.reference_survivors

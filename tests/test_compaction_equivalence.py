@@ -12,9 +12,9 @@ from compaction_layout import Entry, Rec, Segment, write_partition
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from migrate import compaction
-from migrate.compaction import SegmentSource, Settings, pass_one
-from migrate.compaction_reference import reference_survivors
+from migrate.compaction import pass_one as compaction
+from migrate.compaction.pass_one import SegmentSource, Settings, pass_one
+from migrate.compaction.reference import reference_survivors
 from migrate.format.records import Compression
 from migrate.model import CompactionStrategy, TimestampPolicy
 

@@ -2,7 +2,7 @@
 or wholly migrated, and the fence up exactly while one is not.
 
 The crash is real: the command runs in a subprocess that kills itself with os._exit (as a power cut leaves it) at the
-fault point named by KAFKA_LOG_MIGRATE_CRASH_AT (migrate/faults.py). ``test_the_matrix_covers_every_point`` traces a
+fault point named by KAFKA_LOG_MIGRATE_CRASH_AT (migrate/run/faults.py). ``test_the_matrix_covers_every_point`` traces a
 run and fails when a new point appears that the lists below do not cover.
 """
 
@@ -20,11 +20,11 @@ from runs import assert_scan_agrees, make_plan, run_verb, snapshot
 
 from migrate import pipeline
 from migrate.engines import SerialEngine
-from migrate.faults import CRASH_ENV, CRASH_EXIT, TRACE_ENV
 from migrate.format.digest import LogDigest
 from migrate.format.entries import walk_entries
+from migrate.run.faults import CRASH_ENV, CRASH_EXIT, TRACE_ENV
+from migrate.run.workspace import FENCE_NAME
 from migrate.segment.reader import read_file
-from migrate.workspace import FENCE_NAME
 
 PARTITIONS = ["plain-v0-1", "gzip-v0-0", "lz4-v1-1"]
 SUMMARIES = expected_summaries()

@@ -22,7 +22,7 @@ from migrate import pipeline
 from migrate.engines import StageCall
 from migrate.engines.dask import LOCAL_CLUSTER_PERIODS, DaskEngine, _local_cluster_periods, worth_workers
 from migrate.model import DigestAlgorithm
-from migrate.plan import PlanRequest, build_plan
+from migrate.planning.plan import PlanRequest, build_plan
 
 
 def whoami(_: int) -> str:

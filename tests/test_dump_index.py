@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from conftest import LEGACY_LOGDIR
 
-from migrate import dump
 from migrate.cli import main
 from migrate.model import ConvertOptions, SegmentTask
+from migrate.reports import dump
 from migrate.segment import offset_index, time_index
 from migrate.segment.convert import convert_segment
 

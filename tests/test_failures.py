@@ -23,12 +23,12 @@ from migrate import pipeline
 from migrate.cli import main
 from migrate.engines import SerialEngine
 from migrate.errors import RunLockedError
-from migrate.faults import FAIL_ENV
 from migrate.format.entries import walk_entries
 from migrate.model import PartitionState
-from migrate.plan import PlanRefusedError, PlanRequest, build_plan
-from migrate.runlock import RunLock
-from migrate.workspace import FENCE_NAME
+from migrate.planning.plan import PlanRefusedError, PlanRequest, build_plan
+from migrate.run.faults import FAIL_ENV
+from migrate.run.run_lock import RunLock
+from migrate.run.workspace import FENCE_NAME
 
 PARTITIONS = ["plain-v0-0", "plain-v0-1", "gzip-v0-0", "lz4-v1-1", "snappy-v0-0"]
 SUMMARIES = expected_summaries()
@@ -312,7 +312,7 @@ def test_a_second_run_is_refused_at_once_naming_the_holder(broker, tmp_path, cap
         [
             sys.executable,
             "-c",
-            "import sys, time; from migrate.runlock import RunLock; "
+            "import sys, time; from migrate.run.run_lock import RunLock; "
             "lock = RunLock([sys.argv[1]], sys.argv[2], 'execute').acquire(); "
             "print('held', flush=True); time.sleep(60)",
             str(broker),

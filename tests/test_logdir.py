@@ -21,7 +21,7 @@ from kafka_layout import (
 )
 
 from migrate.errors import LogDirAccessError, LogDirLockedError, MalformedLogDirFileError, MigrateError
-from migrate.logdir import (
+from migrate.kafka.logdir import (
     CHECKPOINT_FILES,
     CleanShutdown,
     LogDirLock,

@@ -25,7 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from migrate import pipeline
 from migrate.engines.dask import DaskEngine
 from migrate.model import ExecuteReport, Outcome, Plan, SegmentOutcome
-from migrate.plan import PlanRequest, build_plan
+from migrate.planning.plan import PlanRequest, build_plan
 from migrate.stages import convert as convert_stage
 
 PARTITIONS = ["plain-v0-1", "gzip-v0-0", "lz4-v1-1", "plain-v1-0"]
@@ -379,7 +379,7 @@ def test_a_segment_converted_in_ranges_shows_progress_range_by_range_and_counts_
     from migrate.engines import SerialEngine
     from migrate.model import RangeProgress
     from migrate.monitor import RunProgress, plan_event, segment_event
-    from migrate.runlog import Progress
+    from migrate.watch.runlog import Progress
 
     log_dir = make_broker_logdir(tmp_path, partitions=["plain-v0-1", "gzip-v0-0"])
     plan = build_plan(PlanRequest(log_dirs=(str(log_dir),), range_bytes=3000))

@@ -14,8 +14,8 @@ from runs import assert_scan_agrees, make_plan, snapshot
 from migrate import pipeline
 from migrate.engines import SerialEngine
 from migrate.model import PartitionState
-from migrate.plan import PlanRefusedError, PlanRequest, build_plan
-from migrate.workspace import FENCE_NAME
+from migrate.planning.plan import PlanRefusedError, PlanRequest, build_plan
+from migrate.run.workspace import FENCE_NAME
 
 SUMMARIES = expected_summaries()
 PARTITIONS = [
@@ -221,7 +221,7 @@ def test_a_second_rollback_finds_nothing_to_do_and_says_so(broker, tmp_path):
 
 
 def test_a_plan_made_on_several_processes_equals_the_one_made_here(broker, monkeypatch):
-    from migrate import plan as planning
+    from migrate.planning import plan as planning
 
     here = build_plan(PlanRequest(log_dirs=(str(broker),)))
     monkeypatch.setattr(planning, "PARALLEL_MIN_SEGMENTS", 1)

@@ -21,7 +21,6 @@ from segment_helpers import convert_in_ranges, planned_ranges, range_cuts
 from migrate import pipeline
 from migrate.engines import SerialEngine
 from migrate.errors import CorruptRecordError, LocatedError
-from migrate.faults import CRASH_ENV, CRASH_EXIT
 from migrate.format import batch as v2
 from migrate.format import legacy
 from migrate.format.entries import walk_entries
@@ -38,7 +37,8 @@ from migrate.model import (
     dump_plan_json,
     load_plan_json,
 )
-from migrate.plan import PlanRequest, build_plan, make_tasks, write_plan
+from migrate.planning.plan import PlanRequest, build_plan, make_tasks, write_plan
+from migrate.run.faults import CRASH_ENV, CRASH_EXIT
 from migrate.segment.convert import convert_segment
 from migrate.segment.ranges import RangeRefusedError
 from migrate.segment.reader import find_entry_start

@@ -22,15 +22,15 @@ from conftest import LEGACY_LOGDIR, ORACLE, REAL_BROKER, REPO, have_java
 from kafka_layout import lock_held_by_other_process, make_broker_logdir
 from runs import scan_partitions, snapshot
 
-from migrate import rehearse
 from migrate.cli import main
 from migrate.engines import SerialEngine
 from migrate.errors import MigrateError
-from migrate.faults import CRASH_ENV, CRASH_EXIT
 from migrate.model import ConvertOptions
-from migrate.plan import load_plan
+from migrate.planning.plan import load_plan
+from migrate.rehearse import driver as rehearse
+from migrate.run.faults import CRASH_ENV, CRASH_EXIT
+from migrate.run.workspace import FENCE_NAME
 from migrate.units import parse_data_bytes
-from migrate.workspace import FENCE_NAME
 
 LEGACY_PARTITIONS = sorted(p.name for p in LEGACY_LOGDIR.iterdir() if p.is_dir())
 REAL_PARTITIONS = sorted(p.name for p in (REAL_BROKER / "logdir").iterdir() if p.is_dir())

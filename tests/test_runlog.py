@@ -13,8 +13,8 @@ from kafka_layout import lock_held_by_other_process, make_broker_logdir
 from migrate import pipeline
 from migrate.cli import build_parser, main
 from migrate.model import Outcome, Plan, SegmentOutcome
-from migrate.plan import PlanRequest, build_plan, load_plan
-from migrate.runlog import Progress
+from migrate.planning.plan import PlanRequest, build_plan, load_plan
+from migrate.watch.runlog import Progress
 
 STAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z ")
 
@@ -164,7 +164,7 @@ def test_an_unexpected_error_of_the_command_itself_names_the_run_log(tmp_path, c
     plan = tmp_path / "plan.json"
     main(["plan", "--log-dirs", str(log_dir), "-o", str(plan)])
     capsys.readouterr()
-    from migrate import report
+    from migrate.reports import run_report as report
 
     def broken(*args):
         raise KeyError("no such column")

@@ -13,7 +13,7 @@ from conftest import EXPECTED, LEGACY_LOGDIR, REAL_BROKER, expected_summaries
 from kafka_layout import BROKER_EPOCH, lock_held_by_other_process, make_broker_logdir
 
 from migrate.cli import main
-from migrate.scan import scan_log_dirs
+from migrate.reports.scan import scan_log_dirs
 
 SUMMARIES = expected_summaries()
 REAL_SUMMARIES = {

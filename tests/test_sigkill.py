@@ -19,8 +19,8 @@ from runs import assert_scan_agrees, make_plan, snapshot
 from migrate import pipeline
 from migrate.engines import SerialEngine
 from migrate.model import SegmentState
-from migrate.state import StateStore
-from migrate.workspace import FENCE_NAME
+from migrate.run.state import StateStore
+from migrate.run.workspace import FENCE_NAME
 
 pytestmark = pytest.mark.slow
 PARTITIONS = 300

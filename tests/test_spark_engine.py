@@ -17,9 +17,9 @@ from migrate import pipeline
 from migrate.engines.dask import DaskEngine
 from migrate.engines.spark import SparkEngine
 from migrate.model import PartitionState
-from migrate.plan import PlanRequest, build_plan
-from migrate.state import StateStore
-from migrate.workspace import FENCE_NAME
+from migrate.planning.plan import PlanRequest, build_plan
+from migrate.run.state import StateStore
+from migrate.run.workspace import FENCE_NAME
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 PARTITIONS = ["plain-v0-0", "gzip-v0-0", "snappy-v0-0", "lz4-v1-0", "mixed-v0-v1-0", "compacted-v0-1", "mixed-v1-v2-0"]

@@ -8,10 +8,10 @@ from pathlib import Path
 
 from migrate import pipeline
 from migrate.commands.output import note
-from migrate.demo import write_demo_logdir
+from migrate.demo.generate import write_demo_logdir
 from migrate.engines import SerialEngine
-from migrate.plan import PlanRequest, build_plan, write_plan
-from migrate.scan import scan_log_dirs
+from migrate.planning.plan import PlanRequest, build_plan, write_plan
+from migrate.reports.scan import scan_log_dirs
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from migrate import dump
 from migrate.errors import MigrateError
+from migrate.reports import dump
 
 EXIT_OK = 0
 EXIT_INVALID = 1

@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-from migrate import progress
 from migrate.engines import Engine, SerialEngine
 from migrate.errors import MigrateError
 from migrate.model import Plan
-from migrate.plan import load_plan
-from migrate.runlog import note
+from migrate.planning.plan import load_plan
 from migrate.security import TlsFiles, check_scheduler_address
+from migrate.watch import progress
+from migrate.watch.runlog import note
 
 
 def add_engine_options(p: argparse.ArgumentParser, full: bool, brokers: bool = True) -> None:
@@ -72,7 +72,7 @@ def load_plan_for(args: argparse.Namespace) -> Plan:
     """The plan file, restricted to ``--brokers`` where given."""
     plan = load_plan(args.plan)
     if getattr(args, "brokers", None):
-        from migrate.cluster import for_brokers
+        from migrate.planning.cluster import for_brokers
 
         plan = for_brokers(plan, parse_brokers(args.brokers))
     return plan

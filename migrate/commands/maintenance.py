@@ -7,7 +7,7 @@ import argparse
 from migrate import pipeline
 from migrate.commands.engine import add_engine_options, load_plan_for, make_engine
 from migrate.model import LogDirStatus, to_json
-from migrate.runlog import WatchedEngine, result
+from migrate.watch.runlog import WatchedEngine, result
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -7,7 +7,7 @@ import sys
 
 from migrate import pipeline
 from migrate.commands.engine import add_cluster_options, add_engine_options, load_plan_for, make_engine, parse_brokers
-from migrate.compaction import CompactionRule
+from migrate.compaction.pass_one import CompactionRule
 from migrate.errors import MigrateError
 from migrate.model import (
     DEFAULT_MAX_MESSAGE_BYTES,
@@ -20,9 +20,9 @@ from migrate.model import (
     TimestampPolicy,
     to_json,
 )
-from migrate.plan import PlanRequest, build_plan, write_plan
-from migrate.runlog import Progress, WatchedEngine, note, output, result
+from migrate.planning.plan import PlanRequest, build_plan, write_plan
 from migrate.units import human_bytes, parse_duration_ms, parse_memory_bytes
+from migrate.watch.runlog import Progress, WatchedEngine, note, output, result
 
 EXIT_VERIFY_FAILED = 3
 
@@ -258,7 +258,7 @@ def run_plan(args: argparse.Namespace) -> int:
 
 
 def _plan_cluster(args: argparse.Namespace, request: PlanRequest) -> Plan:
-    from migrate.cluster import plan_cluster
+    from migrate.planning.cluster import plan_cluster
 
     engine, _ = make_engine(argparse.Namespace(**{**vars(args), "engine": "dask"}))
     try:
@@ -273,7 +273,7 @@ def _usage(message: str) -> int:
 
 
 def run_execute(args: argparse.Namespace) -> int:
-    from migrate import report  # the summary's table (pyarrow): not for the other verbs of this module
+    from migrate.reports import run_report as report  # the summary's table (pyarrow): not for the other verbs here
 
     plan = load_plan_for(args)
     progress = Progress(plan, output(), tty=sys.stderr.isatty())

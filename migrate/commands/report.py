@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from migrate import report, runlog
 from migrate.commands.engine import add_engine_options, load_plan_for, make_engine
 from migrate.errors import MigrateError
+from migrate.reports import run_report as report
+from migrate.watch import runlog
 
 
 def default_paths(plan_path: str | Path) -> tuple[Path, Path]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from migrate.commands.output import emit, note
-from migrate.scan import scan_log_dirs
+from migrate.reports.scan import scan_log_dirs
 
 EXIT_FAILURE = 1
 EXIT_USAGE = 2

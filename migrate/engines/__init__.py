@@ -12,8 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from migrate import progress
 from migrate.model import Plan
+from migrate.watch import progress
 
 
 @dataclass(frozen=True)

@@ -31,10 +31,12 @@ from typing import Any
 import dask
 from distributed import Client, LocalCluster, as_completed
 
-from migrate import faults, monitor, progress
+from migrate import monitor
 from migrate.engines import CallResult, StageCall
 from migrate.format import accel
 from migrate.model import DigestAlgorithm, Plan
+from migrate.run import faults
+from migrate.watch import progress
 
 NO_WORKERS_TIMEOUT = "60s"
 MONITOR = "migrate.monitor"

@@ -27,7 +27,7 @@ from typing import BinaryIO
 
 import numpy as np
 
-from migrate.compaction import encode_retained_v2, load_survivors, retained
+from migrate.compaction.pass_one import encode_retained_v2, load_survivors, retained
 from migrate.errors import SegmentRefusedError, SourceChangedError, TruncatedTailError, UnencodableRecordError
 from migrate.format import batch as v2
 from migrate.format import legacy

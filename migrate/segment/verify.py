@@ -11,7 +11,7 @@ are checked one by one only to explain a difference. Every file keeps the source
 chunk, not the segment.
 
 A segment of a compacted partition is compared instead, record by record (offset, key, value, headers, timestamp),
-with the records the deliberately simple implementation says must survive (``migrate.compaction_reference``).
+with the records the deliberately simple implementation says must survive (``migrate.compaction.reference``).
 """
 
 from __future__ import annotations

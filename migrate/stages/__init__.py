@@ -11,7 +11,7 @@
 
 Each takes the plan (a ``migrate.model.Plan``) and small serializable arguments and returns a small serializable
 record, so Dask, Spark or a plain loop can run it. Each runs on the host that owns the log dir, records its own state
-(``migrate.state``), and is idempotent: running it again after a crash finishes the job instead of redoing or
+(``migrate.run.state``), and is idempotent: running it again after a crash finishes the job instead of redoing or
 breaking it. Expected refusals (bad input, a changed file) are outcomes, not exceptions; an exception means the
 stage could not run at all (a log dir on another host, a full disk).
 """

@@ -7,9 +7,9 @@ import socket
 from pathlib import Path
 
 from migrate.errors import MigrateError
-from migrate.logdir import LogDirLock
+from migrate.kafka.logdir import LogDirLock
 from migrate.model import LogDirPlan, Plan
-from migrate.state import StateStore
+from migrate.run.state import StateStore
 
 
 def locate(plan: Plan, key: str) -> tuple[LogDirPlan, str]:

@@ -1,9 +1,9 @@
 """compact: pass one of compaction for one partition planned with ``--compact``, before any of it is converted.
 
-It reads every planned segment of the partition in offset order, computes the survivors (``migrate.compaction``),
-checks them against what planning found and against the deliberately simple implementation
-(``migrate.compaction_reference``), and stores them in the partition's work dir, where the convert tasks of that
-partition read them (pass two drops the rest) and its verification finds them:
+It reads every planned segment of the partition in offset order, computes the survivors
+(``migrate.compaction.pass_one``), checks them against what planning found and against the deliberately simple
+implementation (``migrate.compaction.reference``), and stores them in the partition's work dir, where the convert tasks
+of that partition read them (pass two drops the rest) and its verification finds them:
 
     <partition>/.kafka-log-migrate-<plan id>/compaction-survivors.npy    the kept offsets, int64, in order
     <partition>/.kafka-log-migrate-<plan id>/compaction.json             their SHA-256 and counts, written last
@@ -26,19 +26,19 @@ from pathlib import Path
 
 import numpy as np
 
-from migrate.compaction import (
+from migrate.compaction.pass_one import (
     CompactionRefusedError,
     SegmentSource,
     Settings,
     pass_one,
     survivors_sha256,
 )
-from migrate.compaction_reference import reference_survivors
+from migrate.compaction.reference import reference_survivors
 from migrate.errors import LocatedError, SourceChangedError
 from migrate.model import Outcome, PartitionPlan, PartitionState, Plan, Problem, SegmentOutcome, SegmentState
+from migrate.run.state import StateStore
+from migrate.run.workspace import fsync_dir, segment_file, work_dir
 from migrate.stages.common import locate
-from migrate.state import StateStore
-from migrate.workspace import fsync_dir, segment_file, work_dir
 
 SURVIVORS_FILE = "compaction-survivors.npy"
 RECORD_FILE = "compaction.json"

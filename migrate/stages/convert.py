@@ -16,9 +16,8 @@ import traceback
 from collections.abc import Iterator
 from pathlib import Path
 
-from migrate import faults, progress
-from migrate.compaction import load_survivors
-from migrate.compaction_reference import expected_records
+from migrate.compaction.pass_one import load_survivors
+from migrate.compaction.reference import expected_records
 from migrate.errors import LocatedError, StateWriteError
 from migrate.format.records import Record
 from migrate.model import (
@@ -33,13 +32,15 @@ from migrate.model import (
     SegmentTask,
     TaskPlan,
 )
+from migrate.run import faults
+from migrate.run.state import StateStore
+from migrate.run.workspace import segment_file, staging_dir, sync_filesystem
 from migrate.segment.convert import convert_segment
 from migrate.segment.ranges import RangePart, convert_range
 from migrate.segment.verify import verify_segment
 from migrate.stages.common import locate
 from migrate.stages.compact import survivors_path
-from migrate.state import StateStore
-from migrate.workspace import segment_file, staging_dir, sync_filesystem
+from migrate.watch import progress
 
 _WORKABLE = (PartitionState.PLANNED, PartitionState.CONVERTING, PartitionState.READY)
 

@@ -7,13 +7,13 @@ removes the state from the log dir once the driver has archived it beside the pl
 
 from __future__ import annotations
 
-from migrate import fence
 from migrate.errors import MigrateError
 from migrate.model import EventKind, FinalizeReport, LogDirPhase, PartitionState, Plan
+from migrate.run import fence
+from migrate.run.state import StateStore, remove_state_files
+from migrate.run.workspace import sync_filesystem
 from migrate.stages.common import kafka_lock, locate, restore_dir_mtimes
 from migrate.stages.rollback import remove_work_dirs
-from migrate.state import StateStore, remove_state_files
-from migrate.workspace import sync_filesystem
 
 
 def finalize_log_dir(plan: Plan, key: str, partial: bool = False) -> FinalizeReport:

@@ -7,14 +7,14 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-from migrate import fence
 from migrate.errors import LocatedError
-from migrate.fileset import SegmentFiles
 from migrate.model import LiveCheck, LogDirPhase, LogDirStatus, PartitionState, Plan, SegmentState
+from migrate.run import fence
+from migrate.run.state import StateStore
+from migrate.run.swap_files import SegmentFiles
+from migrate.run.workspace import segment_file
 from migrate.segment.verify import verify_segment
 from migrate.stages.common import locate
-from migrate.state import StateStore
-from migrate.workspace import segment_file
 
 
 def status_log_dir(plan: Plan, key: str) -> LogDirStatus | None:

@@ -12,14 +12,15 @@ from __future__ import annotations
 import time
 import traceback
 
-from migrate import faults, progress
 from migrate.errors import LocatedError, StateWriteError
 from migrate.model import ConversionStatus, Outcome, Plan, Problem, SegmentOutcome, SegmentState
+from migrate.run import faults
+from migrate.run.state import StateStore
+from migrate.run.workspace import sync_filesystem
 from migrate.segment.ranges import RangePart, RangeRefusedError, discard, join_parts, remove_range_files
 from migrate.stages.common import locate
 from migrate.stages.convert import _WORKABLE, segment_task, steady_allocator
-from migrate.state import StateStore
-from migrate.workspace import sync_filesystem
+from migrate.watch import progress
 
 
 def join_segment(

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from migrate import fence
 from migrate.errors import MigrateError, SourceChangedError
-from migrate.fileset import SegmentFiles
 from migrate.model import EventKind, LogDirPhase, LogDirPlan, PartitionState, Plan, PrepareReport
+from migrate.run import fence
+from migrate.run.state import StateStore
+from migrate.run.swap_files import SegmentFiles
+from migrate.run.workspace import other_states, segment_file
 from migrate.stages.common import kafka_lock, locate
 from migrate.stages.rollback import restore_partitions
-from migrate.state import StateStore
-from migrate.workspace import other_states, segment_file
 
 
 def prepare_log_dir(plan: Plan, key: str) -> PrepareReport:

@@ -9,12 +9,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from migrate.logdir import SEGMENT_RE
+from migrate.kafka.logdir import SEGMENT_RE
 from migrate.model import Divergence, Plan, Problem, ReplicaDigest, ReplicaRange
 from migrate.replicas import digest_replica, offset_range
+from migrate.run.state import StateStore
+from migrate.run.workspace import staging_dir
 from migrate.stages.common import locate
-from migrate.state import StateStore
-from migrate.workspace import staging_dir
 
 
 def _files_after_swap(plan: Plan, key: str, partition: str) -> list[str]:

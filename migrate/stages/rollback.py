@@ -12,13 +12,13 @@ import concurrent.futures
 import shutil
 from pathlib import Path
 
-from migrate import fence
 from migrate.errors import MigrateError
-from migrate.fileset import SegmentFiles
 from migrate.model import EventKind, LogDirPhase, PartitionState, Plan, RollbackReport, SegmentState
+from migrate.run import fence
+from migrate.run.state import StateStore, remove_state_files
+from migrate.run.swap_files import SegmentFiles
+from migrate.run.workspace import sync_filesystem, work_dir
 from migrate.stages.common import kafka_lock, locate, restore_dir_mtimes
-from migrate.state import StateStore, remove_state_files
-from migrate.workspace import sync_filesystem, work_dir
 
 LIVE = (PartitionState.SWAPPING, PartitionState.MIGRATED, PartitionState.ROLLING_BACK)
 

@@ -13,9 +13,7 @@ from __future__ import annotations
 import errno
 from pathlib import Path
 
-from migrate import faults, fence
 from migrate.errors import LocatedError, StateWriteError
-from migrate.fileset import SegmentFiles
 from migrate.model import (
     EventKind,
     LogDirPhase,
@@ -27,9 +25,11 @@ from migrate.model import (
     SegmentState,
     SwapReport,
 )
+from migrate.run import faults, fence
+from migrate.run.state import StateStore, SwapFile
+from migrate.run.swap_files import SegmentFiles
+from migrate.run.workspace import sync_filesystem
 from migrate.stages.common import kafka_lock, locate
-from migrate.state import StateStore, SwapFile
-from migrate.workspace import sync_filesystem
 
 SWAP_BATCH_PARTITIONS = 256
 _ISOLATED_ERRNOS = (errno.EPERM, errno.EACCES)  # one file's attribute or permission: its partition only

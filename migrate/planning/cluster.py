@@ -19,9 +19,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from migrate.errors import MigrateError
-from migrate.logdir import _java_properties, read_meta_properties
+from migrate.kafka.logdir import _java_properties, read_meta_properties
 from migrate.model import Estimates, LogDirPlan, Plan, TaskPlan
-from migrate.plan import PlanRefusedError, PlanRequest, build_plan
+from migrate.planning.plan import PlanRefusedError, PlanRequest, build_plan
 
 
 class ClusterPlanRefusedError(MigrateError):

@@ -1,7 +1,7 @@
 """The survivors of a compacted partition, computed the deliberately simple way: what verification trusts.
 
-``migrate.compaction`` is built for memory (key digests, sorted numpy arrays, merges). This module shares none of
-that: a plain dict from each key's bytes to its best record so far, one Python step per record, KIP-280's rules
+``migrate.compaction.pass_one`` is built for memory (key digests, sorted numpy arrays, merges). This module shares none
+of that: a plain dict from each key's bytes to its best record so far, one Python step per record, KIP-280's rules
 written as tuple comparisons, its own reading of the KIP-87 bit and of the timestamps a conversion gives. Keying by
 the real bytes also catches what a digest cannot: two keys with the same digest. Its memory is a dict over the
 partition's distinct keys (about 330 bytes per key in CPython: ``benchmarks/bench_compaction.py --reference``), the

@@ -1,7 +1,7 @@
 """The report of a run, for the audit afterwards: one row per planned segment as an Arrow table (written as Parquet,
 for pandas, DuckDB or Spark), and a self-contained HTML page rendered from that same table.
 
-The rows come from the run's state (``migrate.state``): in each log dir while a run has state there, else from the
+The rows come from the run's state (``migrate.run.state``): in each log dir while a run has state there, else from the
 copy archived beside the plan by finalize or rollback. A log dir on another host is read where it lives, by a stage
 function on the engine, as ``status`` does. The summary (segments, bytes before and after, growth, duration,
 throughput, failures) is computed from the table, so the page, the Parquet file and ``execute``'s last lines agree.
@@ -31,7 +31,7 @@ import pyarrow.parquet as pq
 from migrate import __version__
 from migrate.engines import Engine, StageCall
 from migrate.model import EventKind, Plan, Problem, SegmentResult, SegmentState, from_json, to_json
-from migrate.state import StateStore
+from migrate.run.state import StateStore
 from migrate.units import human_bytes
 
 SEGMENT_EVENTS = (

@@ -29,7 +29,7 @@ time, so a merge neither sorts the state nor holds a second copy of it (``benchm
 about 1.5 times the KIP's estimate at 10^7 keys, reading buffers included).
 
 Pass two (``retained``, ``encode_retained_v2``) is the conversion dropping the losers: survivors keep their offsets,
-dropped records leave gaps, as Kafka's cleaner does. ``migrate.compaction_reference`` is the deliberately simple
+dropped records leave gaps, as Kafka's cleaner does. ``migrate.compaction.reference`` is the deliberately simple
 implementation the verification trusts instead.
 """
 

@@ -51,7 +51,7 @@ STRAY_SUFFIXES = (".swap", ".cleaned", ".deleted")
 SKIPPED_DIRS = {"remote-log-index-cache"}
 METADATA_TOPIC = "__cluster_metadata"
 DIR_SUFFIXES = {"-delete": "delete", "-future": "future", "-stray": "stray"}
-# our own fence (migrate.workspace.FENCE_NAME): deliberately not a topic-partition name, see workspace.py
+# our own fence (migrate.run.workspace.FENCE_NAME): deliberately not a topic-partition name, see workspace.py
 _FENCE_NAME = "kafka-log-migrate.IN-PROGRESS"
 
 # Java's \s (ASCII whitespace), as used by Kafka's patterns and Pattern.split

@@ -48,11 +48,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from migrate import __version__, faults, pipeline
-from migrate.compaction import CompactionRule
+from migrate import __version__, pipeline
+from migrate.compaction.pass_one import CompactionRule
 from migrate.engines import Engine
 from migrate.errors import MigrateError
-from migrate.logdir import inspect_log_dir, lock_holder, validate_log_dir_path
+from migrate.kafka.logdir import inspect_log_dir, lock_holder, validate_log_dir_path
 from migrate.model import (
     DEFAULT_RANGE_BYTES,
     ConvertOptions,
@@ -66,10 +66,11 @@ from migrate.model import (
     from_json,
     to_json,
 )
-from migrate.plan import PlanRefusedError, PlanRequest, build_plan, load_plan, write_plan
-from migrate.scan import scan_log_dirs
+from migrate.planning.plan import PlanRefusedError, PlanRequest, build_plan, load_plan, write_plan
+from migrate.reports.scan import scan_log_dirs
+from migrate.run import faults
+from migrate.run.workspace import fsync_dir, sync_filesystem
 from migrate.units import human_bytes, parse_data_bytes
-from migrate.workspace import fsync_dir, sync_filesystem
 
 REHEARSAL_VERSION = 1
 # hard-linked into a copy: the migration never writes into them, it renames over them (and a running broker, which
@@ -1045,11 +1046,12 @@ def build_report(state: RehearsalState, paths: RehearsalPaths) -> RehearsalRepor
 
 
 def render_html(report: RehearsalReport, json_path: Path) -> Path | None:
-    """The HTML rehearsal report beside the JSON one: the hook for the HTML run report (``migrate/report.py``, being
-    built separately). Its contract: ``migrate.report.render_rehearsal(report_json: dict) -> str`` (a whole HTML
-    page); until a module offers it, no HTML is written and the JSON report says so (``html_report`` is null)."""
+    """The HTML rehearsal report beside the JSON one: the hook for the HTML run report
+    (``migrate/reports/run_report.py``, being built separately). Its contract:
+    ``migrate.reports.run_report.render_rehearsal(report_json: dict) -> str`` (a whole HTML page); until a module
+    offers it, no HTML is written and the JSON report says so (``html_report`` is null)."""
     try:
-        from migrate import report as run_report
+        from migrate.reports import run_report
     except ImportError:
         return None
     render = getattr(run_report, "render_rehearsal", None)

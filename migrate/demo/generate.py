@@ -3,7 +3,7 @@
 The log dir looks like one a Kafka 0.10 broker left behind: magic 0 and 1 data, uncompressed and in gzip, snappy and
 lz4 wrappers, LogAppendTime and CreateTime topics, compaction gaps, a partition already in v2, and the files a
 broker keeps (meta.properties, checkpoints, .kafka_cleanshutdown, partition.metadata, leader-epoch-checkpoint), written
-by the project's one log-dir writer, ``migrate.legacy_logdir``.
+by the project's one log-dir writer, ``migrate.demo.legacy_logdir``.
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+from migrate.demo.legacy_logdir import BrokerFiles, PartitionFiles, write_broker_files, write_segment
 from migrate.format import batch as v2
 from migrate.format import legacy
 from migrate.format.records import Compression, Record, TimestampType
-from migrate.legacy_logdir import BrokerFiles, PartitionFiles, write_broker_files, write_segment
 
 DEMO_START_MS = 1_483_228_800_000  # 2017-01-01T00:00:00Z
 DEMO_CLUSTER_ID = "demo-cluster-kafka-log-migrate"

@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from migrate import faults
 from migrate.errors import MigrateError, StateWriteError
 from migrate.model import (
     EventKind,
@@ -44,7 +43,8 @@ from migrate.model import (
     from_json,
     to_json,
 )
-from migrate.workspace import state_path
+from migrate.run import faults
+from migrate.run.workspace import state_path
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);

@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-from migrate import faults
 from migrate.errors import MigrateError, SourceChangedError
 from migrate.model import FileStat, SegmentResult
-from migrate.state import SwapFile
-from migrate.workspace import BACKUP_SUFFIX, staging_dir
+from migrate.run import faults
+from migrate.run.state import SwapFile
+from migrate.run.workspace import BACKUP_SUFFIX, staging_dir
 
 
 class BackupMissingError(MigrateError):

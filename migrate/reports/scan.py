@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from migrate.errors import MigrateError
-from migrate.logdir import (
+from migrate.kafka.logdir import (
     LogDirLayout,
     Partition,
     has_clean_shutdown,

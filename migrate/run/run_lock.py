@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from migrate.errors import RunLockedError
-from migrate.workspace import run_lock_path, state_path
+from migrate.run.workspace import run_lock_path, state_path
 
 
 class RunLock:

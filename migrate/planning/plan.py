@@ -7,9 +7,9 @@ of a partition, a torn tail (unless ``--truncate-tail``, which drops it from the
 lists what it drops), and too little space on any filesystem that holds partitions.
 
 With ``--compact`` rules, every partition of a matching topic is planned whatever its format (v2-only ones too)
-and read in full now: pass one of compaction (``migrate.compaction``) runs here, so the plan shows per partition the
-records and bytes it keeps, and refuses keyless records (listing their offsets), transactions and a pass one over
-``--compact-memory-limit`` before anything is touched. ``check=True`` (``plan
+and read in full now: pass one of compaction (``migrate.compaction.pass_one``) runs here, so the plan shows per
+partition the records and bytes it keeps, and refuses keyless records (listing their offsets), transactions and a pass
+one over ``--compact-memory-limit`` before anything is touched. ``check=True`` (``plan
 --check``) also reads every entry deeply, decompressing and checking every inner checksum and offset, and so reports
 everything ``execute`` would refuse before anything is touched.
 """
@@ -25,9 +25,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from migrate import __version__
-from migrate.compaction import CompactionRule, SegmentSource, Settings, plan_compaction
+from migrate.compaction.pass_one import CompactionRule, SegmentSource, Settings, plan_compaction
 from migrate.errors import LocatedError, MigrateError
-from migrate.logdir import (
+from migrate.kafka.logdir import (
     LogDirLockedError,
     Partition,
     free_bytes,
@@ -57,8 +57,8 @@ from migrate.model import (
     TailDrop,
     TaskPlan,
 )
+from migrate.run.workspace import fence_path, other_states
 from migrate.segment.profile import SegmentProfile, check_segment, profile_segment, valid_entry_after
-from migrate.workspace import fence_path, other_states
 
 # Growth of one uncompressed legacy message rewritten as a single-record v2 batch: 61 bytes of batch header and
 # about 7 of record framing replace 26 (v0) or 34 (v1) bytes of message overhead.

@@ -11,8 +11,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from migrate import faults
-from migrate.workspace import FENCE_README, fence_path, fsync_dir
+from migrate.run import faults
+from migrate.run.workspace import FENCE_README, fence_path, fsync_dir
 
 
 def is_up(log_dir: str | Path) -> bool:
