@@ -180,3 +180,7 @@ class MalformedLogDirFileError(MigrateError):
             "Kafka can rebuild it, then run again."
         )
         super().__init__(f"{where}: {reason}. {hint}")
+
+
+class ModelError(ValueError):
+    """A record that does not fit the model: the message names the path of the offending value."""

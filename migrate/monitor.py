@@ -37,6 +37,7 @@ from distributed.diagnostics.plugin import SchedulerPlugin, WorkerPlugin
 from distributed.http.utils import RequestHandler
 
 from migrate import __version__
+from migrate.codec import from_json, to_json
 from migrate.model import (
     LogDirStatus,
     Outcome,
@@ -46,8 +47,6 @@ from migrate.model import (
     RollbackReport,
     SegmentOutcome,
     SwapReport,
-    from_json,
-    to_json,
 )
 
 logger = logging.getLogger(__name__)

@@ -8,17 +8,9 @@ import jsonschema
 import pytest
 from conftest import REPO
 
-from migrate.model import (
-    Codec,
-    ConvertOptions,
-    ModelError,
-    Plan,
-    TimestampPolicy,
-    from_json,
-    load_plan_json,
-    plan_schema,
-    to_json,
-)
+from migrate.codec import from_json, to_json
+from migrate.errors import ModelError
+from migrate.model import Codec, ConvertOptions, Plan, TimestampPolicy, load_plan_json, plan_schema
 
 EXAMPLE = REPO / "plans" / "example-plan.json"
 SCHEMA = json.loads((REPO / "plans" / "plan.schema.json").read_text())

@@ -20,7 +20,7 @@ from segment_helpers import convert_in_ranges, planned_ranges, range_cuts
 
 from migrate import pipeline
 from migrate.engines import SerialEngine
-from migrate.errors import CorruptRecordError, LocatedError
+from migrate.errors import CorruptRecordError, LocatedError, ModelError
 from migrate.format import batch as v2
 from migrate.format import legacy
 from migrate.format.entries import walk_entries
@@ -28,7 +28,6 @@ from migrate.format.records import Compression, Record, TimestampType
 from migrate.model import (
     ByteRange,
     ConvertOptions,
-    ModelError,
     PartitionState,
     SegmentOutcome,
     SegmentTask,

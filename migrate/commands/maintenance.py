@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 
 from migrate import pipeline
+from migrate.codec import to_json
 from migrate.commands.engine import add_engine_options, load_plan_for, make_engine
-from migrate.model import LogDirStatus, to_json
+from migrate.model import LogDirStatus
 from migrate.watch.runlog import WatchedEngine, result
 
 

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from migrate import pipeline
+from migrate.codec import to_json
 from migrate.commands.engine import add_cluster_options, add_engine_options, load_plan_for, make_engine, parse_brokers
 from migrate.compaction.pass_one import CompactionRule
 from migrate.errors import MigrateError
@@ -18,7 +19,6 @@ from migrate.model import (
     ExecuteReport,
     Plan,
     TimestampPolicy,
-    to_json,
 )
 from migrate.planning.plan import PlanRequest, build_plan, write_plan
 from migrate.units import human_bytes, parse_duration_ms, parse_memory_bytes

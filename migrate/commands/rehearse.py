@@ -6,11 +6,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from migrate.codec import to_json
 from migrate.commands.engine import add_engine_options, make_engine
 from migrate.commands.migration import add_plan_options, plan_request_from
 from migrate.commands.output import emit, note
 from migrate.engines import Engine
-from migrate.model import to_json
 from migrate.rehearse import driver as rehearse
 from migrate.units import human_bytes, human_seconds, parse_data_bytes
 

@@ -484,7 +484,8 @@ def byte_ranges(cuts: list[int], found: tuple[RangeCut, ...] | None) -> list[Byt
 
 def load_plan(path: str | Path) -> Plan:
     """A plan file, checked against the model and its own id; a MigrateError says what is wrong and to re-plan."""
-    from migrate.model import ModelError, load_plan_json
+    from migrate.errors import ModelError
+    from migrate.model import load_plan_json
 
     try:
         text = Path(path).read_text()

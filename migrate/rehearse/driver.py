@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from migrate import __version__, pipeline
+from migrate.codec import from_json, to_json
 from migrate.compaction.pass_one import CompactionRule
 from migrate.engines import Engine
 from migrate.errors import MigrateError
@@ -63,8 +64,6 @@ from migrate.model import (
     Plan,
     SegmentTotals,
     StageError,
-    from_json,
-    to_json,
 )
 from migrate.planning.plan import PlanRefusedError, PlanRequest, build_plan, load_plan, write_plan
 from migrate.reports.scan import scan_log_dirs
@@ -938,7 +937,7 @@ class RehearsalPaths:
 
 
 def load_state(path: Path) -> RehearsalState:
-    from migrate.model import ModelError
+    from migrate.errors import ModelError
 
     try:
         data = json.loads(path.read_text())

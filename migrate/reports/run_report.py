@@ -29,8 +29,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from migrate import __version__
+from migrate.codec import from_json, to_json
 from migrate.engines import Engine, StageCall
-from migrate.model import EventKind, Plan, Problem, SegmentResult, SegmentState, from_json, to_json
+from migrate.model import EventKind, Plan, Problem, SegmentResult, SegmentState
 from migrate.run.state import StateStore
 from migrate.units import human_bytes
 

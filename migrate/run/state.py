@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from migrate.codec import from_json, to_json
 from migrate.errors import MigrateError, StateWriteError
 from migrate.model import (
     EventKind,
@@ -40,8 +41,6 @@ from migrate.model import (
     SegmentOutcome,
     SegmentResult,
     SegmentState,
-    from_json,
-    to_json,
 )
 from migrate.run import faults
 from migrate.run.workspace import state_path

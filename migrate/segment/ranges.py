@@ -57,14 +57,7 @@ import numpy as np
 from migrate.errors import CorruptRecordError, LocatedError, SegmentRefusedError
 from migrate.format.digest import LogDigest, composite
 from migrate.format.records import BatchColumns
-from migrate.model import (
-    MAX_SEGMENT_BYTES,
-    ConversionStatus,
-    Outcome,
-    Problem,
-    SegmentResult,
-    SegmentTask,
-)
+from migrate.model import MAX_SEGMENT_BYTES, ConversionStatus, Outcome, Problem, SegmentResult, SegmentTask
 from migrate.segment.convert import (
     SUFFIXES,
     check_planned,
