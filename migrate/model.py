@@ -38,6 +38,7 @@ from typing import Any
 
 from migrate.codec import enum_member, from_json, json_schema, to_json
 from migrate.errors import ModelError
+from migrate.kafka.names import segment_name
 
 PLAN_VERSION = 2
 DEFAULT_INDEX_INTERVAL_BYTES = 4096  # Kafka's index.interval.bytes default
@@ -181,7 +182,7 @@ class SegmentPlan:
 
     @property
     def file(self) -> str:
-        return f"{self.base_offset:020d}.log"
+        return segment_name(self.base_offset, ".log")
 
 
 class CompactionStrategy(str, enum.Enum):

@@ -21,20 +21,13 @@ from kafka_layout import (
 )
 
 from migrate.errors import LogDirAccessError, LogDirLockedError, MalformedLogDirFileError, MigrateError
-from migrate.kafka.logdir import (
-    CHECKPOINT_FILES,
+from migrate.kafka.layout import free_bytes, inspect_log_dir, list_partitions, list_segments
+from migrate.kafka.lock import LogDirLock, is_locked, lock_holder
+from migrate.kafka.names import CHECKPOINT_FILES, parse_partition_dir, parse_partition_dir_name
+from migrate.kafka.properties import (
     CleanShutdown,
-    LogDirLock,
-    free_bytes,
     has_clean_shutdown,
-    inspect_log_dir,
-    is_locked,
     leader_epoch_entries,
-    list_partitions,
-    list_segments,
-    lock_holder,
-    parse_partition_dir,
-    parse_partition_dir_name,
     read_clean_shutdown,
     read_leader_epoch_checkpoint,
     read_meta_properties,

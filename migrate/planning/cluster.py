@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from migrate.errors import MigrateError
-from migrate.kafka.logdir import _java_properties, read_meta_properties
+from migrate.kafka.properties import _java_properties, read_meta_properties
 from migrate.model import Estimates, LogDirPlan, Plan, TaskPlan
 from migrate.planning.plan import PlanRefusedError, PlanRequest, build_plan
 

@@ -26,18 +26,10 @@ from pathlib import Path
 
 from migrate import __version__
 from migrate.compaction.pass_one import CompactionRule, SegmentSource, Settings, plan_compaction
-from migrate.errors import LocatedError, MigrateError
-from migrate.kafka.logdir import (
-    LogDirLockedError,
-    Partition,
-    free_bytes,
-    has_clean_shutdown,
-    inspect_log_dir,
-    leader_epoch_entries,
-    lock_holder,
-    read_meta_properties,
-    validate_log_dir_path,
-)
+from migrate.errors import LocatedError, LogDirLockedError, MigrateError
+from migrate.kafka.layout import Partition, free_bytes, inspect_log_dir, validate_log_dir_path
+from migrate.kafka.lock import lock_holder
+from migrate.kafka.properties import has_clean_shutdown, leader_epoch_entries, read_meta_properties
 from migrate.model import (
     DEFAULT_RANGE_BYTES,
     DEFAULT_TASK_BYTES,

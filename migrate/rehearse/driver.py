@@ -53,7 +53,8 @@ from migrate.codec import from_json, to_json
 from migrate.compaction.pass_one import CompactionRule
 from migrate.engines import Engine
 from migrate.errors import MigrateError
-from migrate.kafka.logdir import inspect_log_dir, lock_holder, validate_log_dir_path
+from migrate.kafka.layout import inspect_log_dir, validate_log_dir_path
+from migrate.kafka.lock import lock_holder
 from migrate.model import (
     DEFAULT_RANGE_BYTES,
     ConvertOptions,

@@ -16,16 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from migrate.errors import MigrateError
-from migrate.kafka.logdir import (
-    LogDirLayout,
-    Partition,
-    has_clean_shutdown,
-    inspect_log_dir,
-    lock_holder,
-    read_clean_shutdown,
-    read_meta_properties,
-    validate_log_dir_path,
-)
+from migrate.kafka.layout import LogDirLayout, Partition, inspect_log_dir, validate_log_dir_path
+from migrate.kafka.lock import lock_holder
+from migrate.kafka.properties import has_clean_shutdown, read_clean_shutdown, read_meta_properties
 from migrate.segment.profile import profile_segment
 
 SCAN_VERSION = 1

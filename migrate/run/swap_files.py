@@ -22,6 +22,7 @@ from functools import cached_property
 from pathlib import Path
 
 from migrate.errors import MigrateError, SourceChangedError
+from migrate.kafka.names import segment_name
 from migrate.model import FileStat, SegmentResult
 from migrate.run import faults
 from migrate.run.state import SwapFile
@@ -67,7 +68,7 @@ class SegmentFiles:
     @cached_property
     def _paths(self) -> tuple[str, str]:
         """The live and the staged path of this segment without a suffix."""
-        name = f"{self.base_offset:020d}"
+        name = segment_name(self.base_offset)
         return os.path.join(self.partition_dir, name), os.path.join(staging_dir(self.partition_dir, self.plan_id), name)
 
     # --- before the swap -------------------------------------------------------------------------------------

@@ -15,10 +15,15 @@ Facts that bind these choices (docs/kafka-on-disk-facts.md sections 2 and 3):
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import os
+from collections.abc import Iterator
 from pathlib import Path
+from typing import BinaryIO
+
+from migrate.kafka.names import segment_name
 
 FENCE_NAME = "kafka-log-migrate.IN-PROGRESS"
 WORK_DIR_NAME = ".kafka-log-migrate"
@@ -67,11 +72,13 @@ BACKUP_SUFFIX = ".orig"
 
 
 def backup_file(partition_dir: str | Path, plan_id: str, base_offset: int, suffix: str) -> Path:
-    return Path(os.path.join(partition_dir, f"{WORK_DIR_NAME}-{plan_id}", f"{base_offset:020d}{suffix}{BACKUP_SUFFIX}"))
+    return Path(
+        os.path.join(partition_dir, f"{WORK_DIR_NAME}-{plan_id}", segment_name(base_offset, suffix + BACKUP_SUFFIX))
+    )
 
 
 def segment_file(directory: str | Path, base_offset: int, suffix: str) -> Path:
-    return Path(os.path.join(directory, f"{base_offset:020d}{suffix}"))
+    return Path(os.path.join(directory, segment_name(base_offset, suffix)))
 
 
 def fsync_dir(path: str | Path) -> None:
@@ -80,6 +87,32 @@ def fsync_dir(path: str | Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+@contextlib.contextmanager
+def durable_file(path: str | Path) -> Iterator[BinaryIO]:
+    """A file written whole or not at all: written as ``<name>.partial``, fsynced, renamed over ``path``, and the
+    directory fsynced, so that after a crash at any point the name holds the old content or the new, never a torn
+    one, and the rename itself survives a power loss. Nothing is renamed if the body raises."""
+    target = Path(path)
+    partial = target.with_name(target.name + ".partial")
+    try:
+        with open(partial, "wb") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(partial)
+        raise
+    os.replace(partial, target)
+    fsync_dir(target.parent)
+
+
+def write_durably(path: str | Path, data: bytes | str) -> None:
+    """``data`` (text as UTF-8) at ``path`` through ``durable_file``."""
+    with durable_file(path) as f:
+        f.write(data.encode() if isinstance(data, str) else data)
 
 
 def other_states(log_dir: str | Path, plan_id: str) -> list[Path]:

@@ -34,6 +34,7 @@ from migrate.format import legacy
 from migrate.format.digest import LogDigest, timestamps_only
 from migrate.format.entries import Entry
 from migrate.format.records import NO_TIMESTAMP, Compression, Record, RecordColumns, TimestampType
+from migrate.kafka.names import segment_name
 from migrate.model import (
     MAX_SEGMENT_BYTES,
     SEGMENT_SUFFIXES,
@@ -49,10 +50,6 @@ from migrate.segment.profile import check_offsets
 from migrate.segment.reader import open_unbuffered, read_chunks
 
 SUFFIXES = SEGMENT_SUFFIXES
-
-
-def segment_name(base_offset: int, suffix: str) -> str:
-    return f"{base_offset:020d}{suffix}"
 
 
 @dataclass

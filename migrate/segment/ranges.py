@@ -57,6 +57,7 @@ import numpy as np
 from migrate.errors import CorruptRecordError, LocatedError, SegmentRefusedError
 from migrate.format.digest import LogDigest, composite
 from migrate.format.records import BatchColumns
+from migrate.kafka.names import segment_name
 from migrate.model import MAX_SEGMENT_BYTES, ConversionStatus, Outcome, Problem, SegmentResult, SegmentTask
 from migrate.segment.convert import (
     SUFFIXES,
@@ -64,7 +65,6 @@ from migrate.segment.convert import (
     convert_segment,
     finish_outputs,
     live_stats,
-    segment_name,
     stream_entries,
 )
 from migrate.segment.indexes import IndexBuilder
@@ -114,16 +114,16 @@ class RangeRefusedError(Exception):
 
 def part_path(task: SegmentTask, index: int, what: str, run: str | None = None) -> Path:
     suffix = f".{run}" if run else ""
-    return Path(task.staging_dir) / f"{task.base_offset:020d}.{what}.range-{index:05d}{suffix}"
+    return Path(task.staging_dir) / segment_name(task.base_offset, f".{what}.range-{index:05d}{suffix}")
 
 
 def joining_path(task: SegmentTask, run: str | None) -> Path:
     """The joined .log while it is assembled (renamed to its final name by the join)."""
-    return Path(task.staging_dir) / f"{task.base_offset:020d}.log.joining{f'.{run}' if run else ''}"
+    return Path(task.staging_dir) / segment_name(task.base_offset, f".log.joining{f'.{run}' if run else ''}")
 
 
 def _lock_path(task: SegmentTask, run: str) -> Path:
-    return Path(task.staging_dir) / f"{task.base_offset:020d}.log.placing.{run}"
+    return Path(task.staging_dir) / segment_name(task.base_offset, f".log.placing.{run}")
 
 
 def convert_range(
@@ -287,7 +287,7 @@ def join_parts(task: SegmentTask, parts: list[RangePart], run: str | None = None
 
 def remove_range_files(task: SegmentTask) -> None:
     """Everything ranges of this segment left in the staging dir, of this run or an earlier one."""
-    base = f"{task.base_offset:020d}"
+    base = segment_name(task.base_offset)
     staging = Path(task.staging_dir)
     for pattern in (f"{base}.*.range-*", f"{base}.log.joining*", f"{base}.log.placing*"):
         for path in staging.glob(pattern):

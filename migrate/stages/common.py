@@ -7,7 +7,7 @@ import socket
 from pathlib import Path
 
 from migrate.errors import MigrateError
-from migrate.kafka.logdir import LogDirLock
+from migrate.kafka.lock import LogDirLock
 from migrate.model import LogDirPlan, Plan
 from migrate.run.state import StateStore
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from migrate.kafka.logdir import SEGMENT_RE
+from migrate.kafka.names import SEGMENT_RE
 from migrate.model import Divergence, Plan, Problem, ReplicaDigest, ReplicaRange
 from migrate.replicas import digest_replica, offset_range
 from migrate.run.state import StateStore
