@@ -155,10 +155,6 @@ class LogDirLockedError(MigrateError):
             )
         super().__init__(text)
 
-    @classmethod
-    def for_dir(cls, log_dir: object, holder_pid: int | None = None) -> LogDirLockedError:
-        return cls(str(log_dir), holder_pid)
-
 
 class LogDirAccessError(MigrateError):
     """A log dir or one of Kafka's files in it cannot be opened as needed (missing, not a directory, permissions)."""

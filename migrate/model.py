@@ -355,10 +355,6 @@ class Plan:
         except KeyError:
             raise ModelError(f"log dir {key} is not in plan {self.plan_id}") from None
 
-    @property
-    def is_cluster(self) -> bool:
-        return any(d.key != d.log_dir for d in self.log_dirs)
-
     def brokers(self) -> list[int | None]:
         return sorted({d.broker_id for d in self.log_dirs}, key=lambda b: (b is None, b or 0))
 
@@ -523,15 +519,6 @@ class EventKind(str, enum.Enum):
     PARTITION_ROLLED_BACK = "partition-rolled-back"
     ROLLED_BACK = "rolled-back"
     FINALIZED = "finalized"
-
-    def __str__(self) -> str:
-        return self.value
-
-
-class Verb(str, enum.Enum):
-    EXECUTE = "execute"
-    ROLLBACK = "rollback"
-    FINALIZE = "finalize"
 
     def __str__(self) -> str:
         return self.value
