@@ -30,6 +30,7 @@ import enum
 import hashlib
 import itertools
 import json
+import os
 import types
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -38,7 +39,7 @@ from typing import Any
 
 from migrate.codec import enum_member, from_json, json_schema, to_json
 from migrate.errors import ModelError
-from migrate.kafka.names import segment_name
+from migrate.kafka.names import parse_partition_dir_name, segment_name
 
 PLAN_VERSION = 2
 DEFAULT_INDEX_INTERVAL_BYTES = 4096  # Kafka's index.interval.bytes default
@@ -281,6 +282,28 @@ class LogDirPlan:
     def partition_by_name(self) -> dict[str, PartitionPlan]:
         return {p.name: p for p in self.partitions}
 
+    def check_paths(self) -> None:
+        """Every path the tool will write or delete under derives from these, so they are compared as paths, not as
+        strings: an absolute, normalized log dir, and partition dirs that are exactly ``<log dir>/<name>`` with a
+        name Kafka itself would load (a ``..``, ``.``, a slash or a sub-path would reach outside the log dir)."""
+        if (
+            not os.path.isabs(self.log_dir)
+            or os.path.normpath(self.log_dir) != self.log_dir.rstrip("/")
+            or (self.log_dir != "/" and self.log_dir.endswith("/"))
+        ):
+            raise ModelError(
+                f"log dir {self.log_dir!r} is not an absolute, normalized path (no '..', '.', '//' or trailing '/'): "
+                "re-plan with `kafka-log-migrate plan --log-dirs` and the broker's log.dirs"
+            )
+        for p in self.partitions:
+            parsed = parse_partition_dir_name(p.name)
+            if parsed is None or p.name in (".", "..") or p.dir != os.path.join(self.log_dir, p.name):
+                raise ModelError(
+                    f"partition {p.name!r}: its dir {p.dir!r} is not the topic-partition directory "
+                    f"{os.path.join(self.log_dir, p.name)!r} of its log dir {self.log_dir!r}; "
+                    "a plan is reviewed, not edited: re-plan with `kafka-log-migrate plan`"
+                )
+
 
 @dataclass(frozen=True)
 class SegmentRef:
@@ -385,9 +408,7 @@ class Plan:
                 "A plan is reviewed, not edited: re-plan with `kafka-log-migrate plan` and the options you want"
             )
         for d in self.log_dirs:
-            for p in d.partitions:
-                if not p.dir.startswith(d.log_dir.rstrip("/") + "/") or "/" in p.dir[len(d.log_dir.rstrip("/")) + 1 :]:
-                    raise ModelError(f"partition {p.name}: its dir {p.dir} is not a child of its log dir {d.log_dir}")
+            d.check_paths()
         ranges: dict[tuple[str, str, int], list[ByteRange]] = {}
         for t in self.tasks:
             d = self.log_dir(t.log_dir)

@@ -68,14 +68,47 @@ def test_malformed_plans_name_the_offending_value(edit, message):
         load_plan_json(json.dumps(data))
 
 
-def test_a_partition_outside_its_log_dir_is_refused_even_with_a_matching_id():
-    data = example()
-    data["log_dirs"][0]["partitions"][0]["dir"] = "/var/lib/other-kafka/orders-0"
-    plan = from_json(Plan, data)
+@pytest.mark.parametrize(
+    ("name", "directory"),
+    [
+        (None, "/var/lib/other-kafka/orders-0"),  # another log dir's partition
+        (None, "{log_dir}/.."),  # the log dir's parent (issue 23: renamed files there and exited 0)
+        ("..", "{log_dir}/.."),
+        (None, "{log_dir}/orders-0/../../etc"),
+        (None, "{log_dir}/orders-0/nested"),
+        (None, "{log_dir}//orders-0"),
+        ("payments-0", "{log_dir}/orders-0"),  # a name that is not the dir's
+        ("not-a-partition", "{log_dir}/not-a-partition"),  # a name Kafka would not load
+    ],
+)
+def test_a_partition_outside_its_log_dir_is_refused_even_with_a_matching_id(name, directory):
     import dataclasses
 
+    data = example()
+    part = data["log_dirs"][0]["partitions"][0]
+    part["dir"] = directory.format(log_dir=data["log_dirs"][0]["log_dir"])
+    if name is not None:
+        part["name"] = name
+    plan = from_json(Plan, data)
     forged = dataclasses.replace(plan, plan_id=plan.content_id())
-    with pytest.raises(ModelError, match="is not a child of its log dir"):
+    with pytest.raises(ModelError, match="is not the topic-partition directory"):
+        forged.check_integrity()
+
+
+@pytest.mark.parametrize("log_dir", ["var/lib/kafka", "/var/lib/kafka/", "/var/lib/../lib/kafka", "/var/lib/./kafka"])
+def test_a_log_dir_that_is_not_an_absolute_normalized_path_is_refused(log_dir):
+    import dataclasses
+
+    data = example()
+    data["log_dirs"][0]["log_dir"] = log_dir
+    data["log_dirs"][0]["key"] = log_dir
+    for part in data["log_dirs"][0]["partitions"]:
+        part["dir"] = log_dir.rstrip("/") + "/" + part["name"]
+    for task in data["tasks"]:
+        task["log_dir"] = log_dir
+    plan = from_json(Plan, data)
+    forged = dataclasses.replace(plan, plan_id=plan.content_id())
+    with pytest.raises(ModelError, match="is not an absolute, normalized path"):
         forged.check_integrity()
 
 
