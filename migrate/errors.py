@@ -156,6 +156,22 @@ class LogDirLockedError(MigrateError):
         super().__init__(text)
 
 
+class UnsafePathError(MigrateError):
+    """A path the tool would write or delete under is a symbolic link or not a directory: following it could change
+    files outside the log dir, so nothing is written there."""
+
+    def __init__(self, path: str, found: str, advice: str = "") -> None:
+        self.path = path
+        super().__init__(
+            f"{path}: {found}; kafka-log-migrate writes and deletes only in real directories of the log dir, so it "
+            f"stopped before changing anything there. "
+            + (
+                advice
+                or "Check who made it and remove or rename it (it is not Kafka's nor ours), then run the verb again."
+            )
+        )
+
+
 class LogDirAccessError(MigrateError):
     """A log dir or one of Kafka's files in it cannot be opened as needed (missing, not a directory, permissions)."""
 

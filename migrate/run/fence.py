@@ -12,17 +12,19 @@ import shutil
 from pathlib import Path
 
 from migrate.run import faults
-from migrate.run.workspace import FENCE_README, fence_path, fsync_dir
+from migrate.run.workspace import FENCE_README, fence_path, fsync_dir, real_directory
 
 
 def is_up(log_dir: str | Path) -> bool:
-    return fence_path(log_dir).is_dir()
+    """The fence is a real directory we made; a symbolic link or a file at its name is refused (UnsafePathError)
+    before anything is converted, rather than found when it is to come down."""
+    return real_directory(fence_path(log_dir))
 
 
 def raise_fence(log_dir: str | Path, plan_id: str) -> bool:
     """Put the fence up; True if it was down."""
     fence = fence_path(log_dir)
-    if fence.is_dir():
+    if is_up(log_dir):
         return False
     faults.point("before:fence-up")
     fence.mkdir()
@@ -36,7 +38,7 @@ def raise_fence(log_dir: str | Path, plan_id: str) -> bool:
 def lower_fence(log_dir: str | Path) -> bool:
     """Take the fence down; True if it was up. The caller has checked that no partition is mixed."""
     fence = fence_path(log_dir)
-    if not fence.exists():
+    if not is_up(log_dir):
         return False
     faults.point("before:fence-down")
     shutil.rmtree(fence)

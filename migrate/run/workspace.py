@@ -18,11 +18,14 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import errno
 import os
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
+from migrate.errors import UnsafePathError
 from migrate.kafka.names import segment_name
 
 FENCE_NAME = "kafka-log-migrate.IN-PROGRESS"
@@ -62,6 +65,47 @@ def work_dir(partition_dir: str | Path, plan_id: str) -> Path:
     """One directory per partition and plan, holding the staged files and the originals' backups (``<base>.log.orig``):
     one mkdir per partition, because at 10^4 partitions every metadata operation per partition counts."""
     return Path(os.path.join(partition_dir, f"{WORK_DIR_NAME}-{plan_id}"))
+
+
+def _found(path: str | Path, st: os.stat_result) -> str | None:
+    """What is wrong with ``path`` as a directory we may write in, or None."""
+    if stat.S_ISLNK(st.st_mode):
+        try:
+            target = os.readlink(path)
+        except OSError:
+            target = "?"
+        return f"a symbolic link (to {target}), not a directory"
+    if not stat.S_ISDIR(st.st_mode):
+        return "not a directory"
+    return None
+
+
+def real_directory(path: str | Path) -> bool:
+    """True if ``path`` is a real directory, False if nothing is there; UnsafePathError if a symbolic link or another
+    kind of file stands in its place. lstat, never stat: a link must not be followed to decide."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    found = _found(path, st)
+    if found is not None:
+        raise UnsafePathError(str(path), found)
+    return True
+
+
+def checked_work_dir(partition_dir: str | Path, plan_id: str, create: bool = False) -> Path:
+    """The partition's work dir, with the partition dir and the work dir itself proven real directories (a work dir
+    planted as a symbolic link would send backups and staged files elsewhere, and rollback would delete there);
+    created here when ``create``. The partition dir's own path was confined to its log dir by the plan's checks."""
+    if not real_directory(partition_dir):
+        raise FileNotFoundError(errno.ENOENT, "the partition directory is gone", str(partition_dir))
+    folder = work_dir(partition_dir, plan_id)
+    if not real_directory(folder) and create:
+        try:
+            os.mkdir(folder)
+        except FileExistsError:
+            real_directory(folder)  # made meanwhile: by whom decides whether we may use it
+    return folder
 
 
 def staging_dir(partition_dir: str | Path, plan_id: str) -> Path:
