@@ -107,3 +107,30 @@ def test_plan_digest_and_range_options_reach_the_plan_and_the_run(tmp_path, caps
     assert (log_dir / "plain-v0-1" / f"{30:020d}.log").stat().st_size == 9788
     assert main(["scan", "--log-dirs", str(log_dir)]) == 0
     assert main(["plan", "--log-dirs", str(log_dir), "-o", str(chosen), "--range-bytes", "-1"]) == 2
+
+
+def test_a_plan_pinned_to_other_hosts_is_refused_at_once_without_a_scheduler(tmp_path, capsys):
+    import dataclasses
+
+    from migrate.codec import to_json
+    from migrate.model import dump_plan_json, load_plan_json
+
+    log_dir = make_broker_logdir(tmp_path, partitions=["plain-v0-1"])
+    before = snapshot(log_dir)
+    plan = tmp_path / "plan.json"
+    assert main(["plan", "--log-dirs", str(log_dir), "-o", str(plan)]) == 0
+    loaded = load_plan_json(plan.read_text())
+
+    pinned = dataclasses.replace(
+        loaded, log_dirs=tuple(dataclasses.replace(d, host="10.9.9.9") for d in loaded.log_dirs)
+    )
+    pinned = dataclasses.replace(pinned, plan_id=pinned.content_id())
+    plan.write_text(dump_plan_json(pinned))
+    assert to_json(load_plan_json(plan.read_text()))["log_dirs"][0]["host"] == "10.9.9.9"
+    capsys.readouterr()
+    for verb in ("execute", "verify"):
+        assert main([verb, "--plan", str(plan)]) == 1
+        err = capsys.readouterr().err
+        assert "pins its log dirs to 10.9.9.9" in err and "--scheduler ADDRESS" in err, err
+    assert snapshot(log_dir) == before
+    assert not list(log_dir.glob(".kafka-log-migrate-*.db"))  # nothing left behind that blocks the next plan

@@ -94,14 +94,33 @@ def accelerator_state() -> str:
     return "active" if status.active else status.reason
 
 
+LOCAL_CLUSTER_HOST = "127.0.0.1"  # where a LocalCluster's workers listen, so the only host its tasks can be pinned to
+
+
+def refuse_unreachable_hosts(plan: Plan) -> None:
+    """A LocalCluster runs only on this machine: a plan whose log dirs are pinned to other hosts (a cluster plan, or
+    ``plan --host-map``) would wait out Dask's no-workers timeout in every stage and end in NoValidWorkerError."""
+    pinned = sorted({d.host for d in plan.log_dirs if d.host not in (None, LOCAL_CLUSTER_HOST)})
+    if pinned:
+        raise MigrateError(
+            f"plan {plan.plan_id} pins its log dirs to {', '.join(pinned)}, and without --scheduler this command "
+            "starts a Dask LocalCluster on this machine only, whose workers can never be on those hosts. Give "
+            "--scheduler ADDRESS (with --tls-dir) of the Dask cluster that has a worker on each broker host, or run "
+            "on the broker with a plan made there (plan --log-dirs ... without --host-map)."
+        )
+
+
 def make_engine(
-    args: argparse.Namespace, on_segment: Callable[[progress.Event], None] | None = None
+    args: argparse.Namespace, on_segment: Callable[[progress.Event], None] | None = None, plan: Plan | None = None
 ) -> tuple[Engine, str]:
     """The engine, and the C accelerator's state ("active", or why the slower fallback runs). ``on_segment`` is
     called as each segment finishes, where the engine can tell (serial: in this process; Dask: from the workers'
-    events); the caller's progress line replaces the engines' own per-task counters."""
+    events); the caller's progress line replaces the engines' own per-task counters. ``plan``: refused at once if
+    the engine could never reach its hosts."""
     accelerator = accelerator_state()
     engine_name = "dask" if getattr(args, "scheduler", None) and args.engine == "serial" else args.engine
+    if plan is not None and engine_name == "dask" and not getattr(args, "scheduler", None):
+        refuse_unreachable_hosts(plan)
     if engine_name == "serial":
         return SerialEngine(on_segment=on_segment), accelerator
     if engine_name == "spark":

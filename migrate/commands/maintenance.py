@@ -73,7 +73,7 @@ def status_lines(d: LogDirStatus, every: bool) -> list[str]:
 
 def run_status(args: argparse.Namespace) -> int:
     plan = load_plan_for(args)
-    engine, _ = make_engine(args)
+    engine, _ = make_engine(args, plan=plan)
     try:
         report = pipeline.status(plan, engine, args.plan)
     finally:
@@ -87,7 +87,7 @@ def run_status(args: argparse.Namespace) -> int:
 
 def run_rollback(args: argparse.Namespace) -> int:
     plan = load_plan_for(args)
-    engine, _ = make_engine(args)
+    engine, _ = make_engine(args, plan=plan)
     try:
         report = pipeline.rollback(plan, WatchedEngine(engine), args.plan, args.force)
     finally:
@@ -110,7 +110,7 @@ def run_rollback(args: argparse.Namespace) -> int:
 
 def run_finalize(args: argparse.Namespace) -> int:
     plan = load_plan_for(args)
-    engine, _ = make_engine(args)
+    engine, _ = make_engine(args, plan=plan)
     try:
         report = pipeline.finalize(plan, WatchedEngine(engine), args.plan, args.partial)
     finally:

@@ -277,7 +277,7 @@ def run_execute(args: argparse.Namespace) -> int:
 
     plan = load_plan_for(args)
     progress = Progress(plan, output(), tty=sys.stderr.isatty())
-    engine, accelerator = make_engine(args, on_segment=progress.segment)
+    engine, accelerator = make_engine(args, on_segment=progress.segment, plan=plan)
     watched = WatchedEngine(engine, progress)
     try:
         with progress:
@@ -357,7 +357,7 @@ def execute_text(report_: ExecuteReport, plan_path: str, summary_lines: list[str
 
 def run_verify(args: argparse.Namespace) -> int:
     plan = load_plan_for(args)
-    engine, _ = make_engine(args)
+    engine, _ = make_engine(args, plan=plan)
     try:
         report = pipeline.verify_live(plan, WatchedEngine(engine), args.plan)
     finally:

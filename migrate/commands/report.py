@@ -47,7 +47,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     plan = load_plan_for(args)
     html_default, parquet_default = default_paths(args.plan)
-    engine, _ = make_engine(args)
+    engine, _ = make_engine(args, plan=plan)
     try:
         rows, errors = report.collect(plan, engine, args.plan)
     finally:
