@@ -272,10 +272,6 @@ def write_parquet(table: pa.Table, path: str | Path) -> Path:
     return target
 
 
-def read_parquet(path: str | Path) -> pa.Table:
-    return pq.read_table(path)
-
-
 # --- the summary ------------------------------------------------------------------------------------------------
 
 
