@@ -15,7 +15,7 @@ from conftest import LEGACY_LOGDIR
 
 from migrate.cli import main
 from migrate.model import ConvertOptions, SegmentTask
-from migrate.reports import dump
+from migrate.reports.dump import index_files
 from migrate.segment import offset_index, time_index
 from migrate.segment.convert import convert_segment
 
@@ -298,7 +298,7 @@ def offset_entries(*pairs: tuple[int, int]) -> bytes:
 
 def test_offset_index_sanity_names_every_bad_entry() -> None:
     data = offset_entries((5, 100), (-3, 200), (9, 150), (9, 400)) + b"\x00\x01"
-    texts = [(p.entry, p.byte, p.text) for p in dump.offset_index_sanity(data, 1000)]
+    texts = [(p.entry, p.byte, p.text) for p in index_files.offset_index_sanity(data, 1000)]
     assert texts == [
         (
             4,
@@ -311,26 +311,26 @@ def test_offset_index_sanity_names_every_bad_entry() -> None:
         (2, 16, "entry 2 at byte 16: position 150 does not increase on entry 1's position 200"),
         (3, 24, "entry 3 at byte 24: offset 1009 does not increase on entry 2's offset 1009"),
     ]
-    assert dump.offset_index_sanity(offset_entries((0, 0), (4, 90)), 1000) == []
+    assert index_files.offset_index_sanity(offset_entries((0, 0), (4, 90)), 1000) == []
     # Kafka's own rule: a last offset below the base offset fails, whatever came before
-    assert [p.entry for p in dump.offset_index_sanity(offset_entries((-1, 0)), 7)] == [0]
+    assert [p.entry for p in index_files.offset_index_sanity(offset_entries((-1, 0)), 7)] == [0]
 
 
 def test_time_index_sanity_names_every_bad_entry() -> None:
     data = b"".join(struct.pack(">qi", ts, rel) for ts, rel in ((100, 2), (100, 3), (90, 1), (120, -1)))
-    problems = dump.time_index_sanity(data, 50)
+    problems = index_files.time_index_sanity(data, 50)
     assert [(p.heading, p.entry, p.text) for p in problems] == [
         (
-            dump.TIME_OUT_OF_ORDER,
+            index_files.TIME_OUT_OF_ORDER,
             1,
             "Index timestamp: 100, Previously indexed timestamp: 100 (entry 1 at byte 12, previous: entry 0)",
         ),
         (
-            dump.TIME_OUT_OF_ORDER,
+            index_files.TIME_OUT_OF_ORDER,
             2,
             "Index timestamp: 90, Previously indexed timestamp: 100 (entry 2 at byte 24, previous: entry 1)",
         ),
-        (dump.CORRUPT, 2, "entry 2 at byte 24: offset 51 is below entry 1's offset 53"),
-        (dump.CORRUPT, 3, "entry 3 at byte 36: offset 49 is below the base offset 50"),
-        (dump.CORRUPT, 3, "entry 3 at byte 36: offset 49 is below entry 2's offset 51"),
+        (index_files.CORRUPT, 2, "entry 2 at byte 24: offset 51 is below entry 1's offset 53"),
+        (index_files.CORRUPT, 3, "entry 3 at byte 36: offset 49 is below the base offset 50"),
+        (index_files.CORRUPT, 3, "entry 3 at byte 36: offset 49 is below entry 2's offset 51"),
     ]

@@ -10,6 +10,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
@@ -17,6 +18,7 @@ from conftest import chromium_path
 from kafka_layout import make_broker_logdir
 
 from migrate.cli import main
+from migrate.reports import report_page
 
 PARTITIONS = ["plain-v0-1", "gzip-v0-0", "lz4-v1-1", "plain-v1-0"]
 CORRUPT = ("plain-v1-0", 0)
@@ -158,6 +160,37 @@ def test_the_report_is_self_contained(executed):
     page = executed["html"].read_text()
     assert not re.search(r'(src|href)="(https?:)?//', page)  # no network: opens on an air-gapped host
     assert "<script src" not in page and "<link" not in page
+
+
+def test_a_report_of_many_alike_partitions_stays_short(executed):
+    """Issue 23: 2,000 partitions made a 62,226 px page of one table row each, and a chart of identical bars."""
+    table = pq.read_table(executed["parquet"])
+    one = table.filter(pc.equal(table["partition_dir"], "plain-v0-1"))
+    column = table.schema.get_field_index("partition_dir")
+    copies = [one.set_column(column, "partition_dir", pa.array([f"orders-{i}"] * one.num_rows)) for i in range(2000)]
+    page = report_page.render_html(pa.concat_tables(copies).replace_schema_metadata(table.schema.metadata))
+    assert page.count("<tr>") > 2000 and '<div class="scroll">' in page  # every partition listed, in a scroll box
+    assert "2,000 rows: the table scrolls" in page
+    assert page.count("<svg") == 2  # throughput and bytes per topic: the mtime chart's bars would all be equal
+    assert (
+        "Not plotted, every bar would be the same: 60 records (records with the mtime = records) for each of the "
+        "2,000 partitions." in page
+    )
+
+
+def test_a_chart_draws_equal_series_once_and_says_what_it_leaves_out():
+    labels = [f"p-{i}" for i in range(70)]
+    chart = report_page.bar_chart(
+        labels,
+        [("a", "#000", [float(i) for i in range(70)]), ("b", "#111", [float(i) for i in range(70)])],
+        "records",
+        "partitions",
+        shown=60,
+    )
+    assert chart.note == "" and chart.legend == (("a = b", "#000"),)
+    assert len(chart.groups) == 60 and [len(g.bars) for g in chart.groups] == [1] * 60
+    assert chart.more == "The first 60 of 70 partitions; the table below lists them all."
+    assert report_page.bar_chart(["x"], [("a", "#000", [5.0])], "records", "partitions").groups  # one bar: drawn
 
 
 def test_execute_ends_with_the_same_summary_as_report(tmp_path, capsys):

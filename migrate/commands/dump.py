@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TextIO
 
 from migrate.errors import MigrateError
-from migrate.reports import dump
+from migrate.reports.dump import index_files, log_lines, log_read
 
 EXIT_OK = 0
 EXIT_INVALID = 1
@@ -143,9 +143,9 @@ class _Run:
     out: TextIO
     status: int = EXIT_OK
     # reported on stderr after all files, as DumpLogSegments does: index problems, then offset gaps
-    index_problems: dict[str, list[dump.IndexProblem]] = field(default_factory=dict)
+    index_problems: dict[str, list[index_files.IndexProblem]] = field(default_factory=dict)
     gaps: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
-    logs: dict[str, dump.LogLayout | None] = field(default_factory=dict)  # .log beside indexes, read once
+    logs: dict[str, index_files.LogLayout | None] = field(default_factory=dict)  # .log beside indexes, read once
 
     def text(self, lines: Iterable[str]) -> None:
         for line in lines:
@@ -176,7 +176,7 @@ def run(args: argparse.Namespace) -> int:
     state = _Run(args, sys.stdout)
     for path in paths:
         if args.json and len(paths) > 1:
-            state.json([dump.file_json(path, os.path.getsize(path))])
+            state.json([log_lines.file_json(path, os.path.getsize(path))])
         elif not args.json:
             state.text([f"Dumping {path}"])
         suffix = Path(path).suffix
@@ -198,7 +198,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _report_after_all_files(state: _Run) -> None:
     for path, problems in state.index_problems.items():
-        for line in dump.problem_blocks(path, problems):
+        for line in index_files.problem_blocks(path, problems):
             print(line, file=sys.stderr)
     for path, problems in state.index_problems.items():
         count = f"{len(problems)} problem{'s' if len(problems) > 1 else ''}"
@@ -217,43 +217,43 @@ def _log(state: _Run, path: str) -> None:
     with open(path, "rb") as src:
         file_size = os.fstat(src.fileno()).st_size
         data = src.read() if args.max_bytes is None else src.read(args.max_bytes)
-    read = dump.read_log(data, dump.log_base_offset(Path(path).name))
+    read = log_read.read_log(data, log_read.log_base_offset(Path(path).name))
     # an entry cut by --max-bytes is the reader's limit, not damage in the file
     tail = read.tail if len(data) == file_size else None
     deep = args.deep_iteration or args.print_data_log
     invalid = iter(read.invalid)
     # stderr names each invalid entry right after its lines, so a terminal shows the two together
     if args.json:
-        lines = dump.json_lines(read, deep, args.print_data_log)
+        lines = log_lines.json_lines(read, deep, args.print_data_log)
         for line in lines:
             state.json([line])
             if line["type"] == "batch" and not line["valid"]:
                 state.error(str(_located(next(invalid).error, path, stopped=False)))
     else:
-        state.text(dump.header_lines(path)[1:])
+        state.text(log_lines.starting_offset_lines(path))
         for view, error in read.views():
-            state.text([dump.entry_text(view, valid=error is None)])
+            state.text([log_lines.entry_text(view, valid=error is None)])
             if deep:
-                state.text(dump.record_text(view, record, args.print_data_log) for record in view.records())
+                state.text(log_lines.record_text(view, record, args.print_data_log) for record in view.records())
             if error is not None:
                 state.error(str(_located(error, path, stopped=False)))
     if tail is not None:
         if args.json:
-            state.json([dump.trailing_json(tail)])
+            state.json([log_lines.trailing_json(tail)])
         else:
-            state.text([dump.trailing_text(tail, Path(path).name)])
+            state.text([log_lines.trailing_text(tail, Path(path).name)])
         state.status = EXIT_INVALID
     if read.error is not None:
         if args.json:
-            state.json([dump.error_json(read.error, file_size)])
+            state.json([log_lines.error_json(read.error, file_size)])
         state.error(str(_located(read.error, path, stopped=True)))
     if deep and not args.json:
-        found = dump.offset_gaps(read)
+        found = log_read.offset_gaps(read)
         if found:
             state.gaps[os.path.abspath(path)] = found
 
 
-def _located(error: dump.ReadError, path: str, stopped: bool) -> dump.ReadError:
+def _located(error: log_read.ReadError, path: str, stopped: bool) -> log_read.ReadError:
     """The reader's error, naming ``path``, with advice that fits what dump did."""
     if stopped:
         hint = (
@@ -275,7 +275,7 @@ def _located(error: dump.ReadError, path: str, stopped: bool) -> dump.ReadError:
 
 
 def _index_base(state: _Run, path: str) -> int | None:
-    base = dump.segment_base_offset(Path(path).name)
+    base = log_read.segment_base_offset(Path(path).name)
     if base is None:
         state.error(
             f"{path}: cannot tell the segment's base offset from the file name (Kafka names index files "
@@ -289,22 +289,22 @@ def _offset_index(state: _Run, path: str) -> None:
     if base is None:
         return
     data = Path(path).read_bytes()
-    entries = dump.offset_index_entries(data, base)
+    entries = index_files.offset_index_entries(data, base)
     if state.args.index_sanity_check:
-        _sanity(state, path, dump.offset_index_sanity(data, base), empty=not entries)
+        _sanity(state, path, index_files.offset_index_sanity(data, base), empty=not entries)
         return
     if not entries and not data:
         _say(state, f"{path} is empty.", {"type": "empty"})
         return
-    problems = dump.offset_index_sanity(data, base)
+    problems = index_files.offset_index_sanity(data, base)
     log = _log_beside(state, path)
     if log is not None:
-        problems += dump.verify_offset_index(entries, log)
+        problems += index_files.verify_offset_index(entries, log)
     if not state.args.verify_index_only:
         if state.args.json:
-            state.json(map(dump.offset_index_json, entries))
+            state.json(map(index_files.offset_index_json, entries))
         else:
-            state.text(map(dump.offset_index_text, entries))
+            state.text(map(index_files.offset_index_text, entries))
     _collect(state, path, problems)
 
 
@@ -314,44 +314,46 @@ def _time_index(state: _Run, path: str) -> None:
         return
     data = Path(path).read_bytes()
     if state.args.index_sanity_check:
-        _sanity(state, path, dump.time_index_sanity(data, base), empty=False)
+        _sanity(state, path, index_files.time_index_sanity(data, base), empty=False)
         return
-    entries = dump.time_index_entries(data, base)
-    problems = dump.time_index_sanity(data, base)
+    entries = index_files.time_index_entries(data, base)
+    problems = index_files.time_index_sanity(data, base)
     if entries:
         log = _log_beside(state, path)
         offset_index = Path(path).with_suffix(".index")
         # as in Kafka, positions come from the offset index; without one every search starts at byte 0
-        offset_entries = dump.offset_index_entries(offset_index.read_bytes(), base) if offset_index.exists() else []
+        offset_entries = []
+        if offset_index.exists():
+            offset_entries = index_files.offset_index_entries(offset_index.read_bytes(), base)
         if log is not None:
-            problems += dump.verify_time_index(entries, offset_entries, log)
+            problems += index_files.verify_time_index(entries, offset_entries, log)
     if not state.args.verify_index_only:
         if state.args.json:
-            state.json(map(dump.time_index_json, entries))
+            state.json(map(index_files.time_index_json, entries))
         else:
-            state.text(map(dump.time_index_text, entries))
+            state.text(map(index_files.time_index_text, entries))
     _collect(state, path, problems)
 
 
-def _sanity(state: _Run, path: str, problems: list[dump.IndexProblem], empty: bool) -> None:
+def _sanity(state: _Run, path: str, problems: list[index_files.IndexProblem], empty: bool) -> None:
     if state.args.json:
-        state.json(map(dump.problem_json, problems))
+        state.json(map(index_files.problem_json, problems))
         state.json([{"type": "sanity", "passed": not problems}])
     elif not problems:
         state.text([f"{path} is empty." if empty else f"{path} passed sanity check."])
     if problems:
         state.out.flush()
-        for line in dump.problem_blocks(path, problems):
+        for line in index_files.problem_blocks(path, problems):
             print(line, file=sys.stderr)
         count = f"{len(problems)} problem{'s' if len(problems) > 1 else ''}"
         state.error(f"{path} failed the index sanity check: {count} (listed above). {INDEX_HINT}")
 
 
-def _collect(state: _Run, path: str, problems: list[dump.IndexProblem]) -> None:
+def _collect(state: _Run, path: str, problems: list[index_files.IndexProblem]) -> None:
     if not problems:
         return
     if state.args.json:
-        state.json(map(dump.problem_json, problems))
+        state.json(map(index_files.problem_json, problems))
     state.index_problems.setdefault(os.path.abspath(path), []).extend(problems)
     state.status = EXIT_INVALID
 
@@ -363,7 +365,7 @@ def _say(state: _Run, text: str, json_line: dict) -> None:
         state.text([text])
 
 
-def _log_beside(state: _Run, index_path: str) -> dump.LogLayout | None:
+def _log_beside(state: _Run, index_path: str) -> index_files.LogLayout | None:
     """The ``.log`` an index belongs to, read once per run; None (and an error) when it cannot be read."""
     log_path = str(Path(index_path).with_suffix(".log"))
     if log_path in state.logs:
@@ -377,8 +379,8 @@ def _log_beside(state: _Run, index_path: str) -> dump.LogLayout | None:
             "it. Dump the index where its .log is, or use --index-sanity-check to check its structure alone."
         )
     else:
-        read = dump.read_log(data, dump.log_base_offset(Path(log_path).name))
-        layout = dump.LogLayout.of(Path(log_path).name, len(data), read)
+        read = log_read.read_log(data, log_read.log_base_offset(Path(log_path).name))
+        layout = index_files.LogLayout.of(Path(log_path).name, len(data), read)
         if read.error is not None or read.invalid:
             state.error(
                 f"{index_path}: its log segment {log_path} has invalid entries, so the index was checked against "

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from migrate.commands.engine import add_engine_options, load_plan_for, make_engine
 from migrate.errors import MigrateError
+from migrate.reports import report_page
 from migrate.reports import run_report as report
 from migrate.watch import runlog
 
@@ -60,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
     table = report.build_table(plan, rows, args.plan)
     summary = report.summarize(table)
     parquet = report.write_parquet(table, args.parquet or parquet_default)
-    page = report.write_html(report.render_html(table, summary), args.output or html_default)
+    page = report_page.write_html(report_page.render_html(table, summary), args.output or html_default)
     lines = report.summary_lines(summary)
     lines += [f"error: {e}" for e in errors]
     lines += [f"segments (Parquet, {table.num_rows} rows): {parquet}", f"report (HTML): {page}"]
