@@ -230,10 +230,15 @@ def encode(event: RunEvent | WorkerLogRecord) -> dict[str, Any]:
     return to_json(event)
 
 
-def _unstamped(msg: Any) -> Any:
-    """``msg`` without the address the scheduler adds to every dict a worker logs (``Scheduler.log_worker_event``
-    sets its "worker" key), which is Dask's, not the event's."""
-    return {k: v for k, v in msg.items() if k != "worker"} if isinstance(msg, dict) else msg
+def _as_sent(msg: Any, top: bool = True) -> Any:
+    """``msg`` as ``encode`` wrote it. Dask's comms unpack msgpack arrays as tuples (``use_list=False``), which the
+    codec's JSON types do not take, and the scheduler adds the sending worker's address to every dict a worker logs
+    (``Scheduler.log_worker_event`` sets its "worker" key): Dask's, not the event's."""
+    if isinstance(msg, dict):
+        return {k: _as_sent(v, False) for k, v in msg.items() if not (top and k == "worker")}
+    if isinstance(msg, (list, tuple)):
+        return [_as_sent(v, False) for v in msg]
+    return msg
 
 
 def decode_run_event(topic: str, msg: Any) -> RunEvent | None:
@@ -241,21 +246,21 @@ def decode_run_event(topic: str, msg: Any) -> RunEvent | None:
     that does not fit (a worker of another version of the tool)."""
     where = f"event on {topic}"
     if topic == PLAN_TOPIC:
-        return from_json(PlanAnnounced, _unstamped(msg), where)
+        return from_json(PlanAnnounced, _as_sent(msg), where)
     if topic == SEGMENT_TOPIC:
-        return from_json(SegmentFinished, _unstamped(msg), where)
+        return from_json(SegmentFinished, _as_sent(msg), where)
     if topic == STAGE_TOPIC:
         if not isinstance(msg, dict):
             raise ModelError(f"{where}: expected an object, found {type(msg).__name__}")
         kind = enum_member(StageChange, msg.get("kind"), f"{where}.kind")
-        return from_json(STAGE_EVENTS[kind], _unstamped(msg), where)
+        return from_json(STAGE_EVENTS[kind], _as_sent(msg), where)
     return None
 
 
 def decode_segment(msg: Any) -> SegmentOutcome | RangeProgress:
     """What a client subscribed to ``SEGMENT_TOPIC`` hands to its progress line."""
-    return from_json(SegmentFinished, _unstamped(msg), f"event on {SEGMENT_TOPIC}").progress
+    return from_json(SegmentFinished, _as_sent(msg), f"event on {SEGMENT_TOPIC}").progress
 
 
 def decode_worker_log(msg: Any) -> WorkerLogRecord:
-    return from_json(WorkerLogRecord, msg, f"event on {LOG_TOPIC}")
+    return from_json(WorkerLogRecord, msg, f"event on {LOG_TOPIC}")  # its "worker" is its own, the same address
