@@ -24,9 +24,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from migrate import pipeline
 from migrate.engines.dask import DaskEngine
-from migrate.model import ExecuteReport, Outcome, Plan, SegmentOutcome
+from migrate.model import ExecuteReport, Outcome, PartitionState, Plan, Problem, SegmentOutcome
 from migrate.planning.plan import PlanRequest, build_plan
 from migrate.stages import convert as convert_stage
+from migrate.watch.events import SegmentFinished
 
 PARTITIONS = ["plain-v0-1", "gzip-v0-0", "lz4-v1-1", "plain-v1-0"]
 CORRUPT = ("plain-v1-0", 0)  # partition, base offset of the segment damaged after planning
@@ -289,8 +290,10 @@ class Clock:
         return self.now
 
 
-def event_of(plan: Plan, partition: str, index: int, outcome: Outcome = Outcome.VERIFIED) -> dict:
-    from migrate.monitor import segment_event
+def event_of(
+    plan: Plan, partition: str, index: int, outcome: Outcome = Outcome.VERIFIED, problem: Problem | None = None
+) -> SegmentFinished:
+    from migrate.watch.events import segment_event
 
     d = plan.log_dirs[0]
     seg = d.partition_by_name[partition].segments[index]
@@ -303,6 +306,7 @@ def event_of(plan: Plan, partition: str, index: int, outcome: Outcome = Outcome.
         source_bytes=seg.size if done else 0,
         output_bytes=seg.size * 2 if done else 0,
         records=10 if done else 0,
+        problem=problem,
     )
     return segment_event(o, plan)
 
@@ -314,7 +318,8 @@ def small_plan(tmp_path) -> Plan:
 
 
 def test_rate_and_eta_follow_the_last_half_minute_of_work(small_plan):
-    from migrate.monitor import RunProgress, plan_event
+    from migrate.watch.events import plan_event
+    from migrate.watch.tally import RunProgress
 
     clock = Clock()
     run = RunProgress(small_plan.plan_id, clock)
@@ -334,27 +339,22 @@ def test_rate_and_eta_follow_the_last_half_minute_of_work(small_plan):
 
 
 def test_a_resumed_run_counts_earlier_work_as_skipped_and_takes_the_stores_word_for_states(small_plan):
-    from migrate.monitor import RunProgress, plan_event
+    from migrate.watch.events import PartitionStates, PartitionStateSeen, SegmentsSkipped, SkippedSegment, plan_event
+    from migrate.watch.tally import RunProgress
 
     run = RunProgress(small_plan.plan_id, Clock())
     run.plan(plan_event(small_plan))
     log_dir = small_plan.log_dirs[0].log_dir
     gzip = small_plan.log_dirs[0].partition_by_name["gzip-v0-0"]
     run.stage(
-        {
-            "kind": "skipped",
-            "log_dir": log_dir,
-            "segments": [["gzip-v0-0", s.base_offset, s.size] for s in gzip.segments],
-        }
+        SegmentsSkipped(
+            small_plan.plan_id,
+            log_dir,
+            tuple(SkippedSegment("gzip-v0-0", s.base_offset, s.size) for s in gzip.segments),
+        )
     )
-    refused = event_of(small_plan, "plain-v0-1", 0, Outcome.REFUSED)
-    refused["outcome"]["problem"] = {
-        "kind": "corrupt",
-        "message": "CRC\ntrace",
-        "path": "/x.log",
-        "position": 77,
-        "offset": 3,
-    }
+    problem = Problem(kind="corrupt", message="CRC\ntrace", path="/x.log", position=77, offset=3)
+    refused = event_of(small_plan, "plain-v0-1", 0, Outcome.REFUSED, problem)
     run.segment(refused)
     assert run.status()["totals"]["skipped"] == {"segments": 2, "bytes": gzip.bytes}
     assert {p["partition"]: p["state"] for p in run.status()["partitions"]} == {
@@ -362,7 +362,14 @@ def test_a_resumed_run_counts_earlier_work_as_skipped_and_takes_the_stores_word_
         "plain-v0-1": "failed",
     }
     run.stage(
-        {"kind": "status", "log_dir": log_dir, "partitions": [["gzip-v0-0", "migrated"], ["plain-v0-1", "failed"]]}
+        PartitionStates(
+            small_plan.plan_id,
+            log_dir,
+            (
+                PartitionStateSeen("gzip-v0-0", PartitionState.MIGRATED),
+                PartitionStateSeen("plain-v0-1", PartitionState.FAILED),
+            ),
+        )
     )
     s = run.status()
     assert {p["partition"]: p["state"] for p in s["partitions"]} == {"gzip-v0-0": "migrated", "plain-v0-1": "failed"}
@@ -378,8 +385,9 @@ def test_a_segment_converted_in_ranges_shows_progress_range_by_range_and_counts_
     outcome from its join then adds only what they did not, in the page's figures and in the command line's."""
     from migrate.engines import SerialEngine
     from migrate.model import RangeProgress
-    from migrate.monitor import RunProgress, plan_event, segment_event
+    from migrate.watch.events import plan_event, segment_event
     from migrate.watch.runlog import Progress
+    from migrate.watch.tally import RunProgress
 
     log_dir = make_broker_logdir(tmp_path, partitions=["plain-v0-1", "gzip-v0-0"])
     plan = build_plan(PlanRequest(log_dirs=(str(log_dir),), range_bytes=3000))
@@ -421,5 +429,103 @@ def test_a_segment_converted_in_ranges_shows_progress_range_by_range_and_counts_
         == {"segments": plan.estimates.segments, "bytes": plan.estimates.bytes}
     )
     assert totals["pending"] == {"segments": 0, "bytes": 0}
-    assert sum(run.per_second.values()) == plan.estimates.bytes  # each byte's work counted once
+    assert sum(run.throughput.per_second.values()) == plan.estimates.bytes  # each byte's work counted once
     assert (line.done_bytes, line.done_segments) == (plan.estimates.bytes, plan.estimates.segments)
+
+
+def test_every_stage_is_counted_by_its_exact_name_on_status_json_and_in_prometheus():
+    """A task key is ``<stage>-<hash>``: each of the model's stages is counted under its own name, in status.json and
+    in the collector (``rollback-check`` is not ``rollback``, ``replica-ranges`` not ``replicas``)."""
+    from migrate.model import Stage
+    from migrate.watch.plugin import MigrationPlugin, stage_of
+    from migrate.watch.prometheus import MigrationCollector
+
+    plugin = MigrationPlugin()
+    plugin.run("a-plan")
+    for i, stage in enumerate(Stage):
+        for n in range(i + 1):
+            plugin.transition(f"{stage.value}-{n:016x}", "processing", "memory")
+        plugin.transition(f"{stage.value}-{i:016x}", "processing", "erred", exception_text="boom")
+    plugin.transition("unrelated-0123456789abcdef", "processing", "memory")
+    plugin.transition("convert", "processing", "memory")  # no hash: not one of ours
+    assert stage_of("rollback-check-0123456789abcdef") == Stage.ROLLBACK_CHECK
+    assert stage_of(("convert-0123456789abcdef", 0)) is None
+
+    stages = json.loads(json.dumps(plugin.status()))["stages"]
+    assert list(stages) == [s.value for s in Stage]
+    assert {name: (c["done"], c["erred"]) for name, c in stages.items()} == {
+        s.value: (i + 1, 1) for i, s in enumerate(Stage)
+    }
+    failures = plugin.runs["a-plan"].status()["failures"]
+    assert [f["stage"] for f in failures] == [s.value for s in Stage]
+
+    tasks = {
+        (s.labels["stage"], s.labels["state"]): s.value
+        for family in MigrationCollector(plugin).collect()
+        for s in family.samples
+        if s.name == "kafka_log_migrate_tasks_total"
+    }
+    assert tasks == {
+        **{(s.value, "done"): i + 1 for i, s in enumerate(Stage)},
+        **{(s.value, "erred"): 1 for s in Stage},
+    }
+
+
+def test_events_cross_the_wire_as_plain_data_and_come_back_as_the_same_records(small_plan):
+    """What workers and the client publish is decoded once, where it arrives, into the record that was sent; an event
+    that does not fit is refused with the key that does not."""
+    import msgpack
+
+    from migrate.errors import ModelError
+    from migrate.model import (
+        LogDirPhase,
+        LogDirStatus,
+        PartitionProblem,
+        PartitionStatus,
+        RangeProgress,
+        RollbackReport,
+        SwapReport,
+    )
+    from migrate.watch import events
+
+    d = small_plan.log_dirs[0]
+    failed = PartitionProblem("gzip-v0-0", Problem("live-changed", "changed", "/x.log"))
+    sent = [
+        (events.PLAN_TOPIC, events.plan_event(small_plan)),
+        (events.SEGMENT_TOPIC, event_of(small_plan, "gzip-v0-0", 0)),
+        (events.SEGMENT_TOPIC, events.segment_event(RangeProgress(d.key, "gzip-v0-0", 0, 0, 2, 100), small_plan)),
+        (
+            events.STAGE_TOPIC,
+            events.stage_event(small_plan, [SegmentOutcome(d.key, "plain-v0-1", 0, Outcome.SKIPPED)]),
+        ),
+        (
+            events.STAGE_TOPIC,
+            events.stage_event(small_plan, SwapReport(d.key, ("plain-v0-1",), (failed,), (), fence_up=False)),
+        ),
+        (events.STAGE_TOPIC, events.stage_event(small_plan, RollbackReport(d.key, LogDirPhase.EXECUTING, ("x-0",)))),
+        (
+            events.STAGE_TOPIC,
+            events.stage_event(
+                small_plan,
+                LogDirStatus(
+                    d.key, LogDirPhase.EXECUTING, False, (PartitionStatus(d.key, "x-0", PartitionState.READY, {}),)
+                ),
+            ),
+        ),
+    ]
+    for topic, record in sent:
+        assert record is not None
+        wire = msgpack.unpackb(msgpack.packb(events.encode(record)), use_list=False)  # as Dask's comms unpack it
+        assert events.decode_run_event(topic, wire) == record
+        stamped = {**wire, "worker": "tcp://10.0.0.7:40000"}  # as the scheduler hands a worker's event to plugins
+        assert events.decode_run_event(topic, stamped) == record
+    assert events.decode_run_event("some-other-topic", {"anything": 1}) is None
+    log = events.WorkerLogRecord("migrate.x", 30, "WARNING", "careful", 1.5, "tcp://w:1")
+    assert events.decode_worker_log(events.encode(log)) == log
+
+    bad = events.encode(event_of(small_plan, "gzip-v0-0", 0))
+    bad["progress"]["base_offset"] = "zero"
+    with pytest.raises(ModelError, match="base_offset"):
+        events.decode_run_event(events.SEGMENT_TOPIC, bad)
+    with pytest.raises(ModelError, match="kind"):
+        events.decode_run_event(events.STAGE_TOPIC, {"kind": "teleport", "plan_id": "p", "log_dir": "/d"})

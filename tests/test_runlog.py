@@ -14,7 +14,7 @@ from migrate import pipeline
 from migrate.cli import build_parser, main
 from migrate.model import Outcome, Plan, SegmentOutcome
 from migrate.planning.plan import PlanRequest, build_plan, load_plan
-from migrate.watch.runlog import Progress
+from migrate.watch.runlog import Progress, human_seconds
 
 STAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z ")
 
@@ -97,6 +97,30 @@ def test_on_a_terminal_the_line_is_rewritten_and_the_run_log_gets_one_every_inte
     assert out.file == [out.rewrites[2][0]] and out.lines == []  # at +6 s, once; nothing on lines of its own
     progress.__exit__(None, None, None)
     assert out.rewrites[-1][1] and out.rewrites[-1][0].startswith("finished: ")
+
+
+def test_the_line_says_the_bytes_rate_and_eta_the_migration_page_says(plan):
+    """One fold: the command line's progress and the scheduler's page add the same segments up the same way."""
+    from migrate.watch.events import plan_event, segment_event
+    from migrate.watch.tally import RunProgress
+
+    clock = Clock()
+    progress = Progress(plan, Recorder(), clock=clock)
+    page = RunProgress(plan.plan_id, clock)
+    page.plan(plan_event(plan))
+    progress.stage("convert")
+    for step, (name, index, kind) in enumerate(
+        [("gzip-v0-0", 0, Outcome.VERIFIED), ("gzip-v0-0", 1, Outcome.REFUSED), ("plain-v0-1", 0, Outcome.VERIFIED)]
+    ):
+        clock.now += 0 if step == 0 else 7
+        progress.segment(outcome(plan, name, index, kind))
+        page.segment(segment_event(outcome(plan, name, index, kind), plan))
+    clock.now += 3
+    totals = page.sum()
+    assert progress.done_bytes == plan.estimates.bytes - totals.pending.bytes
+    assert progress.done_segments == 3 and totals.failed.segments == 1
+    assert page.rate() > 0
+    assert f"{page.rate() / 1e6:.1f} MB/s, ETA {human_seconds(page.eta())}, 1 failed" in progress.line()
 
 
 def run_log_of(err: str) -> Path:

@@ -9,7 +9,7 @@ its worker processes (one per core) only for a plan whose work is worth them (``
 up, calls whose data is on this host run here, in the driver; a plan this process finishes in about the time
 workers take to start never starts them.
 
-Watching (``migrate.monitor``): workers publish each finished segment, and what each stage call changed, to the
+Watching (``migrate.watch``): workers publish each finished segment, and what each stage call changed, to the
 scheduler's event log, where ``MigrationPlugin`` turns them into the /migration page, status.json and Prometheus
 metrics; ``on_segment`` subscribes this client to the same events (the command line's progress lines). Warnings and
 errors of the workers (Dask's "Compute Failed" among them) reach this client as events too and go to its loggers,
@@ -31,12 +31,13 @@ from typing import Any
 import dask
 from distributed import Client, LocalCluster, as_completed
 
-from migrate import monitor
 from migrate.engines import CallResult, StageCall
 from migrate.format import accel
 from migrate.model import DigestAlgorithm, Plan
 from migrate.run import faults
-from migrate.watch import progress
+from migrate.watch import events, progress
+from migrate.watch.plugin import PLUGIN_NAME, MigrationPlugin
+from migrate.watch.worker_logs import ForwardWorkerLogs, reemit_worker_log
 
 NO_WORKERS_TIMEOUT = "60s"
 MONITOR = "migrate.monitor"
@@ -122,15 +123,17 @@ def _on_worker(fn: Callable[..., Any], *args: Any) -> Any:
 
     worker = get_worker()
     plan = args[0] if args and isinstance(args[0], Plan) else None
-    previous = progress.set_sink(lambda o: worker.log_event(monitor.SEGMENT_TOPIC, monitor.segment_event(o, plan)))
+    previous = progress.set_sink(
+        lambda o: worker.log_event(events.SEGMENT_TOPIC, events.encode(events.segment_event(o, plan)))
+    )
     try:
         value = fn(*args)
     finally:
         progress.set_sink(previous)
     if plan is not None:
-        event = monitor.stage_event(plan, value)
+        event = events.stage_event(plan, value)
         if event is not None:
-            worker.log_event(monitor.STAGE_TOPIC, event)
+            worker.log_event(events.STAGE_TOPIC, events.encode(event))
     return value
 
 
@@ -211,15 +214,15 @@ class DaskEngine:
             else:
                 self.cluster = make()
                 client = Client(self.cluster)
-            client.register_plugin(monitor.MigrationPlugin(), name=monitor.PLUGIN_NAME)  # idempotent: see the class
+            client.register_plugin(MigrationPlugin(), name=PLUGIN_NAME)  # idempotent: see the class
             # a LocalCluster's workers print on our terminal: their records come here instead
-            client.register_plugin(monitor.ForwardWorkerLogs(silence=not remote))
-            client.subscribe_topic(monitor.LOG_TOPIC, monitor.reemit_worker_log)
-            self._topics = [monitor.LOG_TOPIC]
+            client.register_plugin(ForwardWorkerLogs(silence=not remote))
+            client.subscribe_topic(events.LOG_TOPIC, reemit_worker_log)
+            self._topics = [events.LOG_TOPIC]
             if self._on_segment is not None:
                 on_segment = self._on_segment
-                client.subscribe_topic(monitor.SEGMENT_TOPIC, lambda event: on_segment(monitor.outcome_of(event[1])))
-                self._topics.append(monitor.SEGMENT_TOPIC)
+                client.subscribe_topic(events.SEGMENT_TOPIC, lambda event: on_segment(events.decode_segment(event[1])))
+                self._topics.append(events.SEGMENT_TOPIC)
             self._client = client
             if not self._workers_on_demand:  # up with the cluster (remote: they are the cluster's business)
                 self._workers_up.set()
@@ -277,7 +280,7 @@ class DaskEngine:
         """The plan's totals on the scheduler's page, once per plan."""
         if plan.plan_id not in self._announced:
             self._announced.add(plan.plan_id)
-            self.client.log_event(monitor.PLAN_TOPIC, monitor.plan_event(plan))
+            self.client.log_event(events.PLAN_TOPIC, events.encode(events.plan_event(plan)))
 
     @property
     def dashboard_link(self) -> str:
@@ -332,7 +335,7 @@ class DaskEngine:
         def sink(o: progress.Event) -> None:
             if self._on_segment is not None:
                 self._on_segment(o)
-            self._held_events.append((monitor.SEGMENT_TOPIC, monitor.segment_event(o, plan)))
+            self._held_events.append((events.SEGMENT_TOPIC, events.encode(events.segment_event(o, plan))))
 
         if plan is not None:
             self._plans_run_here.setdefault(plan.plan_id, plan)
@@ -344,9 +347,9 @@ class DaskEngine:
         finally:
             progress.set_sink(previous)
         if plan is not None:
-            event = monitor.stage_event(plan, value)
+            event = events.stage_event(plan, value)
             if event is not None:
-                self._held_events.append((monitor.STAGE_TOPIC, event))
+                self._held_events.append((events.STAGE_TOPIC, events.encode(event)))
         return CallResult(True, value)
 
     def publish_held_events(self) -> None:
@@ -409,7 +412,7 @@ class DaskEngine:
             for topic in self._topics:
                 self.client.unsubscribe_topic(topic)
             if self.cluster is None:
-                self.client.unregister_worker_plugin(monitor.ForwardWorkerLogs.name)
+                self.client.unregister_worker_plugin(ForwardWorkerLogs.name)
         self.client.close()
         if self.cluster is not None:
             self.cluster.close()

@@ -2,8 +2,9 @@
 
 Stages call ``report(outcome)`` as each segment finishes (and, for a segment converted in ranges, as each range
 finishes: a ``RangeProgress``, so that bytes and the ETA move during a large segment); an engine installs the sink
-that carries it to the operator (the Dask engine: an event in the scheduler's event log, which the monitor turns
-into the migration page, status.json and Prometheus metrics; the serial engine: the driver's progress line).
+that carries it to the operator (the Dask engine: an event in the scheduler's event log, ``migrate.watch.events``,
+which the scheduler's plugin folds into the migration page, status.json and Prometheus metrics; the serial engine:
+the driver's progress line).
 Without a sink nothing happens.
 """
 

@@ -4,10 +4,11 @@
 terminal (stderr for messages and progress, stdout for the result) and, with a UTC timestamp, to
 ``<plan>.logs/<verb>-<time>.log``, which the first and the last line of the output name. The loggers of Dask,
 Tornado, Bokeh and the tool go to that file only while the run lasts (a LocalCluster's worker records reach them
-through ``migrate.monitor.ForwardWorkerLogs``), so the terminal carries the tool's own messages, and an unexpected
-error's traceback is in the file, never lost.
+through ``migrate.watch.worker_logs.ForwardWorkerLogs``), so the terminal carries the tool's own messages, and an
+unexpected error's traceback is in the file, never lost.
 
-``Progress`` turns finished segments into a line: bytes done of the total, MB/s, ETA and failures so far. On a
+``Progress`` turns finished segments into a line: bytes done of the total, MB/s, ETA and failures so far, by the
+same fold as the migration page (``migrate.watch.tally``). On a
 terminal one line is rewritten in place; without one (nohup, systemd, CI) a line is printed every few seconds. It is
 fed as segments finish (the serial engine's ``on_segment``; on Dask, the client's subscription to the workers'
 segment events) and, after each stage, by the outcomes the stage returned, so an engine without a live feed (Spark)
@@ -26,7 +27,6 @@ import sys
 import threading
 import time
 import traceback
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,13 +35,14 @@ from typing import Any, Protocol, TextIO
 from migrate import __version__
 from migrate.engines import CallResult, Engine, StageCall
 from migrate.errors import MigrateError
-from migrate.model import Outcome, Plan, RangeProgress, SegmentOutcome
+from migrate.model import Plan, RangeProgress, SegmentOutcome
 from migrate.units import human_bytes
+from migrate.watch.events import plan_event, segment_event
+from migrate.watch.tally import RunProgress
 
 CAPTURED_LOGGERS = ("distributed", "tornado", "bokeh", "migrate", "py.warnings")
 PROGRESS_INTERVAL_SECONDS = 5.0  # without a terminal: one line this often
 TTY_REFRESH_SECONDS = 0.5
-RATE_WINDOW_SECONDS = 30.0
 
 _current: RunLog | None = None
 
@@ -232,8 +233,9 @@ class Progress:
     """Finished segments of a plan, as a line: bytes done of the total, MB/s, ETA, failures so far.
 
     Without a terminal, a line of its own every ``interval`` seconds; on a terminal, one line rewritten in place
-    (and a line in the run log every ``interval``). Thread-safe: segments arrive on the Dask client's event thread
-    while the ticker prints. ``clock`` is injectable so that tests drive time instead of waiting for it."""
+    (and a line in the run log every ``interval``). The figures are the dashboard's fold (``RunProgress``) of the
+    segments fed here, each counted once however often it arrives. Thread-safe: segments arrive on the Dask client's
+    event thread while the ticker prints. ``clock`` is injectable so that tests drive time instead of waiting for it."""
 
     def __init__(
         self,
@@ -248,49 +250,36 @@ class Progress:
         self.tty = tty
         self.interval = interval
         self.clock = clock
-        self.total_bytes = plan.estimates.bytes
         self.total_segments = plan.estimates.segments
         self.stage_name = ""
-        self.done_bytes = 0  # every finished segment's planned bytes, whatever its outcome: what is left is the ETA's
-        self.done_segments = 0
-        self.worked: deque[tuple[float, int]] = deque()  # (when, bytes) converted by this run, for the rate
-        self.failed = 0
+        self.fold = RunProgress(plan.plan_id, clock)
+        self.fold.plan(plan_event(plan))
+        self.fold.throughput.begin(clock())  # until the conversion starts (``stage``)
         self.seen: set[tuple[str, str, int]] = set()
-        self.ranged: dict[tuple[str, str, int], int] = {}  # bytes reported by a segment's ranges before its join
-        self.started = clock()
         self.last_line = -float("inf")
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def planned_bytes(self, o: SegmentOutcome) -> int:
-        try:
-            return self.plan.partition(o.log_dir, o.partition).segment_by_base[o.base_offset].size
-        except (KeyError, ValueError):
-            return o.source_bytes
+    @property
+    def done_bytes(self) -> int:
+        """Every finished segment's bytes, whatever its outcome, and converted ranges': what is left is the ETA's."""
+        with self._lock:
+            return self.fold.sum().finished.bytes
+
+    @property
+    def done_segments(self) -> int:
+        with self._lock:
+            return self.fold.sum().finished.segments
 
     def segment(self, o: SegmentOutcome | RangeProgress) -> None:
         key = (o.log_dir, o.partition, o.base_offset)
-        now = self.clock()
-        if isinstance(o, RangeProgress):  # a range of a large segment: its bytes are done now, the segment at its join
-            with self._lock:
-                if key not in self.seen:
-                    self.ranged[key] = self.ranged.get(key, 0) + o.source_bytes
-                    self.done_bytes += o.source_bytes
-                    self.worked.append((now, o.source_bytes))
-            return
-        size = self.planned_bytes(o)
         with self._lock:
             if key in self.seen:
                 return
-            self.seen.add(key)
-            ranged = self.ranged.pop(key, 0)
-            self.done_bytes += size - ranged
-            self.done_segments += 1
-            if o.outcome in (Outcome.REFUSED, Outcome.FAILED):
-                self.failed += 1
-            if o.outcome != Outcome.SKIPPED:
-                self.worked.append((now, max(size - ranged, 0)))
+            if isinstance(o, SegmentOutcome):
+                self.seen.add(key)
+            self.fold.segment(segment_event(o, self.plan))
 
     def outcomes(self, results: list[CallResult]) -> None:
         """A stage's returned outcomes: what a live feed missed (Spark has none; skipped segments are not fed)."""
@@ -302,31 +291,23 @@ class Progress:
 
     def stage(self, name: str) -> None:
         with self._lock:
-            if name == "convert" and not self.worked:
-                self.started = self.clock()  # the rate is the conversion's, not the engine's start-up's
+            if name == "convert" and self.fold.throughput.first_work is None:
+                self.fold.throughput.begin(self.clock())  # the rate is the conversion's, not the engine's start-up's
             self.stage_name = name
-
-    def rate(self, now: float) -> float:
-        """Bytes per second over the last ``RATE_WINDOW_SECONDS`` of work, or since the run started."""
-        with self._lock:
-            while self.worked and self.worked[0][0] < now - RATE_WINDOW_SECONDS:
-                self.worked.popleft()
-            recent = sum(b for _, b in self.worked)
-        span = min(RATE_WINDOW_SECONDS, now - self.started)
-        return recent / span if span > 0 else 0.0
 
     def line(self, now: float | None = None) -> str:
         now = self.clock() if now is None else now
-        rate = self.rate(now)
         with self._lock:
-            left = max(0, self.total_bytes - self.done_bytes)
-            share = self.done_bytes / self.total_bytes if self.total_bytes else 1.0
-            eta = "ETA unknown" if rate <= 0 and left else f"ETA {human_seconds(left / rate if left else 0)}"
-            return (
-                f"{self.stage_name or 'starting'}: {human_bytes(self.done_bytes)} of {human_bytes(self.total_bytes)} "
-                f"({share:.0%}), {self.done_segments} of {self.total_segments} segments, {rate / 1e6:.1f} MB/s, "
-                f"{eta}, {self.failed} failed"
-            )
+            totals = self.fold.sum()
+            rate = self.fold.rate(now)
+            eta = self.fold.eta(now) if totals.pending.bytes else 0.0
+        total, done = totals.planned.bytes, totals.finished.bytes
+        share = done / total if total else 1.0
+        return (
+            f"{self.stage_name or 'starting'}: {human_bytes(done)} of {human_bytes(total)} "
+            f"({share:.0%}), {totals.finished.segments} of {self.total_segments} segments, {rate / 1e6:.1f} MB/s, "
+            f"{'ETA unknown' if eta is None else f'ETA {human_seconds(eta)}'}, {totals.failed.segments} failed"
+        )
 
     def tick(self, final: bool = False) -> None:
         """Show the line: on a terminal at every tick; as a line of its own (in the run log too) every ``interval``
