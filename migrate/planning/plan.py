@@ -4,7 +4,8 @@ Refused, each with the path, the byte position where there is one, and what to d
 dir (or is a partition dir), a held ``.lock``, no clean-shutdown marker, a migration in progress, stray
 ``.swap``/``.cleaned``/``.deleted`` files, a checksum that does not match, an unknown magic byte, damage in the middle
 of a partition, a torn tail (unless ``--truncate-tail``, which drops it from the partition's last segment only and
-lists what it drops), and too little space on any filesystem that holds partitions.
+lists what it drops), and too little space on any filesystem that holds partitions. Those checks are one table,
+``migrate.planning.checks``; a refusal (PlanRefusedError) carries each problem as a record.
 
 With ``--compact`` rules, every partition of a matching topic is planned whatever its format (v2-only ones too)
 and read in full now: pass one of compaction (``migrate.compaction.pass_one``) runs here, so the plan shows per
