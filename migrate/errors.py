@@ -210,6 +210,13 @@ class PlanRefusedError(RefusedError):
     """The log dirs are not in a state that can be migrated safely."""
 
 
+class ExecuteRefusedError(RefusedError):
+    """A planned log dir is no longer safe to migrate: prepare's re-run of the plan's checks found what ``plan``
+    would now refuse (a broker started, a migration begun, files a broker left behind)."""
+
+    refusing_to = "execute"
+
+
 class ClusterPlanRefusedError(RefusedError):
     """The brokers' surveys cannot make one safe plan; each problem names its broker and what to do."""
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from kafka_layout import make_broker_logdir
 
+from migrate.errors import ExecuteRefusedError
 from migrate.model import ProblemKind
 from migrate.planning.checks import CHECKS, Scope, recheck_log_dir
 from migrate.planning.plan import PlanRefusedError, PlanRequest, build_plan
@@ -71,6 +72,6 @@ def test_prepare_recheck_refuses_what_changed_since_planning(broker):
 
     (broker / FENCE_NAME).mkdir()
     (broker / "plain-v0-0" / "00000000000000000040.log.deleted").write_bytes(b"")
-    with pytest.raises(PlanRefusedError) as info:
+    with pytest.raises(ExecuteRefusedError, match=r"refusing to execute \(2 problems\)") as info:
         recheck_log_dir(entry, plan.plan_id)
     assert [p.kind for p in info.value.problems] == [ProblemKind.MIGRATION_IN_PROGRESS, ProblemKind.STRAY_FILES]

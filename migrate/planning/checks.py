@@ -22,7 +22,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from migrate.errors import LocatedError, LogDirLockedError, PlanRefusedError
+from migrate.errors import ExecuteRefusedError, LocatedError, LogDirLockedError
 from migrate.kafka.logdir import (
     Partition,
     has_clean_shutdown,
@@ -70,7 +70,11 @@ class Finding:
 
     @classmethod
     def of(cls, exc: LocatedError) -> Finding:
-        return cls(str(exc), exc.path, exc.position, exc.offset, ProblemKind(exc.kind), exc.hint)
+        try:
+            kind = ProblemKind(exc.kind)
+        except ValueError:  # a LocatedError kind the enum lacks still refuses, as a plain error
+            kind = ProblemKind.ERROR
+        return cls(str(exc), exc.path, exc.position, exc.offset, kind, exc.hint)
 
 
 @dataclass(frozen=True)
@@ -207,6 +211,7 @@ COMPACTION_ADVICE = "Leave this topic out of --compact, or fix what the message 
 CLAIMED_TWICE_ADVICE = "one worker per broker host, each seeing only its own broker's log dirs"
 BROKER_REFUSED_ADVICE = "Fix what the broker's own refusal names, then plan again."
 CLUSTERS_DIFFER_ADVICE = "plan one cluster at a time"
+NO_WORKER_ADVICE = "On its host run `dask worker SCHEDULER --name broker-ID --nthreads 1`, then plan again."
 NO_WORKERS_ADVICE = "start one `dask worker` on each broker host"
 
 
@@ -391,7 +396,7 @@ CHECKS: tuple[Check, ...] = (
     Check(K.BROKER_CLAIMED_TWICE, Scope.CLUSTER, _broker_claimed_twice, CLAIMED_TWICE_ADVICE),
     Check(K.BROKER_REFUSED, Scope.CLUSTER, _broker_refused, BROKER_REFUSED_ADVICE),
     Check(K.CLUSTERS_DIFFER, Scope.CLUSTER, _clusters_differ, CLUSTERS_DIFFER_ADVICE),
-    Check(K.BROKER_WITHOUT_WORKER, Scope.CLUSTER, _broker_without_worker, "start its worker, then plan again"),
+    Check(K.BROKER_WITHOUT_WORKER, Scope.CLUSTER, _broker_without_worker, NO_WORKER_ADVICE),
     Check(K.NO_WORKERS, Scope.CLUSTER, _no_workers, NO_WORKERS_ADVICE),
     Check(K.NOT_A_LOG_DIR, Scope.LOG_DIR_PATH, _not_a_log_dir, LOG_DIR_PATH_ADVICE, at_prepare=True),
     Check(K.LOG_DIR_LOCKED, Scope.LOG_DIR, _locked, LOCKED_ADVICE, at_prepare=True),
@@ -426,7 +431,7 @@ def judge(scope: Scope, subject: object, *, first_only: bool = False, at_prepare
 def recheck_log_dir(entry: LogDirPlan, plan_id: str) -> None:
     """For ``prepare``, before a new run of ``plan_id`` fences ``entry``: the rows marked ``at_prepare`` again, on
     the log dir as it is now (a broker may have been started, or have died mid-operation, since planning). Raises
-    PlanRefusedError with every problem; changes nothing."""
+    ExecuteRefusedError with every problem; changes nothing."""
     subject = LogDirSubject(entry.log_dir, plan_id=plan_id)
     problems = judge(Scope.LOG_DIR_PATH, subject, at_prepare=True)
     if not problems:
@@ -436,4 +441,4 @@ def recheck_log_dir(entry: LogDirPlan, plan_id: str) -> None:
             if part.name in planned:
                 problems += judge(Scope.PARTITION, part, at_prepare=True)
     if problems:
-        raise PlanRefusedError(problems)
+        raise ExecuteRefusedError(problems)
