@@ -23,7 +23,7 @@ from migrate.rehearse.records import PartitionDigest, ReaderVerdict, RehearsalCo
 from migrate.reports.scan import scan_log_dirs
 
 READER_CHUNK = 200  # partition dirs per oracle call: a broker's 10^5 partitions would overflow ARG_MAX in one
-# ../shared/oracle/oracle beside this checkout (migrate/rehearse/readers.py: three levels up is the checkout)
+# shared/oracle/oracle beside this checkout: parents[2] of migrate/rehearse/readers.py is the checkout itself
 DEFAULT_ORACLE = Path(__file__).resolve().parents[3] / "shared" / "oracle" / "oracle"
 ORACLE_READER = "Apache Kafka (oracle, kafka-clients FileRecords)"
 
