@@ -6,6 +6,12 @@ offset) so that the message alone tells an operator what is wrong, where, and wh
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from migrate.model import PlanProblem
+
 
 class MigrateError(Exception):
     """Base class: something the operator must act on. The message says what is wrong, where, and what to do."""
@@ -192,6 +198,41 @@ class MalformedLogDirFileError(MigrateError):
             "Kafka can rebuild it, then run again."
         )
         super().__init__(f"{where}: {reason}. {hint}")
+
+
+class RefusedError(MigrateError):
+    """A refusal to plan: ``problems`` holds every reason as a record (kind, place, advice), and the message lists
+    them, one line each."""
+
+    refusing_to = "plan"
+
+    def __init__(self, problems: Sequence[PlanProblem]) -> None:
+        self.problems = tuple(problems)
+        count = len(self.problems)
+        super().__init__(
+            f"refusing to {self.refusing_to} ({count} problem{'s' if count > 1 else ''}):\n  - "
+            + "\n  - ".join(p.message for p in self.problems)
+        )
+
+    def __reduce__(self) -> tuple[type, tuple[tuple[PlanProblem, ...]]]:
+        return type(self), (self.problems,)  # the records, not the text: a pickled refusal stays one
+
+
+class PlanRefusedError(RefusedError):
+    """The log dirs are not in a state that can be migrated safely."""
+
+
+class ExecuteRefusedError(RefusedError):
+    """A planned log dir is no longer safe to migrate: prepare's re-run of the plan's checks found what ``plan``
+    would now refuse (a broker started, a migration begun, files a broker left behind)."""
+
+    refusing_to = "execute"
+
+
+class ClusterPlanRefusedError(RefusedError):
+    """The brokers' surveys cannot make one safe plan; each problem names its broker and what to do."""
+
+    refusing_to = "plan the cluster"
 
 
 class ModelError(ValueError):

@@ -28,6 +28,12 @@ from migrate.errors import MigrateError
 from migrate.model import ConvertOptions
 from migrate.planning.plan import load_plan
 from migrate.rehearse import driver as rehearse
+from migrate.rehearse.fingerprint import compare_fingerprints, fingerprint_tree
+from migrate.rehearse.projection import parse_cluster_bytes
+from migrate.rehearse.readers import judge_after
+from migrate.rehearse.records import BrokerBytes, FingerprintChange, PartitionDigest, RehearsalConfig, RehearsalState
+from migrate.rehearse.report import RehearsalPaths, load_state
+from migrate.reports.scan import scan_log_dirs
 from migrate.run.faults import CRASH_ENV, CRASH_EXIT
 from migrate.run.workspace import FENCE_NAME
 from migrate.units import parse_data_bytes
@@ -43,15 +49,15 @@ def serial() -> tuple[SerialEngine, str]:
     return SerialEngine(), "active"
 
 
-def config(*log_dirs: Path, **kw) -> rehearse.RehearsalConfig:
+def config(*log_dirs: Path, **kw) -> RehearsalConfig:
     kw.setdefault("options", ConvertOptions(truncate_tail=True))
     kw.setdefault("oracle", "" if ORACLE_ARG == "none" else ORACLE_ARG)
-    return rehearse.RehearsalConfig(log_dirs=tuple(str(d) for d in log_dirs), **kw)
+    return RehearsalConfig(log_dirs=tuple(str(d) for d in log_dirs), **kw)
 
 
 def formats(log_dirs: list[Path]) -> dict[tuple[str, str], dict[str, int]]:
     """(log dir, partition dir) -> batches per magic, from an independent scan."""
-    report = rehearse.scan_log_dirs([str(d) for d in log_dirs])
+    report = scan_log_dirs([str(d) for d in log_dirs])
     out = {}
     for broker in report["brokers"]:
         for d in broker["logDirs"]:
@@ -94,10 +100,10 @@ def small(tmp_path: Path) -> Path:
 def test_rehearsal_of_every_fixture_passes_with_identical_fingerprints(broker, tmp_path):
     before = [snapshot(d) for d in broker]
     formats_before = formats(broker)
-    paths = rehearse.RehearsalPaths.beside(tmp_path / "out" / "rehearsal.json")  # start() makes out/
+    paths = RehearsalPaths.beside(tmp_path / "out" / "rehearsal.json")  # start() makes out/
     seen_migrated = {}
 
-    def check_while_migrated(name: str, state: rehearse.RehearsalState) -> None:
+    def check_while_migrated(name: str, state: RehearsalState) -> None:
         if name != "verify":
             return
         plan = load_plan(paths.plan)
@@ -110,7 +116,7 @@ def test_rehearsal_of_every_fixture_passes_with_identical_fingerprints(broker, t
         seen_migrated["partitions"] = len(planned)
         assert not any((d / FENCE_NAME).exists() for d in broker)
 
-    cluster = rehearse.parse_cluster_bytes("1:120G,2:118G,3:1.5Ti")
+    cluster = parse_cluster_bytes("1:120G,2:118G,3:1.5Ti")
     report = rehearse.start(config(*broker, cluster=cluster), paths, serial, after_step=check_while_migrated)
 
     assert report.ok, report.verdict
@@ -133,7 +139,7 @@ def test_rehearsal_of_every_fixture_passes_with_identical_fingerprints(broker, t
     else:
         assert not oracle.available and "java" in oracle.detail and "not available" in report.oracle
     # the fingerprints covered the broker's own files, and came back identical
-    state = rehearse.load_state(paths.state)
+    state = load_state(paths.state)
     covered = {e.path for e in state.target_before[str(broker[0])].entries}
     assert {".kafka_cleanshutdown", "meta.properties", "recovery-point-offset-checkpoint"} <= covered
     assert {"plain-v0-0/partition.metadata", "plain-v0-0/leader-epoch-checkpoint"} <= covered
@@ -177,10 +183,10 @@ def test_on_copy_leaves_every_original_inode_and_byte_alone(small, tmp_path):
         can_link = True
     except OSError:
         can_link = False
-    paths = rehearse.RehearsalPaths.beside(tmp_path / "rehearsal.json")
+    paths = RehearsalPaths.beside(tmp_path / "rehearsal.json")
     swapped = []
 
-    def canary_untouched(name: str, state: rehearse.RehearsalState) -> None:
+    def canary_untouched(name: str, state: RehearsalState) -> None:
         assert files_by_inode(small) == before, f"the canary changed during {name}"
         if name == "execute":  # the copy's live segments were swapped; the canary's names still lead to the originals
             copy = Path(state.targets[0])
@@ -265,10 +271,10 @@ def test_a_corrupt_segment_is_refused_by_plan_check_and_nothing_is_executed(smal
 def test_a_live_file_changed_before_rollback_is_refused_until_forced(small, tmp_path):
     before = snapshot(small)
     formats_before = formats([small])
-    paths = rehearse.RehearsalPaths.beside(tmp_path / "rehearsal.json")
+    paths = RehearsalPaths.beside(tmp_path / "rehearsal.json")
     changed = {}
 
-    def broker_writes(name: str, state: rehearse.RehearsalState) -> None:
+    def broker_writes(name: str, state: RehearsalState) -> None:
         if name == "verify":  # as a broker started on the migrated data would: an append to a live segment
             part = load_plan(paths.plan).log_dirs[0].partitions[0]
             live = Path(part.dir) / part.segments[-1].file
@@ -334,7 +340,7 @@ def test_a_rehearsal_plans_as_plan_does_ranges_and_digest_included(small, tmp_pa
     before = snapshot(small)
     assert cli("--log-dirs", str(small), "-o", str(out), "--range-bytes", "3000", "--digest", "sha256") == 0
     capsys.readouterr()
-    plan = load_plan(rehearse.RehearsalPaths.beside(out).plan)
+    plan = load_plan(RehearsalPaths.beside(out).plan)
     assert plan.options.digest.value == "sha256"
     assert sum(t.byte_range is not None for t in plan.tasks) >= 3
     assert json.loads(out.read_text())["ok"] is True and snapshot(small) == before
@@ -429,7 +435,7 @@ class CtrlCAtSwap(SerialEngine):
 
 def test_ctrl_c_mid_execute_is_recorded_and_resume_finishes(small, tmp_path):
     before = snapshot(small)
-    paths = rehearse.RehearsalPaths.beside(tmp_path / "rehearsal.json")
+    paths = RehearsalPaths.beside(tmp_path / "rehearsal.json")
 
     with pytest.raises(KeyboardInterrupt):
         rehearse.start(config(small), paths, lambda: (CtrlCAtSwap(), "active"))
@@ -444,7 +450,7 @@ def test_ctrl_c_mid_execute_is_recorded_and_resume_finishes(small, tmp_path):
 
 
 def test_resume_of_a_finished_rehearsal_only_reports_it(small, tmp_path):
-    paths = rehearse.RehearsalPaths.beside(tmp_path / "rehearsal.json")
+    paths = RehearsalPaths.beside(tmp_path / "rehearsal.json")
     first = rehearse.start(config(small, oracle="", independent_reader="none"), paths, serial)
     assert first.ok
     assert {v.reader: v.detail for v in first.readers if not v.available} == {
@@ -458,11 +464,9 @@ def test_resume_of_a_finished_rehearsal_only_reports_it(small, tmp_path):
 def test_the_report_and_state_never_go_inside_a_log_dir(small, tmp_path):
     before = snapshot(small)
     with pytest.raises(MigrateError, match="inside the log dir"):
-        rehearse.start(config(small), rehearse.RehearsalPaths.beside(small / "rehearsal.json"), serial)
+        rehearse.start(config(small), RehearsalPaths.beside(small / "rehearsal.json"), serial)
     with pytest.raises(MigrateError, match="contain one another"):
-        rehearse.start(
-            config(small, on_copy=str(small / "copy")), rehearse.RehearsalPaths.beside(tmp_path / "r"), serial
-        )
+        rehearse.start(config(small, on_copy=str(small / "copy")), RehearsalPaths.beside(tmp_path / "r"), serial)
     assert snapshot(small) == before
 
 
@@ -471,19 +475,19 @@ def test_fingerprints_see_mtime_and_inode_changes_that_keep_the_bytes(tmp_path):
     root.mkdir()
     (root / "a.log").write_bytes(b"abc")
     (root / "b.log").write_bytes(b"xyz")
-    first = rehearse.fingerprint_tree(root)
+    first = fingerprint_tree(root)
     st = (root / "a.log").stat()
     os.utime(root / "a.log", ns=(st.st_atime_ns, st.st_mtime_ns + 1))
     (root / "b.tmp").write_bytes(b"xyz")
     os.utime(root / "b.tmp", ns=((root / "b.log").stat().st_atime_ns, (root / "b.log").stat().st_mtime_ns))
     os.replace(root / "b.tmp", root / "b.log")
     os.utime(root, ns=(root.stat().st_atime_ns, first.entries[0].mtime_ns))
-    second = rehearse.fingerprint_tree(root)
-    diff = rehearse.compare_fingerprints("test", first, second)
+    second = fingerprint_tree(root)
+    diff = compare_fingerprints("test", first, second)
     assert not diff.identical
     assert sorted((c.path, c.change) for c in diff.changes) == [("a.log", "mtime"), ("b.log", "inode")]
-    assert rehearse.compare_fingerprints("test", first, second, inodes=False).changes == (
-        rehearse.FingerprintChange("a.log", "mtime", str(st.st_mtime_ns), str(st.st_mtime_ns + 1)),
+    assert compare_fingerprints("test", first, second, inodes=False).changes == (
+        FingerprintChange("a.log", "mtime", str(st.st_mtime_ns), str(st.st_mtime_ns + 1)),
     )
 
 
@@ -496,22 +500,22 @@ def test_byte_counts_as_operators_write_them(text, expected):
 
 
 def test_cluster_bytes_are_refused_when_malformed():
-    assert rehearse.parse_cluster_bytes("1:1G, 2:2G") == (
-        rehearse.BrokerBytes("1", 10**9),
-        rehearse.BrokerBytes("2", 2 * 10**9),
+    assert parse_cluster_bytes("1:1G, 2:2G") == (
+        BrokerBytes("1", 10**9),
+        BrokerBytes("2", 2 * 10**9),
     )
     for bad in ("1:1G,1:2G", "120G", "1:lots"):
         with pytest.raises(ValueError):
-            rehearse.parse_cluster_bytes(bad)
+            parse_cluster_bytes(bad)
     assert main(["rehearse", "--log-dirs", "/nonexistent", "--broker-bytes", "1G"]) == 2
 
 
 def test_a_failed_verify_is_still_rolled_back_and_the_data_left_as_found(small, tmp_path):
     before = snapshot(small)
-    paths = rehearse.RehearsalPaths.beside(tmp_path / "rehearsal.json")
+    paths = RehearsalPaths.beside(tmp_path / "rehearsal.json")
     target = str(small / "gzip-v0-0")
 
-    def misremember(name: str, state: rehearse.RehearsalState) -> None:
+    def misremember(name: str, state: RehearsalState) -> None:
         if name == "baseline":  # as if kafka-python had read other records from the originals than it reads now
             d = state.baseline_independent[target]
             state.baseline_independent = state.baseline_independent | {target: dataclasses.replace(d, sha256="0" * 64)}
@@ -525,8 +529,8 @@ def test_a_failed_verify_is_still_rolled_back_and_the_data_left_as_found(small, 
     assert snapshot(small) == before
 
 
-def digest(path: str, sha: str, ts: str, magics: dict[str, int], valid: bool = True) -> rehearse.PartitionDigest:
-    return rehearse.PartitionDigest(path, 3, sha, ts, magics, valid)
+def digest(path: str, sha: str, ts: str, magics: dict[str, int], valid: bool = True) -> PartitionDigest:
+    return PartitionDigest(path, 3, sha, ts, magics, valid)
 
 
 def test_a_reader_judges_records_formats_timestamps_and_untouched_partitions():
@@ -542,7 +546,7 @@ def test_a_reader_judges_records_formats_timestamps_and_untouched_partitions():
         "/l/other-0": digest("/l/other-0", "s3", "t3", {"2": 1}, valid=False),
     }
     planned = {"/l/v1-0", "/l/v0-0", "/l/gone-0"}
-    found = rehearse.judge_after("R", before, after, planned, ConvertOptions())
+    found = judge_after("R", before, after, planned, ConvertOptions())
     assert found == [
         "/l/gone-0: R could not read it after execute",
         "/l/other-0: was not planned, yet R judges it differently after execute",
@@ -551,9 +555,7 @@ def test_a_reader_judges_records_formats_timestamps_and_untouched_partitions():
     ]
     # with --timestamps none v0 records keep timestamp -1, so their sha256_ts must not change either
     none = ConvertOptions(timestamps="none")
-    assert "/l/v0-0: R reads different timestamps after execute" in rehearse.judge_after(
-        "R", before, after, planned, none
-    )
+    assert "/l/v0-0: R reads different timestamps after execute" in judge_after("R", before, after, planned, none)
 
 
 def test_on_copy_holds_a_symlinked_partition_dir_as_a_real_one(tmp_path):
@@ -563,7 +565,7 @@ def test_on_copy_holds_a_symlinked_partition_dir_as_a_real_one(tmp_path):
     (log_dir / "lz4-v1-1").rename(elsewhere / "lz4-v1-1")
     (log_dir / "lz4-v1-1").symlink_to(elsewhere / "lz4-v1-1")
     canary = files_by_inode(elsewhere), snapshot(log_dir)
-    paths = rehearse.RehearsalPaths.beside(tmp_path / "rehearsal.json")
+    paths = RehearsalPaths.beside(tmp_path / "rehearsal.json")
 
     report = rehearse.start(config(log_dir, on_copy=str(tmp_path / "copy")), paths, serial)
 

@@ -1,5 +1,6 @@
 """``rehearse``: the canary-broker rehearsal (fingerprint, plan --check, execute, verify, rollback, compare), timed,
-with a projection of the cluster's maintenance window. The logic lives in ``migrate.rehearse.driver``."""
+with a projection of the cluster's maintenance window. The logic lives in ``migrate.rehearse`` (the steps and their
+table: ``migrate.rehearse.driver``)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,10 @@ from migrate.commands.migration import add_plan_options, plan_request_from
 from migrate.commands.output import emit, note
 from migrate.engines import Engine
 from migrate.rehearse import driver as rehearse
+from migrate.rehearse.projection import parse_cluster_bytes
+from migrate.rehearse.readers import DEFAULT_ORACLE
+from migrate.rehearse.records import BrokerBytes, RehearsalConfig, RehearsalReport
+from migrate.rehearse.report import RehearsalPaths
 from migrate.units import human_bytes, human_seconds, parse_data_bytes
 
 EXIT_OK = 0
@@ -74,7 +79,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--oracle",
-        default=str(rehearse.DEFAULT_ORACLE),
+        default=str(DEFAULT_ORACLE),
         help="Apache Kafka's reader (shared/oracle/oracle; default: next to this checkout); 'none' to skip",
     )
     p.add_argument(
@@ -98,7 +103,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run, usage_error=p.error)
 
 
-def config_from_args(args: argparse.Namespace) -> rehearse.RehearsalConfig:
+def config_from_args(args: argparse.Namespace) -> RehearsalConfig:
     """The rehearsal's configuration; raises ValueError with a message for the operator on bad values."""
     log_dirs = (args.log_dirs or "").split(",")
     if not args.log_dirs or any(not d.strip() for d in log_dirs):
@@ -109,15 +114,15 @@ def config_from_args(args: argparse.Namespace) -> rehearse.RehearsalConfig:
     if bool(args.broker_bytes) != bool(args.brokers):
         raise ValueError("--broker-bytes and --brokers go together")
     if args.cluster_bytes:
-        cluster = rehearse.parse_cluster_bytes(args.cluster_bytes)
+        cluster = parse_cluster_bytes(args.cluster_bytes)
     elif args.broker_bytes:
         if args.brokers < 1:
             raise ValueError(f"--brokers must be at least 1, not {args.brokers}")
         size = parse_data_bytes(args.broker_bytes)
-        cluster = tuple(rehearse.BrokerBytes(str(i), size) for i in range(1, args.brokers + 1))
+        cluster = tuple(BrokerBytes(str(i), size) for i in range(1, args.brokers + 1))
     else:
         cluster = ()
-    return rehearse.RehearsalConfig(
+    return RehearsalConfig(
         log_dirs=tuple(str(Path(d).resolve()) for d in log_dirs),
         on_copy=str(Path(args.on_copy).resolve()) if args.on_copy else None,
         options=request.options,
@@ -139,7 +144,7 @@ def config_from_args(args: argparse.Namespace) -> rehearse.RehearsalConfig:
 
 
 def run(args: argparse.Namespace) -> int:
-    paths = rehearse.RehearsalPaths.beside(args.output)
+    paths = RehearsalPaths.beside(args.output)
 
     def engine_factory() -> tuple[Engine, str]:  # made only when execute needs it: a LocalCluster takes seconds
         return make_engine(args)
@@ -169,7 +174,7 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK if report.ok else EXIT_FAILURE
 
 
-def report_text(report: rehearse.RehearsalReport) -> str:
+def report_text(report: RehearsalReport) -> str:
     hb, hs = human_bytes, human_seconds
     lines = [f"rehearsal {report.id} of {', '.join(report.log_dirs)}"]
     if report.copy is not None:

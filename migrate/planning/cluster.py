@@ -18,14 +18,11 @@ import socket
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from migrate.errors import MigrateError
+from migrate.errors import ClusterPlanRefusedError, MigrateError, PlanRefusedError
 from migrate.kafka.properties import _java_properties, read_meta_properties
-from migrate.model import Estimates, LogDirPlan, Plan, TaskPlan
-from migrate.planning.plan import PlanRefusedError, PlanRequest, build_plan
-
-
-class ClusterPlanRefusedError(MigrateError):
-    """The brokers' surveys cannot make one safe plan; the message names each broker and what to do."""
+from migrate.model import Estimates, LogDirPlan, Plan, PlanProblem, ProblemKind, TaskPlan
+from migrate.planning.checks import ClusterSubject, Scope, judge
+from migrate.planning.plan import PlanRequest, build_plan
 
 
 @dataclass(frozen=True)
@@ -79,40 +76,9 @@ def survey_broker(request: PlanRequest, broker_config: str | None, worker: str) 
 
 def merge(surveys: list[BrokerSurvey], expected_brokers: tuple[int, ...], scheduler: str) -> Plan:
     """One plan from every broker's survey, or a refusal naming each broker that stands in the way."""
-    refusals = []
-    by_id: dict[int | None, list[BrokerSurvey]] = {}
-    for s in surveys:
-        by_id.setdefault(s.broker_id, []).append(s)
-    for broker_id, claims in sorted(by_id.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)):
-        if broker_id is not None and len(claims) > 1:
-            refusals.append(
-                f"broker {broker_id} is claimed by {len(claims)} workers ({', '.join(c.worker for c in claims)}): "
-                "one worker per broker host, each seeing only its own broker's log dirs"
-            )
-    for s in surveys:
-        if s.refusal:
-            who = f"broker {s.broker_id}" if s.broker_id is not None else f"the worker on {s.host}"
-            refusals.append(f"{who} ({s.worker}): {s.refusal}")
-    clusters = {s.cluster_id for s in surveys if s.refusal is None}
-    if len(clusters) > 1:
-        members = "; ".join(
-            f"cluster {c}: brokers {', '.join(str(s.broker_id) for s in surveys if s.cluster_id == c)}"
-            for c in sorted(clusters, key=str)
-        )
-        refusals.append(f"the workers' brokers belong to different clusters ({members}): plan one cluster at a time")
-    missing = sorted(set(expected_brokers) - {s.broker_id for s in surveys})
-    for broker_id in missing:
-        refusals.append(
-            f"broker {broker_id} has no worker. On its host run: dask worker {scheduler} --name broker-{broker_id} "
-            "--nthreads 1 (with --tls-ca-file/--tls-cert/--tls-key on a TLS cluster), then plan again"
-        )
-    if not surveys:
-        refusals.append(f"the scheduler {scheduler} has no workers: start one `dask worker` on each broker host")
+    refusals = judge(Scope.CLUSTER, ClusterSubject(tuple(surveys), expected_brokers, scheduler))
     if refusals:
-        raise ClusterPlanRefusedError(
-            f"refusing to plan the cluster ({len(refusals)} problem{'s' if len(refusals) > 1 else ''}):\n  - "
-            + "\n  - ".join(refusals)
-        )
+        raise ClusterPlanRefusedError(refusals)
     return _combine(sorted(surveys, key=lambda s: s.broker_id or 0))
 
 
@@ -125,7 +91,8 @@ def _combine(surveys: list[BrokerSurvey]) -> Plan:
     for s in surveys:
         assert s.plan is not None
         if s.plan.options != first.options:  # every worker got the same request: a guard, not an expected case
-            raise ClusterPlanRefusedError(f"broker {s.broker_id} planned with options other than the others'")
+            problem = f"broker {s.broker_id} planned with options other than the others'"
+            raise ClusterPlanRefusedError([PlanProblem(ProblemKind.BROKER_OPTIONS_DIFFER, problem)])
         keys = {d.key: f"broker-{s.broker_id}:{d.log_dir}" for d in s.plan.log_dirs}
         log_dirs += [replace(d, key=keys[d.key], host=s.host) for d in s.plan.log_dirs]
         tasks += [replace(t, id=f"t{len(tasks) + i:05d}", log_dir=keys[t.log_dir]) for i, t in enumerate(s.plan.tasks)]

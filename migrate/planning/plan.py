@@ -4,7 +4,8 @@ Refused, each with the path, the byte position where there is one, and what to d
 dir (or is a partition dir), a held ``.lock``, no clean-shutdown marker, a migration in progress, stray
 ``.swap``/``.cleaned``/``.deleted`` files, a checksum that does not match, an unknown magic byte, damage in the middle
 of a partition, a torn tail (unless ``--truncate-tail``, which drops it from the partition's last segment only and
-lists what it drops), and too little space on any filesystem that holds partitions.
+lists what it drops), and too little space on any filesystem that holds partitions. Those checks are one table,
+``migrate.planning.checks``; a refusal (PlanRefusedError) carries each problem as a record.
 
 With ``--compact`` rules, every partition of a matching topic is planned whatever its format (v2-only ones too)
 and read in full now: pass one of compaction (``migrate.compaction.pass_one``) runs here, so the plan shows per
@@ -26,10 +27,9 @@ from pathlib import Path
 
 from migrate import __version__
 from migrate.compaction.pass_one import CompactionRule, SegmentSource, Settings, plan_compaction
-from migrate.errors import LocatedError, LogDirLockedError, MigrateError
-from migrate.kafka.layout import Partition, free_bytes, inspect_log_dir, validate_log_dir_path
-from migrate.kafka.lock import lock_holder
-from migrate.kafka.properties import has_clean_shutdown, leader_epoch_entries, read_meta_properties
+from migrate.errors import LocatedError, MigrateError, PlanRefusedError
+from migrate.kafka.layout import Partition, free_bytes, inspect_log_dir
+from migrate.kafka.properties import leader_epoch_entries, read_meta_properties
 from migrate.model import (
     DEFAULT_RANGE_BYTES,
     DEFAULT_TASK_BYTES,
@@ -43,26 +43,20 @@ from migrate.model import (
     LogDirPlan,
     PartitionPlan,
     Plan,
+    PlanProblem,
     RangeCut,
     SegmentPlan,
     SegmentRef,
-    TailDrop,
     TaskPlan,
 )
-from migrate.run.workspace import fence_path, other_states
-from migrate.segment.profile import SegmentProfile, check_segment, profile_segment, valid_entry_after
+from migrate.planning.checks import CompactionAttempt, LogDirSubject, Scope, SegmentSubject, judge
+from migrate.segment.profile import SegmentProfile, profile_segment
 
 # Growth of one uncompressed legacy message rewritten as a single-record v2 batch: 61 bytes of batch header and
 # about 7 of record framing replace 26 (v0) or 34 (v1) bytes of message overhead.
 V2_GROWTH_PER_MESSAGE = {0: 42, 1: 34}
 V2_GROWTH_PER_WRAPPER = 64
 SPACE_MARGIN = 1.05
-# A torn write leaves a prefix of one entry; a "tail" longer than any entry Kafka would have accepted is damage.
-TORN_TAIL_SCAN_BYTES = 4 << 20
-
-
-class PlanRefusedError(MigrateError):
-    """The log dirs are not in a state that can be migrated safely; the message lists every reason."""
 
 
 @dataclass(frozen=True)
@@ -98,7 +92,7 @@ def estimated_output_bytes(profile: SegmentProfile) -> int:
 
 @dataclass
 class _Findings:
-    refusals: list[str] = field(default_factory=list)
+    refusals: list[PlanProblem] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
 
@@ -106,15 +100,16 @@ def build_plan(request: PlanRequest) -> Plan:
     opts = request.options
     topic_re = re.compile(request.topics) if request.topics else None
     found = _Findings()
-    _check_compaction_request(request, found)
+    found.refusals += judge(Scope.REQUEST, request)
+    _warn_blank_headers(request, found)
     log_dir_plans = []
     for raw in request.log_dirs:
-        problem = validate_log_dir_path(raw)
-        if problem:
-            found.refusals.append(problem)
+        problems = judge(Scope.LOG_DIR_PATH, LogDirSubject(raw))
+        if problems:
+            found.refusals += problems
             continue
         log_dir = Path(raw).resolve()
-        _check_log_dir(log_dir, request, found)
+        found.refusals += judge(Scope.LOG_DIR, LogDirSubject(str(log_dir), request.allow_unclean))
         layout = inspect_log_dir(log_dir)
         found.warnings.extend(layout.warnings)
         meta = read_meta_properties(log_dir)
@@ -138,10 +133,7 @@ def build_plan(request: PlanRequest) -> Plan:
             )
         )
     if found.refusals:
-        raise PlanRefusedError(
-            f"refusing to plan ({len(found.refusals)} problem{'s' if len(found.refusals) > 1 else ''}):\n  - "
-            + "\n  - ".join(found.refusals)
-        )
+        raise PlanRefusedError(found.refusals)
     parts = [p for d in log_dir_plans for p in d.partitions]
     plan = Plan(
         version=PLAN_VERSION,
@@ -163,17 +155,7 @@ def build_plan(request: PlanRequest) -> Plan:
     return replace(plan, plan_id=plan.content_id())
 
 
-def _check_compaction_request(request: PlanRequest, found: _Findings) -> None:
-    if request.compact and request.options.target_magic != 2:
-        found.refusals.append(
-            "--compact writes v2 batches (compaction by header reads v2 headers, deletes may carry the KIP-87 flag of "
-            "v2 records): drop --target v1, or plan the compacted topics separately without --compact"
-        )
-    if not request.compact and (request.drop_tombstones_older_than_ms is not None or request.compact_memory_limit):
-        found.refusals.append(
-            "--drop-tombstones-older-than and --compact-memory-limit apply to compacted partitions only: add "
-            "--compact TOPIC_REGEX=STRATEGY for the topics to compact, or leave them out"
-        )
+def _warn_blank_headers(request: PlanRequest, found: _Findings) -> None:
     for rule in request.compact:
         if rule.strategy.value == "header" and not rule.header.strip():
             found.warnings.append(
@@ -182,34 +164,12 @@ def _check_compaction_request(request: PlanRequest, found: _Findings) -> None:
             )
 
 
-def _check_log_dir(log_dir: Path, request: PlanRequest, found: _Findings) -> None:
-    holder = lock_holder(log_dir)
-    if holder is not None:
-        found.refusals.append(str(LogDirLockedError(str(log_dir), holder or None)))
-    if not has_clean_shutdown(log_dir) and not request.allow_unclean:
-        found.refusals.append(
-            f"{log_dir}: no .kafka_cleanshutdown marker, so the broker did not shut down cleanly and the last segments "
-            "may hold unrecovered data. Start the broker once, let it recover, stop it cleanly, and plan again (or "
-            "pass --allow-unclean if you have checked the segments yourself)."
-        )
-    if fence_path(log_dir).exists():
-        found.refusals.append(
-            f"{log_dir}: {fence_path(log_dir).name} exists: a migration is in progress here. Finish it with "
-            "`execute --plan` or undo it with `rollback --plan` using its plan file."
-        )
-    for state in other_states(log_dir, "-"):
-        found.refusals.append(
-            f"{log_dir}: {state.name} holds the state of a migration that was not finalized or rolled back; run "
-            "`execute`, `finalize` or `rollback` with its plan file first."
-        )
-
-
 # Planning reads every byte of every segment; past this many segments the partitions are shared among processes,
 # one per core (starting one costs about half a second).
 PARALLEL_MIN_SEGMENTS = 2000
 PARALLEL_CHUNK = 64
 
-PartitionFindings = tuple[PartitionPlan | None, list[str], list[str]]
+PartitionFindings = tuple[PartitionPlan | None, list[PlanProblem], list[str]]
 
 
 def _plan_one(part: Partition, request: PlanRequest) -> PartitionFindings:
@@ -239,11 +199,7 @@ def _plan_partitions(parts: list[Partition], request: PlanRequest) -> list[Parti
 
 def _plan_partition(part: Partition, request: PlanRequest, found: _Findings) -> PartitionPlan | None:
     opts = request.options
-    if part.stray_files:
-        found.refusals.append(
-            f"{part.path}: {', '.join(part.stray_files)} left by an interrupted broker operation; start the broker "
-            "once so it completes or discards them, stop it cleanly, and plan again."
-        )
+    found.refusals += judge(Scope.PARTITION, part)
     segments = []
     rule = request.compaction_rule(part.topic)
     refusals_before = len(found.refusals)
@@ -251,24 +207,20 @@ def _plan_partition(part: Partition, request: PlanRequest, found: _Findings) -> 
         if not seg.size:
             continue
         # a crash can tear only the segment being appended to: the partition's last (a roll follows a full write)
-        is_last = seg is part.segments[-1]
-        cuts = _predicted_cuts(seg.size, request, rule)
+        subject = SegmentSubject(seg.path, seg.base_offset, seg is part.segments[-1], request, rule is not None)
         try:
-            profile = profile_segment(seg.path, check_crc=True, cuts=cuts)
-        except LocatedError as exc:
-            found.refusals.append(str(exc))
+            subject.profile = profile_segment(seg.path, check_crc=True, cuts=_predicted_cuts(seg.size, request, rule))
+        except (LocatedError, OSError) as exc:
+            subject.read_error = exc
+        problems = judge(Scope.SEGMENT, subject, first_only=True)
+        if problems:
+            found.refusals += problems
             continue
-        except OSError as exc:
-            found.refusals.append(f"{seg.path}: cannot read ({exc.strerror}); check its permissions and the disk")
+        profile = subject.profile
+        assert profile is not None
+        if not subject.converts:
             continue
-        if profile.corruption is not None:
-            found.refusals.append(str(profile.corruption))
-            continue
-        if not profile.has_magic_below(opts.target_magic) and rule is None:
-            continue  # nothing to convert; a torn tail here is Kafka's recovery's business, not ours
-        tail_drop = _tail(seg.path, profile, is_last, request, found)
-        if profile.tail_bytes and tail_drop is None:
-            continue
+        tail_drop = subject.tail.drop
         if profile.largest_entry > opts.max_message_bytes:
             found.warnings.append(
                 f"{seg.path}: an entry of {profile.largest_entry} bytes at byte position "
@@ -276,13 +228,6 @@ def _plan_partition(part: Partition, request: PlanRequest, found: _Findings) -> 
                 "broker accepted it, so the topic's max.message.bytes is at least that. Its converted batch keeps "
                 "about that size; consumers need fetch.max.bytes at least as large."
             )
-        if request.check:
-            try:
-                check_segment(seg.path, seg.base_offset, opts.chunk_bytes)
-            except LocatedError as exc:
-                if tail_drop is None or exc.position is None or exc.position < tail_drop.position:
-                    found.refusals.append(str(exc))
-                    continue
         segments.append(
             SegmentPlan(
                 base_offset=seg.base_offset,
@@ -357,45 +302,8 @@ def _plan_compaction(
     sources = [SegmentSource(str(part.path / s.file), s.base_offset, s.mtime_ns // 1_000_000) for s in segments]
     try:
         return plan_compaction(sources, Settings.of(draft, request.options), draft, part.name)
-    except LocatedError as exc:
-        found.refusals.append(str(exc))
-    except OSError as exc:
-        found.refusals.append(f"{part.path}: cannot read ({exc.strerror}); check its permissions and the disk")
-    return None
-
-
-def _tail(
-    path: Path, profile: SegmentProfile, is_last: bool, request: PlanRequest, found: _Findings
-) -> TailDrop | None:
-    """A torn tail is a partial entry running to the end of the partition's last segment, with no valid entry after
-    it; anything else is damage, reported with the failed check and never with advice to truncate."""
-    if not profile.tail_bytes:
-        return None
-    position = profile.tail_position
-    assert position is not None
-    limit = max(request.options.max_message_bytes, profile.largest_entry) + 12
-    after = valid_entry_after(path, position + 1, min(profile.tail_bytes - 1, TORN_TAIL_SCAN_BYTES))
-    if not is_last or after is not None or profile.tail_bytes > limit:
-        if not is_last:
-            why = "it is not the partition's last segment, so a crash cannot have torn it"
-        elif after is not None:
-            why = f"a valid entry follows at byte position {after}, so the entry header here is damaged"
-        else:
-            why = f"the partial entry would be {profile.tail_bytes} bytes, larger than any entry in the partition"
-        found.refusals.append(
-            f"{path}: the entry at byte position {position} runs past the end of the file ({profile.tail_bytes} bytes "
-            f"left), and {why}. This is damage, not a torn tail: restore the partition from a replica (or leave its "
-            "topic out with --topics). Inspect it with `kafka-log-migrate dump --deep-iteration`."
-        )
-        return None
-    drop = TailDrop(position, profile.tail_bytes, profile.last_offset, profile.tail_claimed_offset)
-    if request.options.truncate_tail:
-        return drop
-    found.refusals.append(
-        f"{path}: {profile.tail_bytes} bytes of a partial entry at byte position {position} after offset "
-        f"{profile.last_offset} (a crash tore the last write; Kafka's recovery would truncate it). Plan with "
-        "--truncate-tail to drop them (the original is kept until finalize), or restore the segment from a replica."
-    )
+    except (LocatedError, OSError) as exc:
+        found.refusals += judge(Scope.COMPACTION, CompactionAttempt(part.path, exc))
     return None
 
 
@@ -412,14 +320,9 @@ def _space(partitions: list[PartitionPlan], request: PlanRequest, found: _Findin
     out = []
     for dev, parts in sorted(by_device.items()):
         need = int(sum(p.estimated_output_bytes for p in parts) * SPACE_MARGIN)
-        free = free_bytes(real[dev], request.free_bytes_cap)
-        out.append(FilesystemSpace(dev, real[dev], len(parts), need, free))
-        if need > free:
-            found.refusals.append(
-                f"{real[dev]}: the converted segments of {len(parts)} partitions on this filesystem need about {need} "
-                f"bytes of staging space (originals are kept as hard links until finalize), but only {free} bytes are "
-                "free. Free space, or migrate fewer topics at a time (--topics)."
-            )
+        space = FilesystemSpace(dev, real[dev], len(parts), need, free_bytes(real[dev], request.free_bytes_cap))
+        found.refusals += judge(Scope.FILESYSTEM, space)
+        out.append(space)
     return tuple(out)
 
 

@@ -1,0 +1,77 @@
+"""The plan's check table: refusals are records (kind, place, advice) with the operator's text, and prepare's re-check
+refuses what changed in a log dir since planning."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import pytest
+from kafka_layout import make_broker_logdir
+
+from migrate.errors import ExecuteRefusedError
+from migrate.model import ProblemKind
+from migrate.planning.checks import CHECKS, Scope, recheck_log_dir
+from migrate.planning.plan import PlanRefusedError, PlanRequest, build_plan
+from migrate.run.workspace import FENCE_NAME
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Path:
+    return make_broker_logdir(tmp_path, partitions=["plain-v0-0", "lz4-v1-1"])
+
+
+def refusal(log_dir: Path, **kw) -> PlanRefusedError:
+    with pytest.raises(PlanRefusedError) as info:
+        build_plan(PlanRequest(log_dirs=(str(log_dir),), **kw))
+    return info.value
+
+
+def test_every_row_has_advice_and_prepare_reruns_only_what_needs_no_plan_options():
+    assert all(check.advice.strip() for check in CHECKS)
+    rerun = {check.scope for check in CHECKS if check.at_prepare}
+    assert rerun <= {Scope.LOG_DIR_PATH, Scope.LOG_DIR, Scope.PARTITION}
+    # --allow-unclean is not in the plan, so prepare cannot know whether an unclean log dir was accepted
+    assert ProblemKind.UNCLEAN_SHUTDOWN not in {check.kind for check in CHECKS if check.at_prepare}
+
+
+def test_a_refusal_carries_one_record_per_problem_in_the_order_the_message_lists_them(broker):
+    (broker / ".kafka_cleanshutdown").unlink()
+    (broker / "lz4-v1-1" / "00000000000000000000.log.swap").write_bytes(b"")
+
+    exc = refusal(broker)
+
+    assert [p.kind for p in exc.problems] == [ProblemKind.UNCLEAN_SHUTDOWN, ProblemKind.STRAY_FILES]
+    assert [p.path for p in exc.problems] == [str(broker), str(broker / "lz4-v1-1")]
+    assert str(exc) == "refusing to plan (2 problems):\n  - " + "\n  - ".join(p.message for p in exc.problems)
+    assert all(p.advice and p.advice in p.message for p in exc.problems)
+    assert pickle.loads(pickle.dumps(exc)).problems == exc.problems
+
+
+def test_a_bad_checksum_is_located_by_the_record_not_by_its_text(broker):
+    segment = broker / "plain-v0-0" / "00000000000000000000.log"
+    data = bytearray(segment.read_bytes())
+    data[40] ^= 0xFF  # inside the first message's payload: its CRC no longer matches
+    segment.write_bytes(bytes(data))
+
+    [problem] = refusal(broker).problems
+
+    assert (problem.kind, problem.path, problem.position, problem.offset) == (
+        ProblemKind.CORRUPT,
+        str(segment),
+        0,
+        0,
+    )
+    assert "CRC-32 of the message does not match" in problem.message and "restore the partition" in problem.advice
+
+
+def test_prepare_recheck_refuses_what_changed_since_planning(broker):
+    plan = build_plan(PlanRequest(log_dirs=(str(broker),)))
+    entry = plan.log_dirs[0]
+    recheck_log_dir(entry, plan.plan_id)  # nothing changed: no refusal
+
+    (broker / FENCE_NAME).mkdir()
+    (broker / "plain-v0-0" / "00000000000000000040.log.deleted").write_bytes(b"")
+    with pytest.raises(ExecuteRefusedError, match=r"refusing to execute \(2 problems\)") as info:
+        recheck_log_dir(entry, plan.plan_id)
+    assert [p.kind for p in info.value.problems] == [ProblemKind.MIGRATION_IN_PROGRESS, ProblemKind.STRAY_FILES]
