@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from migrate.errors import CorruptRecordError
 from migrate.format import accel, checksums, entries, legacy
 from migrate.format import batch as v2
-from migrate.format._bytes import int64_column
+from migrate.format.buffers import int64_column
 from migrate.format.digest import LogDigest
 from migrate.format.records import Record, RecordColumns, TimestampType
 

@@ -42,7 +42,7 @@ import numpy as np
 
 from migrate.errors import CorruptRecordError, UnencodableRecordError, UnsupportedFormatError
 from migrate.format import accel, codecs
-from migrate.format._bytes import check_pieces, int64_column
+from migrate.format.buffers import check_pieces, int64_column
 from migrate.format.checksums import crc32c
 from migrate.format.records import NO_TIMESTAMP, BatchColumns, Compression, Record, RecordColumns, TimestampType
 from migrate.format.varint import decode_varint, encode_varint, varint_sizes

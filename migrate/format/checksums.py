@@ -13,7 +13,7 @@ import crc32c as _crc32c
 import numpy as np
 
 from migrate.format import accel
-from migrate.format._bytes import int64_column
+from migrate.format.buffers import int64_column
 
 
 def crc32(data: bytes | bytearray | memoryview) -> int:

@@ -30,7 +30,7 @@ import numpy as np
 import xxhash
 
 from migrate.format import accel
-from migrate.format._bytes import check_pieces, int64_column
+from migrate.format.buffers import check_pieces, int64_column
 from migrate.format.records import RecordColumns
 
 _NULL = b"\x01"

@@ -23,7 +23,7 @@ import numpy as np
 from migrate.errors import CorruptRecordError, UnsupportedFormatError
 from migrate.format import accel, legacy
 from migrate.format import batch as v2
-from migrate.format._bytes import as_u8
+from migrate.format.buffers import as_u8
 from migrate.format.records import BatchColumns, Record
 
 HEADER_SIZE_UP_TO_MAGIC = 17

@@ -33,7 +33,7 @@ import numpy as np
 
 from migrate.errors import CorruptRecordError, UnsupportedFormatError
 from migrate.format import accel, codecs
-from migrate.format._bytes import as_u8, gather_be, int64_column
+from migrate.format.buffers import as_u8, gather_be, int64_column
 from migrate.format.checksums import crc32, crc32_ranges
 from migrate.format.records import NO_TIMESTAMP, BatchColumns, Compression, Record, RecordColumns, TimestampType
 

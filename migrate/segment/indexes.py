@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from migrate.format import accel
-from migrate.format._bytes import int64_column
+from migrate.format.buffers import int64_column
 from migrate.format.records import NO_TIMESTAMP
 from migrate.model import DEFAULT_INDEX_INTERVAL_BYTES
 from migrate.segment import offset_index, time_index
