@@ -35,7 +35,6 @@ from migrate.format.records import RecordColumns
 
 _digest_stream = accel.compiled("digest_stream")
 _NULL = b"\x01"
-_Q = struct.Struct(">q")
 _I = struct.Struct(">i")
 
 
