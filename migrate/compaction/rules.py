@@ -45,7 +45,7 @@ class CompactionRefusedError(SegmentRefusedError):
     )
 
 
-# --- rules, durations, sizes (the plan command's vocabulary) ----------------------------------------------------
+# --- the plan command's vocabulary -----------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
