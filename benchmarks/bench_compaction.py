@@ -37,7 +37,9 @@ import json, sys, time
 def rss(field):
     return int(next(l for l in open("/proc/self/status") if l.startswith(field)).split()[1]) * 1024
 
-from migrate.compaction.pass_one import SegmentSource, Settings, pass_one
+from migrate.compaction.facts import SegmentSource
+from migrate.compaction.pass_one import pass_one
+from migrate.compaction.rules import Settings
 from migrate.compaction.reference import reference_survivors
 from migrate.model import CompactionStrategy, TimestampPolicy
 what, strategy, paths = sys.argv[1], CompactionStrategy(sys.argv[2]), json.loads(sys.argv[3])

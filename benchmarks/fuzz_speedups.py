@@ -44,7 +44,7 @@ from migrate.errors import CorruptRecordError, UnsupportedFormatError
 from migrate.format import accel, checksums, legacy
 from migrate.format import batch as v2
 from migrate.format.digest import LogDigest
-from migrate.format.entries import _walk_positions
+from migrate.format.entries import walk_positions
 from migrate.format.records import Compression, Record, RecordColumns
 from migrate.format.varint import decode_varint
 from migrate.segment.indexes import index_entries as index_entries_reference
@@ -109,7 +109,7 @@ def check_walk(c: ModuleType, buf: Any) -> str:
     raw, consumed, bad = got
     positions = np.frombuffer(raw, np.int64)
     try:
-        ref_positions, ref_consumed = _walk_positions(buf)
+        ref_positions, ref_consumed = walk_positions(buf)
     except CorruptRecordError as exc:
         if bad != exc.position:
             raise Mismatch(f"walk: bad entry at {bad}, reference at {exc.position}") from None
@@ -541,7 +541,7 @@ def index_case(rng: random.Random, lengths: list[int]) -> tuple[Any, ...]:
 
 def _walk_or_nothing(buf: bytes) -> tuple[list[int], list[int]]:
     try:
-        positions, consumed = _walk_positions(buf)
+        positions, consumed = walk_positions(buf)
     except CorruptRecordError:
         return [], []
     p = positions.tolist()

@@ -17,8 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from migrate.format import batch as v2
-from migrate.format import codecs, legacy
-from migrate.format.checksums import crc32c
+from migrate.format import legacy
 from migrate.format.records import Compression, Record, RecordColumns, TimestampType
 
 
@@ -54,32 +53,20 @@ def v2_batch(e: Entry, partition_leader_epoch: int = 0) -> bytes:
     recs = e.records
     cols = RecordColumns.from_records([Record(r.offset, r.timestamp, r.key, r.value, r.headers) for r in recs])
     lat = e.log_append_time is not None
-    timestamps = np.full(len(recs), e.log_append_time, np.int64) if lat else cols.timestamps
-    base_offset = recs[0].offset
-    last_offset = e.last_offset if e.last_offset is not None else recs[-1].offset
-    base_ts = int(timestamps[0])
-    max_ts = e.log_append_time if lat else max(int(timestamps.max()), -1)
     attributes = np.array([v2.KIP87_TOMBSTONE_BIT if r.flag else 0 for r in recs], np.uint8)
-    body = v2._encode_records(cols, cols.offsets - base_offset, timestamps - base_ts, attributes)
-    if e.compression:
-        body = codecs.compress(e.compression, body, v2.MAGIC)
-    batch_attributes = int(e.compression) | (v2.TIMESTAMP_TYPE_BIT if lat else 0)
-    batch_attributes |= v2.TRANSACTIONAL_BIT if e.transactional else 0
-    epoch = 0 if e.producer_id >= 0 else -1
-    tail = (
-        v2._COVERED.pack(
-            batch_attributes,
-            last_offset - base_offset,
-            base_ts,
-            max_ts,
-            e.producer_id,
-            epoch,
-            -1 if e.producer_id < 0 else 0,
-            len(recs),
-        )
-        + body
+    return v2.encode_batch(
+        cols,
+        last_offset=e.last_offset,
+        partition_leader_epoch=partition_leader_epoch,
+        compression=e.compression,
+        timestamp_type=TimestampType.LOG_APPEND_TIME if lat else TimestampType.CREATE_TIME,
+        log_append_time=e.log_append_time,
+        producer_id=e.producer_id,
+        producer_epoch=0 if e.producer_id >= 0 else -1,
+        base_sequence=-1 if e.producer_id < 0 else 0,
+        is_transactional=e.transactional,
+        record_attributes=attributes,
     )
-    return v2._UNCOVERED.pack(base_offset, len(tail) + 9, partition_leader_epoch, v2.MAGIC, crc32c(tail)) + tail
 
 
 def entry_bytes(e: Entry) -> bytes:

@@ -14,14 +14,10 @@ from kafka_layout import make_broker_logdir
 from runs import assert_scan_agrees, make_plan, snapshot
 
 from migrate import pipeline
-from migrate.compaction.pass_one import (
-    CompactionRefusedError,
-    CompactionRule,
-    SegmentSource,
-    Settings,
-    pass_one,
-)
+from migrate.compaction.facts import SegmentSource
+from migrate.compaction.pass_one import pass_one
 from migrate.compaction.reference import expected_records, reference_survivors
+from migrate.compaction.rules import CompactionRefusedError, CompactionRule, Settings
 from migrate.engines import SerialEngine
 from migrate.format.records import Compression
 from migrate.model import (
@@ -421,9 +417,7 @@ def test_a_rewritten_v2_batch_keeps_the_kip87_flag_codec_and_timestamps(tmp_path
     assert (batch.base_offset, batch.last_offset, batch.records_count) == (0, 3, 2)
     assert batch.records.offsets.tolist() == [1, 2] and batch.records.timestamps.tolist() == [T + 1, T + 2]
     assert (batch.base_timestamp, batch.max_timestamp) == (T + 1, T + 2)
-    from migrate.compaction.pass_one import record_attributes
-
-    assert record_attributes(batch).tolist() == [v2.KIP87_TOMBSTONE_BIT, 0]  # the delete flag survives
+    assert batch.record_attributes().tolist() == [v2.KIP87_TOMBSTONE_BIT, 0]  # the delete flag survives
     assert single.records.offsets.tolist() == [4]
 
 

@@ -12,9 +12,11 @@ from compaction_layout import Entry, Rec, Segment, write_partition
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from migrate.compaction import pass_one as compaction
-from migrate.compaction.pass_one import SegmentSource, Settings, pass_one
+from migrate.compaction import facts as compaction
+from migrate.compaction.facts import SegmentSource
+from migrate.compaction.pass_one import pass_one
 from migrate.compaction.reference import reference_survivors
+from migrate.compaction.rules import Settings
 from migrate.format.records import Compression
 from migrate.model import CompactionStrategy, TimestampPolicy
 

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from migrate.errors import CorruptRecordError
 from migrate.format import accel, checksums, entries, legacy
 from migrate.format import batch as v2
-from migrate.format._bytes import int64_column
+from migrate.format.buffers import int64_column
 from migrate.format.digest import LogDigest
 from migrate.format.records import Record, RecordColumns, TimestampType
 
@@ -38,7 +38,7 @@ def test_status_names_the_accelerator_in_use():
 def test_walk_agrees_over_fixtures(segment):
     data = segment.read_bytes()
     raw, consumed, bad = speedups.walk(data)
-    positions, ref_consumed = entries._walk_positions(data)
+    positions, ref_consumed = entries.walk_positions(data)
     assert bad == -1
     assert np.frombuffer(raw, np.int64).tolist() == positions.tolist()
     assert consumed == ref_consumed
@@ -50,7 +50,7 @@ def test_walk_agrees_on_any_declared_sizes(sizes):
     data = b"".join(struct.pack(">qi", 0, s) + bytes(max(0, min(s, 60))) for s in sizes)
     raw, consumed, bad = speedups.walk(data)
     try:
-        positions, ref_consumed = entries._walk_positions(data)
+        positions, ref_consumed = entries.walk_positions(data)
     except CorruptRecordError as exc:
         assert bad == exc.position
         return
@@ -88,7 +88,7 @@ rows_with_types = st.lists(
 def _single_record_args(rows: list, epoch: int, flag: bool) -> tuple:
     cols = RecordColumns.from_records([Record(o, t, k, v) for o, t, k, v, _ in rows])
     types = np.array([r[4] for r in rows], np.int64)
-    attributes = v2._record_attributes(cols, flag)
+    attributes = v2.new_record_attributes(cols, flag)
     arrays = (cols.offsets, cols.timestamps, types, cols.key_pos, cols.key_len, cols.value_pos, cols.value_len)
     return (cols.buffer, *arrays, attributes, epoch)
 
@@ -122,7 +122,7 @@ def test_single_record_batches_agree_over_fixture_columns(segment):
             cols.buffer,
             *(int64_column(a) for a in (cols.offsets, cols.timestamps, np.maximum(run.timestamp_types(), 0))),
             *(int64_column(a) for a in (cols.key_pos, cols.key_len, cols.value_pos, cols.value_len)),
-            v2._record_attributes(cols, True),
+            v2.new_record_attributes(cols, True),
             7,
         )
         assert speedups.single_record_batches(*args) == v2.single_record_batches(*args)
@@ -184,7 +184,7 @@ def test_columnar_v2_decoding_declines_what_the_reader_refuses(what, offset_delt
     (which raises) instead of returning offsets the reader would never produce."""
     parts = []
     for delta, (key, value) in zip(offset_deltas, [(b"a", b"1"), (b"b", b"2")]):
-        parts.append(v2._encode_record(delta, 0, key, value, (), 0))
+        parts.append(v2.encode_record(delta, 0, key, value, (), 0))
     body = b"".join(parts)
     raw = bytearray(v2.encode_batch([Record(100, 5, b"a", b"1"), Record(101, 5, b"b", b"2")]))
     raw[v2.RECORD_BATCH_OVERHEAD :] = body
@@ -292,7 +292,7 @@ def test_the_converted_output_is_what_the_reference_writes_in_process():
                     cols.buffer,
                     *(int64_column(a) for a in (cols.offsets, cols.timestamps, types, cols.key_pos, cols.key_len)),
                     *(int64_column(a) for a in (cols.value_pos, cols.value_len)),
-                    v2._record_attributes(cols, True),
+                    v2.new_record_attributes(cols, True),
                     -1,
                 )
             else:

@@ -1,13 +1,13 @@
 """The one switch for the optional C accelerator (``migrate/format/_speedups.c``).
 
-Every format module asks this module, never imports ``_speedups`` itself::
+Every module binds its implementation once, at import, through this module, and never tests the switch itself::
 
     from migrate.format import accel
 
-    if accel.speedups is not None:
-        ...  # the compiled twin
-    else:
-        ...  # the Python reference (same results, slower)
+    _crc_ranges = accel.pick(accel.compiled("crc_ranges"), crc_ranges)  # the compiled twin, or the reference
+
+``pick`` is the only place the switch is read: with the accelerator off, every module runs its Python reference
+(same results, slower), and a function built on the accelerator is never called.
 
 The accelerator is used when it was built at install time (``setup.py`` builds it when a C compiler is present and
 skips it otherwise) and the environment variable ``KAFKA_LOG_MIGRATE_NO_EXTENSIONS`` is unset, empty or ``0``. Any
@@ -23,8 +23,12 @@ from __future__ import annotations
 
 import importlib
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
+from typing import Any, TypeVar
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 ENV_VAR = "KAFKA_LOG_MIGRATE_NO_EXTENSIONS"
 
@@ -60,3 +64,21 @@ speedups, _STATUS = _load()
 def status() -> Status:
     """Whether the C accelerator is in use (``active``) and why or why not (``reason``)."""
     return _STATUS
+
+
+def pick(accelerated: F, reference: F) -> F:
+    """The implementation this process uses: ``accelerated`` (a compiled function, or Python built on them) when the
+    accelerator is active, else ``reference``, the Python twin with the same results."""
+    return reference if speedups is None else accelerated
+
+
+def compiled(name: str) -> Callable[..., Any]:
+    """The accelerator's function ``name``, to hand to ``pick``; without the accelerator, a stand-in that refuses to
+    run (``pick`` never returns it then)."""
+    if speedups is not None:
+        return getattr(speedups, name)
+
+    def not_built(*args: object) -> Any:
+        raise RuntimeError(f"the C accelerator's {name} was called while the accelerator is off: {_STATUS.reason}")
+
+    return not_built

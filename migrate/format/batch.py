@@ -35,17 +35,24 @@ Under LogAppendTime every record reports the batch's maxTimestamp. A control bat
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
 from migrate.errors import CorruptRecordError, UnencodableRecordError, UnsupportedFormatError
 from migrate.format import accel, codecs
-from migrate.format._bytes import check_pieces, int64_column
+from migrate.format.buffers import check_pieces, int64_column
 from migrate.format.checksums import crc32c
 from migrate.format.records import NO_TIMESTAMP, BatchColumns, Compression, Record, RecordColumns, TimestampType
 from migrate.format.varint import decode_varint, encode_varint, varint_sizes
+
+if TYPE_CHECKING:
+    from migrate.format.entries import EntryVisitor
+
+T = TypeVar("T")
 
 MAGIC = 2
 RECORD_BATCH_OVERHEAD = 61
@@ -81,6 +88,9 @@ class V2Batch:
     base_sequence: int
     records_count: int
     records: RecordColumns | None = None
+    # which of the records as read compaction keeps, once it dropped some (``retain``): such a batch is rebuilt
+    # (``rebuild``), never copied
+    kept: np.ndarray | None = None
 
     entry_count = 1
 
@@ -136,6 +146,80 @@ class V2Batch:
     @property
     def delete_horizon_ms(self) -> int | None:
         return self.base_timestamp if self.attributes & DELETE_HORIZON_BIT else None
+
+    def accept(self, visitor: EntryVisitor[T]) -> T:
+        return visitor.v2_batch(self)
+
+    def record_position(self, index: int) -> int:
+        """Where record ``index`` starts, as an entry: the batch's own position."""
+        return self.position
+
+    def check_offsets_within(self) -> None:
+        """Nothing left to check: ``decode_records`` refused offsets that do not increase."""
+
+    def effective_timestamps(self, v0_timestamp: int) -> np.ndarray:
+        """Each record's timestamp as Kafka reads it (v2 records all have one; ``v0_timestamp`` is for v0's)."""
+        return self._decoded().timestamps
+
+    def record_attributes(self) -> np.ndarray:
+        """Each record's attributes byte (KIP-87 puts the delete flag in bit 5): the decoder skips it, so walk the
+        records' length prefixes once more (all ``records_count`` of them, then the ones ``kept``)."""
+        body = memoryview(self._decoded().buffer).cast("B")
+        out = np.zeros(self.records_count, np.uint8)
+        limit = len(body)
+        pos = 0
+        for i in range(self.records_count):
+            length, pos = decode_varint(body, pos, limit, 5)
+            out[i] = body[pos]
+            pos += length
+        return out if self.kept is None else out[self.kept]
+
+    def tombstones(self) -> np.ndarray:
+        """Per record, whether it is a delete: a null value, or KIP-87's flag in its attributes."""
+        cols = self._decoded()
+        delete = cols.value_len < 0
+        if len(cols):
+            delete = delete | ((self.record_attributes() & KIP87_TOMBSTONE_BIT) != 0)
+        return delete
+
+    def retain(self, keep: np.ndarray) -> V2Batch:
+        """The batch with only the records ``keep`` marks: to be rebuilt (``rebuild``), as Kafka's cleaner does."""
+        kept = keep
+        if self.kept is not None:
+            kept = self.kept.copy()
+            kept[np.flatnonzero(self.kept)[~keep]] = False
+        return dataclasses.replace(self, records=self._decoded().subset(keep), kept=kept)
+
+    def rebuild(self) -> tuple[bytes, RecordColumns, int]:
+        """The batch holding only its ``records`` (those ``retain`` kept), as Kafka's cleaner rebuilds one that lost
+        records (``MemoryRecords.buildRetainedRecordsInto``): the same base offset and last offset delta (the offset
+        range and the producer's last sequence stay), codec, timestamp type, producer fields, flags and leader epoch;
+        base and max timestamp from the kept records. Unlike the cleaner it keeps each record's attributes, so a
+        KIP-87 delete flag survives. Returns the bytes, the records with the timestamps they read back with, and the
+        batch's max timestamp."""
+        kept = self._decoded()
+        if self.timestamp_type == TimestampType.LOG_APPEND_TIME:
+            timestamps = np.full(len(kept), self.max_timestamp, np.int64)
+            max_ts = self.max_timestamp
+        else:
+            timestamps = kept.timestamps
+            max_ts = max(int(timestamps.max()), NO_TIMESTAMP)
+        horizon = self.delete_horizon_ms
+        data = _assemble(
+            kept,
+            timestamps,
+            base_offset=self.base_offset,
+            last_offset_delta=self.last_offset_delta,
+            attributes=self.attributes,
+            base_ts=horizon if horizon is not None else int(timestamps[0]),
+            max_ts=max_ts,
+            producer_id=self.producer_id,
+            producer_epoch=self.producer_epoch,
+            base_sequence=self.base_sequence,
+            partition_leader_epoch=self.partition_leader_epoch,
+            record_attributes=self.record_attributes(),
+        )
+        return data, dataclasses.replace(kept, timestamps=timestamps), max_ts
 
 
 def decode_batch(buf: bytes | memoryview, position: int, size: int, deep: bool = True) -> V2Batch:
@@ -292,7 +376,7 @@ def _varint(value: int) -> bytes:
     return _VARINTS[value + 1] if -1 <= value < _VARINT_END else encode_varint(value)
 
 
-def _encode_record(
+def encode_record(
     offset_delta: int,
     timestamp_delta: int,
     key: bytes | memoryview | None,
@@ -324,7 +408,9 @@ def _encode_headers(headers: tuple[tuple[str, bytes | None], ...]) -> bytes:
     return b"".join(parts)
 
 
-def _record_attributes(cols: RecordColumns, tombstone_flag: bool) -> np.ndarray:
+def new_record_attributes(cols: RecordColumns, tombstone_flag: bool) -> np.ndarray:
+    """The attributes byte of each record a writer here creates: 0, or with ``tombstone_flag`` KIP-87's delete flag
+    on a null value."""
     if tombstone_flag:
         return np.where(cols.value_len < 0, KIP87_TOMBSTONE_BIT, 0).astype(np.uint8)
     return np.zeros(len(cols), np.uint8)
@@ -371,7 +457,7 @@ def single_record_batches(
     sizes: list[int] = []
     columns = (timestamps, timestamp_types, key_pos, key_len, value_pos, value_len, record_attributes)
     for offset, ts, ts_type, kp, kl, vp, vl, attributes in zip(offsets.tolist(), *(c.tolist() for c in columns)):
-        record = _encode_record(
+        record = encode_record(
             0, 0, None if kl < 0 else view[kp : kp + kl], None if vl < 0 else view[vp : vp + vl], (), attributes
         )
         covered = _COVERED.pack(TIMESTAMP_TYPE_BIT if ts_type == 1 else 0, 0, ts, ts, -1, -1, -1, 1) + record
@@ -382,6 +468,9 @@ def single_record_batches(
         parts.append(covered)
         sizes.append(size)
     return b"".join(parts), np.array(sizes, np.int64).tobytes()
+
+
+_single_record_batches = accel.pick(accel.compiled("single_record_batches"), single_record_batches)
 
 
 def single_record_batch_sizes(key_len: np.ndarray, value_len: np.ndarray) -> np.ndarray:
@@ -426,8 +515,7 @@ def encode_single_record_batches(
     if n == 0:
         return b"", np.zeros(0, np.int64)
     _refuse_negative_timestamps(cols.timestamps)
-    encode = single_record_batches if accel.speedups is None else accel.speedups.single_record_batches
-    raw, sizes = encode(
+    raw, sizes = _single_record_batches(
         cols.buffer,
         int64_column(cols.offsets),
         int64_column(cols.timestamps),
@@ -436,7 +524,7 @@ def encode_single_record_batches(
         int64_column(cols.key_len),
         int64_column(cols.value_pos),
         int64_column(cols.value_len),
-        _record_attributes(cols, tombstone_flag),
+        new_record_attributes(cols, tombstone_flag),
         partition_leader_epoch,
     )
     return raw, np.frombuffer(sizes, np.int64)
@@ -453,7 +541,7 @@ def _encode_records(
     headers = cols.headers if cols.headers is not None else [()] * len(cols)
     return b"".join(
         map(
-            _encode_record,
+            encode_record,
             offset_deltas.tolist(),
             timestamp_deltas.tolist(),
             keys,
@@ -480,11 +568,13 @@ def encode_batch(
     is_control: bool = False,
     delete_horizon_ms: int | None = None,
     tombstone_flag: bool = False,
+    record_attributes: np.ndarray | None = None,
 ) -> bytes:
     """One v2 batch holding ``records``, with every header field a migration needs to set.
 
     Unlike producer-side builders this sets the real base offset and leader epoch, never replaces a -1 timestamp
-    with "now", and never silently drops the compression.
+    with "now", and never silently drops the compression. ``record_attributes``: each record's attributes byte, as
+    given (uint8), instead of those ``tombstone_flag`` sets.
     """
     cols = records if isinstance(records, RecordColumns) else RecordColumns.from_records(records)
     n = len(cols)
@@ -509,12 +599,6 @@ def encode_batch(
     base_ts = int(timestamps[0]) if n else NO_TIMESTAMP
     if delete_horizon_ms is not None:
         base_ts = delete_horizon_ms
-    # deltas in int64 arithmetic, as Kafka computes them (a timestamp delta may wrap)
-    body_bytes = _encode_records(
-        cols, cols.offsets - base_offset, timestamps - base_ts, _record_attributes(cols, tombstone_flag)
-    )
-    if compression != Compression.NONE:
-        body_bytes = codecs.compress(compression, body_bytes, MAGIC)
     attributes = int(compression)
     if timestamp_type == TimestampType.LOG_APPEND_TIME:
         attributes |= TIMESTAMP_TYPE_BIT
@@ -524,21 +608,51 @@ def encode_batch(
         attributes |= CONTROL_BIT
     if delete_horizon_ms is not None:
         attributes |= DELETE_HORIZON_BIT
-    tail = (
-        _COVERED.pack(
-            attributes,
-            last_offset - base_offset,
-            base_ts,
-            max_ts,
-            producer_id,
-            producer_epoch,
-            base_sequence,
-            n,
-        )
-        + body_bytes
+    return _assemble(
+        cols,
+        timestamps,
+        base_offset=base_offset,
+        last_offset_delta=last_offset - base_offset,
+        attributes=attributes,
+        base_ts=base_ts,
+        max_ts=max_ts,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        partition_leader_epoch=partition_leader_epoch,
+        record_attributes=(
+            new_record_attributes(cols, tombstone_flag) if record_attributes is None else record_attributes
+        ),
     )
-    crc = crc32c(tail)
-    return _UNCOVERED.pack(base_offset, len(tail) + 9, partition_leader_epoch, MAGIC, crc) + tail
+
+
+def _assemble(
+    cols: RecordColumns,
+    timestamps: np.ndarray,
+    *,
+    base_offset: int,
+    last_offset_delta: int,
+    attributes: int,
+    base_ts: int,
+    max_ts: int,
+    producer_id: int,
+    producer_epoch: int,
+    base_sequence: int,
+    partition_leader_epoch: int,
+    record_attributes: np.ndarray,
+) -> bytes:
+    """The one batch writer behind ``encode_batch`` and ``V2Batch.rebuild``: records (compressed with the codec of
+    ``attributes``), header and CRC."""
+    # deltas in int64 arithmetic, as Kafka computes them (a timestamp delta may wrap)
+    body = _encode_records(cols, cols.offsets - base_offset, timestamps - base_ts, record_attributes)
+    codec = Compression(attributes & CODEC_MASK)
+    if codec != Compression.NONE:
+        body = codecs.compress(codec, body, MAGIC)
+    covered = _COVERED.pack(
+        attributes, last_offset_delta, base_ts, max_ts, producer_id, producer_epoch, base_sequence, len(cols)
+    )
+    tail = covered + body
+    return _UNCOVERED.pack(base_offset, len(tail) + 9, partition_leader_epoch, MAGIC, crc32c(tail)) + tail
 
 
 @dataclass(slots=True)
@@ -568,10 +682,16 @@ def decode_uncompressed_batches(buf: bytes | memoryview, positions: np.ndarray, 
     """CRC-check and decode uncompressed, header-less v2 batches at once, in one pass of the C accelerator over each
     batch; None if any batch needs ``decode_batch`` (compressed, with headers, or malformed: that path raises the
     precise error), and without the accelerator."""
-    if accel.speedups is None or not len(positions):
+    if not len(positions):
         return None
+    return _decode_uncompressed(buf, positions, sizes)
+
+
+def _decode_uncompressed_compiled(
+    buf: bytes | memoryview, positions: np.ndarray, sizes: np.ndarray
+) -> V2Columns | None:
     positions, sizes = int64_column(positions), int64_column(sizes)
-    status, _, last_offsets, max_timestamps, *cols = accel.speedups.v2_batches(buf, positions, sizes)
+    status, _, last_offsets, max_timestamps, *cols = _v2_batches(buf, positions, sizes)
     if status.count(0) != len(status):
         return None
     offsets, timestamps, key_pos, key_len, value_pos, value_len = (np.frombuffer(c, np.int64) for c in cols)
@@ -582,3 +702,12 @@ def decode_uncompressed_batches(buf: bytes | memoryview, positions: np.ndarray, 
         max_timestamps=np.frombuffer(max_timestamps, np.int64),
         records=RecordColumns(buf, offsets, timestamps, key_pos, key_len, value_pos, value_len),
     )
+
+
+def _decode_batch_by_batch(buf: bytes | memoryview, positions: np.ndarray, sizes: np.ndarray) -> None:
+    """Without the accelerator there is no columnar decoder: ``decode_batch`` reads each batch."""
+    return None
+
+
+_v2_batches = accel.compiled("v2_batches")
+_decode_uncompressed = accel.pick(_decode_uncompressed_compiled, _decode_batch_by_batch)

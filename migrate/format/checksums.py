@@ -13,7 +13,7 @@ import crc32c as _crc32c
 import numpy as np
 
 from migrate.format import accel
-from migrate.format._bytes import int64_column
+from migrate.format.buffers import int64_column
 
 
 def crc32(data: bytes | bytearray | memoryview) -> int:
@@ -42,9 +42,11 @@ def crc_ranges(data: bytes | bytearray | memoryview, starts: np.ndarray, ends: n
     return np.fromiter(map(fn, pieces), np.uint32, len(starts)).tobytes()
 
 
+_crc_ranges = accel.pick(accel.compiled("crc_ranges"), crc_ranges)
+
+
 def _ranges(data: bytes | bytearray | memoryview, starts: np.ndarray, ends: np.ndarray, castagnoli: bool) -> np.ndarray:
-    impl = crc_ranges if accel.speedups is None else accel.speedups.crc_ranges
-    raw = impl(data, int64_column(starts), int64_column(ends), castagnoli)
+    raw = _crc_ranges(data, int64_column(starts), int64_column(ends), castagnoli)
     return np.frombuffer(raw, np.uint32).astype(np.int64)
 
 

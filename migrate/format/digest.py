@@ -30,11 +30,11 @@ import numpy as np
 import xxhash
 
 from migrate.format import accel
-from migrate.format._bytes import check_pieces, int64_column
+from migrate.format.buffers import check_pieces, int64_column
 from migrate.format.records import RecordColumns
 
+_digest_stream = accel.compiled("digest_stream")
 _NULL = b"\x01"
-_Q = struct.Struct(">q")
 _I = struct.Struct(">i")
 
 
@@ -122,20 +122,20 @@ class LogDigest:
             self._next_split += 1
             a = b
 
-    def _update(self, cols: RecordColumns) -> None:
-        n = len(cols)
-        if accel.speedups is not None and cols.headers is None:
-            arrays = [
-                int64_column(a)
-                for a in (cols.offsets, cols.timestamps, cols.key_pos, cols.key_len, cols.value_pos, cols.value_len)
-            ]
-            if self.plain is not None:
-                self.plain.update(accel.speedups.digest_stream(cols.buffer, *arrays, False))
-            if self.timed is not None:
-                self.timed.update(accel.speedups.digest_stream(cols.buffer, *arrays, True))
-            self.records += n
+    def _update_columns(self, cols: RecordColumns) -> None:
+        """The accelerator serializes the records; records with headers take the reference."""
+        if cols.headers is not None:
+            self._update_rows(cols)
             return
-        self._update_rows(cols)
+        arrays = [
+            int64_column(a)
+            for a in (cols.offsets, cols.timestamps, cols.key_pos, cols.key_len, cols.value_pos, cols.value_len)
+        ]
+        if self.plain is not None:
+            self.plain.update(_digest_stream(cols.buffer, *arrays, False))
+        if self.timed is not None:
+            self.timed.update(_digest_stream(cols.buffer, *arrays, True))
+        self.records += len(cols)
 
     def _update_rows(self, cols: RecordColumns) -> None:
         """The reference serialization, one record at a time (also the path for records with headers)."""
@@ -194,6 +194,8 @@ class LogDigest:
         if self.timed is not None:
             self.timed.update(b"".join(timed))
         self.records += n
+
+    _update = accel.pick(_update_columns, _update_rows)
 
     def hexdigests(self) -> tuple[str, str]:
         """(plain, timestamped) digests in hex; "" for one not computed."""

@@ -10,6 +10,9 @@ stops silently at an incomplete last entry (fewer than 17 header bytes, or fewer
 throws when an entry declares a size below 14. Here the first is a ``Tail`` and the second a CorruptRecordError.
 
 Consecutive uncompressed legacy messages are grouped into one ``LegacyRun`` and decoded column-wise.
+
+Every entry kind answers the same questions for itself (offsets, positions, timestamps, deletes, ``retain``); what
+differs by kind, a caller writes as an ``EntryVisitor``.
 """
 
 from __future__ import annotations
@@ -17,19 +20,34 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Protocol, TypeVar
 
 import numpy as np
 
 from migrate.errors import CorruptRecordError, UnsupportedFormatError
 from migrate.format import accel, legacy
 from migrate.format import batch as v2
-from migrate.format._bytes import as_u8
+from migrate.format.buffers import as_u8
 from migrate.format.records import BatchColumns, Record
 
 HEADER_SIZE_UP_TO_MAGIC = 17
 MIN_ENTRY_SIZE = legacy.MIN_MESSAGE_SIZE
 
 Entry = legacy.LegacyRun | legacy.LegacyWrapper | v2.V2Batch
+T_co = TypeVar("T_co", covariant=True)
+
+
+class EntryVisitor(Protocol[T_co]):
+    """What a caller does with each kind of entry, for ``entry.accept(visitor)``: each kind calls its own method, so
+    callers never ask an entry what it is (as Kafka's ``RecordBatch`` answers for itself to ``LogSegment``)."""
+
+    def legacy_run(self, run: legacy.LegacyRun) -> T_co: ...
+
+    def legacy_wrapper(self, wrapper: legacy.LegacyWrapper) -> T_co: ...
+
+    def v2_batch(self, batch: v2.V2Batch) -> T_co: ...
+
+
 _SIZE = struct.Struct(">i")
 
 
@@ -89,7 +107,7 @@ def _bad_size(buf: bytes | bytearray | memoryview, pos: int) -> CorruptRecordErr
     )
 
 
-def _walk_positions(buf: bytes | bytearray | memoryview) -> tuple[np.ndarray, int]:
+def walk_positions(buf: bytes | bytearray | memoryview) -> tuple[np.ndarray, int]:
     """Start of every complete entry, and where the complete entries end (the reference for the C walk)."""
     end = len(buf)
     positions: list[int] = []
@@ -107,15 +125,20 @@ def _walk_positions(buf: bytes | bytearray | memoryview) -> tuple[np.ndarray, in
     return np.array(positions, np.int64), pos
 
 
+def _walk_compiled(buf: bytes | bytearray | memoryview) -> tuple[np.ndarray, int]:
+    raw, consumed, bad = _walk(buf)
+    if bad >= 0:
+        raise _bad_size(buf, bad)
+    return np.frombuffer(raw, np.int64), consumed
+
+
+_walk = accel.compiled("walk")
+_positions = accel.pick(_walk_compiled, walk_positions)
+
+
 def walk_entries(buf: bytes | bytearray | memoryview) -> Walk:
     """Find every complete entry of ``buf``; an incomplete last one becomes ``tail``."""
-    if accel.speedups is not None:
-        raw, consumed, bad = accel.speedups.walk(buf)
-        if bad >= 0:
-            raise _bad_size(buf, bad)
-        p = np.frombuffer(raw, np.int64)
-    else:
-        p, consumed = _walk_positions(buf)
+    p, consumed = _positions(buf)
     tail = _tail_at(buf, consumed) if consumed < len(buf) else None
     if not len(p):
         return Walk(p, np.zeros(0, np.int64), np.zeros(0, np.uint8), consumed, tail)
@@ -173,15 +196,7 @@ def read_entries(
 def _check_offsets_increase(items: list[Entry]) -> None:
     last = None
     for item in items:
-        if isinstance(item, legacy.LegacyRun):  # many entries in one: checked within itself, column-wise
-            offs = item.records.offsets
-            if len(offs) > 1 and (back := offs[1:] <= offs[:-1]).any():
-                j = int(np.argmax(back)) + 1
-                raise CorruptRecordError(
-                    f"offset {int(offs[j])} does not increase on offset {int(offs[j - 1])}",
-                    position=int(item.positions[j]),
-                    offset=int(offs[j]),
-                )
+        item.check_offsets_within()
         first = item.first_offset
         if last is not None and first <= last:
             raise CorruptRecordError(

@@ -26,16 +26,23 @@ inner record reports the wrapper's timestamp. Magic 0 has no timestamps: Kafka r
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
 from migrate.errors import CorruptRecordError, UnsupportedFormatError
 from migrate.format import accel, codecs
-from migrate.format._bytes import as_u8, gather_be, int64_column
+from migrate.format.buffers import as_u8, gather_be, int64_column
 from migrate.format.checksums import crc32, crc32_ranges
 from migrate.format.records import NO_TIMESTAMP, BatchColumns, Compression, Record, RecordColumns, TimestampType
+
+if TYPE_CHECKING:
+    from migrate.format.entries import EntryVisitor
+
+T = TypeVar("T")
 
 LOG_OVERHEAD = 12
 CRC_OFFSET = 12  # within an entry: after offset and size
@@ -60,11 +67,14 @@ def timestamp_type_of(magic: int, attributes: int) -> TimestampType:
     return TimestampType.LOG_APPEND_TIME if attributes & TIMESTAMP_TYPE_BIT else TimestampType.CREATE_TIME
 
 
-class _OffsetsOfRecords:
-    """First and last offset of a legacy entry kind: its records' own (absolute, checked on decode)."""
+class _LegacyEntry:
+    """What both legacy entry kinds answer alike: first and last offset (their records' own, absolute, checked on
+    decode), and no transactions, control records or KIP-87 flag, which came with v2."""
 
     __slots__ = ()
     records: RecordColumns
+    is_transactional = False
+    is_control = False
 
     @property
     def first_offset(self) -> int:
@@ -74,9 +84,13 @@ class _OffsetsOfRecords:
     def last_offset(self) -> int:
         return self.records.last_offset
 
+    def tombstones(self) -> np.ndarray:
+        """Per record, whether it is a delete: a null value."""
+        return self.records.value_len < 0
+
 
 @dataclass(slots=True)
-class LegacyRun(_OffsetsOfRecords):
+class LegacyRun(_LegacyEntry):
     """Consecutive uncompressed magic 0/1 messages: each one is its own log entry and holds one record."""
 
     positions: np.ndarray  # entry start, relative to the buffer
@@ -112,9 +126,42 @@ class LegacyRun(_OffsetsOfRecords):
         """Every record, row-wise, each at its own message's position (slow path: tests, dump, small data)."""
         return self.records.rows(self.timestamp_types(), self.positions)
 
+    def accept(self, visitor: EntryVisitor[T]) -> T:
+        return visitor.legacy_run(self)
+
+    def record_position(self, index: int) -> int:
+        """Where record ``index`` starts: each message is its own entry."""
+        return int(self.positions[index])
+
+    def check_offsets_within(self) -> None:
+        """Many entries in one: their offsets must increase from message to message, checked column-wise."""
+        offs = self.records.offsets
+        if len(offs) > 1 and (back := offs[1:] <= offs[:-1]).any():
+            j = int(np.argmax(back)) + 1
+            raise CorruptRecordError(
+                f"offset {int(offs[j])} does not increase on offset {int(offs[j - 1])}",
+                position=int(self.positions[j]),
+                offset=int(offs[j]),
+            )
+
+    def effective_timestamps(self, v0_timestamp: int) -> np.ndarray:
+        """Each record's timestamp as Kafka reads it, but ``v0_timestamp`` for a v0 message's (which has none)."""
+        return np.where(self.magics == 0, v0_timestamp, self.records.timestamps)
+
+    def retain(self, keep: np.ndarray) -> LegacyRun:
+        """The run of only the messages ``keep`` marks."""
+        return LegacyRun(
+            self.positions[keep],
+            self.sizes[keep],
+            self.magics[keep],
+            self.attributes[keep],
+            self.crcs[keep],
+            self.records.subset(keep),
+        )
+
 
 @dataclass(slots=True)
-class LegacyWrapper(_OffsetsOfRecords):
+class LegacyWrapper(_LegacyEntry):
     """One compressed magic 0/1 message and the records of its inner message set (absolute offsets)."""
 
     position: int
@@ -151,14 +198,41 @@ class LegacyWrapper(_OffsetsOfRecords):
         """Every record, row-wise, at the wrapper's position (slow path: tests, dump, small data)."""
         return self.records.rows(self.timestamp_type, self.position)
 
+    def accept(self, visitor: EntryVisitor[T]) -> T:
+        return visitor.legacy_wrapper(self)
+
+    def record_position(self, index: int) -> int:
+        """Where record ``index`` starts, as an entry: the wrapper's own position."""
+        return self.position
+
+    def check_offsets_within(self) -> None:
+        """Nothing left to check: ``decode_wrapper`` refused inner offsets that do not increase."""
+
+    def effective_timestamps(self, v0_timestamp: int) -> np.ndarray:
+        """Each record's timestamp as Kafka reads it: ``v0_timestamp`` for all of a v0 wrapper's (which have none),
+        the wrapper's own under LogAppendTime."""
+        if self.magic == 0:
+            return np.full(len(self.records), v0_timestamp, np.int64)
+        if self.timestamp_type == TimestampType.LOG_APPEND_TIME:
+            return np.full(len(self.records), self.timestamp, np.int64)
+        return self.records.timestamps
+
+    def retain(self, keep: np.ndarray) -> LegacyWrapper:
+        """The wrapper with only the records ``keep`` marks."""
+        return dataclasses.replace(self, records=self.records.subset(keep))
+
 
 def decode_run(buf: bytes | memoryview, positions: np.ndarray, sizes: np.ndarray) -> LegacyRun:
     """Decode and CRC-check a run of uncompressed legacy messages at ``positions``: in one pass of the C
     accelerator when it is active and every message is sound, else (and to raise the precise error) with
     ``decode_run_reference``."""
-    if accel.speedups is not None and len(positions):
+    return _decode_run(buf, positions, sizes)
+
+
+def _decode_run_compiled(buf: bytes | memoryview, positions: np.ndarray, sizes: np.ndarray) -> LegacyRun:
+    if len(positions):
         positions, sizes = int64_column(positions), int64_column(sizes)
-        status, *raw = accel.speedups.legacy_run(buf, positions, sizes)
+        status, *raw = _legacy_run(buf, positions, sizes)
         if status.count(0) == len(status):
             offsets, crcs, timestamps, key_pos, key_len, value_pos, value_len, magics, attributes = (
                 np.frombuffer(c, np.int64) for c in raw
@@ -241,6 +315,10 @@ def decode_run_reference(buf: bytes | memoryview, positions: np.ndarray, sizes: 
             value_len=value_len,
         ),
     )
+
+
+_legacy_run = accel.compiled("legacy_run")
+_decode_run = accel.pick(_decode_run_compiled, decode_run_reference)
 
 
 def decode_wrapper(buf: bytes | memoryview, position: int, size: int) -> LegacyWrapper:

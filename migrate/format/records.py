@@ -134,6 +134,23 @@ class RecordColumns:
             None if self.headers is None else self.headers[start:end],
         )
 
+    def subset(self, keep: np.ndarray) -> RecordColumns:
+        """The records ``keep`` (a boolean mask) marks, over the same buffer; headers None if none is left with any."""
+        headers = None
+        if self.headers is not None:
+            headers = [h for h, k in zip(self.headers, keep.tolist()) if k]
+            headers = headers if any(headers) else None
+        return RecordColumns(
+            self.buffer,
+            self.offsets[keep],
+            self.timestamps[keep],
+            self.key_pos[keep],
+            self.key_len[keep],
+            self.value_pos[keep],
+            self.value_len[keep],
+            headers,
+        )
+
     @classmethod
     def from_records(cls, records: list[Record]) -> RecordColumns:
         """Columns over a fresh buffer holding the records' keys and values back to back."""

@@ -27,7 +27,6 @@ from typing import BinaryIO
 
 import numpy as np
 
-from migrate.compaction.pass_one import encode_retained_v2, load_survivors, retained
 from migrate.errors import SegmentRefusedError, SourceChangedError, TruncatedTailError, UnencodableRecordError
 from migrate.format import batch as v2
 from migrate.format import legacy
@@ -45,6 +44,7 @@ from migrate.model import (
     SegmentTask,
     TimestampPolicy,
 )
+from migrate.segment.compacted import load_survivors, retained
 from migrate.segment.indexes import IndexBuilder
 from migrate.segment.profile import check_offsets
 from migrate.segment.reader import open_unbuffered, read_chunks
@@ -66,6 +66,8 @@ class _Written:
 
 @dataclass
 class _Converter:
+    """What each kind of entry becomes (an ``EntryVisitor``), and what the conversion saw on the way."""
+
     options: ConvertOptions
     mtime_ms: int
     source: str
@@ -75,16 +77,11 @@ class _Converter:
 
     def convert(self, item: Entry, file_position: int) -> _Written:
         try:
-            if isinstance(item, legacy.LegacyRun):
-                return self._run(item)
-            if isinstance(item, legacy.LegacyWrapper):
-                return self._wrapper(item)
-            return self._copy_v2(item)
+            return item.accept(self)
         except UnencodableRecordError as exc:
-            index, records = exc.record_index, getattr(item, "records", None)
-            position = item.first_position
-            if isinstance(item, legacy.LegacyRun) and index is not None:
-                position = int(item.positions[index])  # a plain message: its own position, not its run's
+            index, records = exc.record_index, item.records
+            # a plain message of a run: its own position, not its run's
+            position = item.first_position if index is None else item.record_position(index)
             raise SegmentRefusedError(
                 f"cannot convert entry: {exc.reason}",
                 position=file_position + position,
@@ -104,7 +101,7 @@ class _Converter:
             return np.where(v0, self.mtime_ms, timestamps), np.where(v0, TimestampType.LOG_APPEND_TIME, types)
         return timestamps, np.where(v0, TimestampType.CREATE_TIME, types)
 
-    def _run(self, run: legacy.LegacyRun) -> _Written:
+    def legacy_run(self, run: legacy.LegacyRun) -> _Written:
         cols = run.records
         self._count_magics(run.magics)
         timestamps, types = self._policy_timestamps(cols.timestamps, run.timestamp_types())
@@ -189,7 +186,7 @@ class _Converter:
 
     # --- compressed legacy wrappers ---
 
-    def _wrapper(self, wrapper: legacy.LegacyWrapper) -> _Written:
+    def legacy_wrapper(self, wrapper: legacy.LegacyWrapper) -> _Written:
         cols = wrapper.records
         self.magics[str(wrapper.magic)] = self.magics.get(str(wrapper.magic), 0) + 1
         opts = self.options
@@ -236,13 +233,6 @@ class _Converter:
 
     # --- compaction (pass two) ---
 
-    def rewrite_v2(self, batch: v2.V2Batch, keep: np.ndarray) -> _Written:
-        """A v2 batch that lost records to compaction: rebuilt with the survivors, never copied."""
-        self.magics["2"] = self.magics.get("2", 0) + 1
-        self.changed = True
-        data, cols, max_ts = encode_retained_v2(batch, keep)
-        return _Written(data, np.array([len(data)]), np.array([batch.last_offset]), np.array([max_ts]), cols, True)
-
     def dropped(self, item: Entry) -> None:
         """An entry none of whose records survives compaction: it disappears, leaving an offset gap."""
         self.changed = True
@@ -250,8 +240,13 @@ class _Converter:
 
     # --- v2 batches ---
 
-    def _copy_v2(self, batch: v2.V2Batch) -> _Written:
+    def v2_batch(self, batch: v2.V2Batch) -> _Written:
+        """Copied byte for byte; a batch that lost records to compaction is rebuilt with the survivors."""
         self.magics["2"] = self.magics.get("2", 0) + 1
+        if batch.kept is not None:
+            self.changed = True
+            data, cols, max_ts = batch.rebuild()
+            return _Written(data, np.array([len(data)]), np.array([batch.last_offset]), np.array([max_ts]), cols, True)
         assert batch.records is not None
         return _Written(
             None,
@@ -483,14 +478,11 @@ def _stream(
     for chunk in chunks:
         buf, buf_position, entries = chunk.buffer, chunk.position, chunk.entries
         for item in entries.items:
-            kept, keep = (item, None) if survivors is None else retained(item, survivors)
+            kept = item if survivors is None else retained(item, survivors)
             if kept is None:
                 _drop(item, converter, result, base, buf_position, path)
                 continue
-            if keep is not None and isinstance(item, v2.V2Batch):
-                written_item = converter.rewrite_v2(item, keep)
-            else:
-                written_item = converter.convert(kept, buf_position)
+            written_item = converter.convert(kept, buf_position)
             offsets = item.records.offsets
             if len(offsets):
                 # within an entry, and from entry to entry in a chunk, the reader saw offsets increase: the span is

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from migrate.format import accel
-from migrate.format._bytes import int64_column
+from migrate.format.buffers import int64_column
 from migrate.format.records import NO_TIMESTAMP
 from migrate.model import DEFAULT_INDEX_INTERVAL_BYTES
 from migrate.segment import offset_index, time_index
@@ -115,6 +115,9 @@ def index_entries(
     )
 
 
+_index_entries = accel.pick(accel.compiled("index_entries"), index_entries)
+
+
 @dataclass
 class IndexBuilder:
     """Fed each written batch in order (size, last offset, max timestamp); yields both index files."""
@@ -133,8 +136,7 @@ class IndexBuilder:
         """Batches written back to back from the current end of the log."""
         if not len(sizes):
             return
-        fn = index_entries if accel.speedups is None else accel.speedups.index_entries
-        offsets, times, *state = fn(
+        offsets, times, *state = _index_entries(
             int64_column(sizes),
             int64_column(last_offsets),
             int64_column(max_timestamps),

@@ -21,7 +21,7 @@ import numpy as np
 from migrate.errors import CorruptRecordError, LocatedError, UnsupportedFormatError
 from migrate.format import batch as v2
 from migrate.format import legacy
-from migrate.format._bytes import gather_be
+from migrate.format.buffers import gather_be
 from migrate.format.checksums import crc32_ranges, crc32c_ranges
 from migrate.format.entries import HEADER_SIZE_UP_TO_MAGIC, walk_entries
 from migrate.format.records import Compression

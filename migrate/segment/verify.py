@@ -20,7 +20,7 @@ import contextlib
 import itertools
 import os
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -48,9 +48,6 @@ class SegmentCheck:
     def fail(self, problem: str) -> None:
         self.ok = False
         self.problems.append(problem)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
 
 
 @dataclass

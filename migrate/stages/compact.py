@@ -26,14 +26,10 @@ from pathlib import Path
 
 import numpy as np
 
-from migrate.compaction.pass_one import (
-    CompactionRefusedError,
-    SegmentSource,
-    Settings,
-    pass_one,
-    survivors_sha256,
-)
+from migrate.compaction.facts import SegmentSource
+from migrate.compaction.pass_one import pass_one, survivors_sha256
 from migrate.compaction.reference import reference_survivors
+from migrate.compaction.rules import CompactionRefusedError, Settings
 from migrate.errors import LocatedError, SourceChangedError
 from migrate.model import Outcome, PartitionPlan, PartitionState, Plan, Problem, SegmentOutcome, SegmentState
 from migrate.run.state import StateStore

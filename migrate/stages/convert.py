@@ -16,7 +16,6 @@ import traceback
 from collections.abc import Iterator
 from pathlib import Path
 
-from migrate.compaction.pass_one import load_survivors
 from migrate.compaction.reference import expected_records
 from migrate.errors import LocatedError, StateWriteError
 from migrate.format.records import Record
@@ -35,6 +34,7 @@ from migrate.model import (
 from migrate.run import faults
 from migrate.run.state import StateStore
 from migrate.run.workspace import segment_file, staging_dir, sync_filesystem
+from migrate.segment.compacted import load_survivors
 from migrate.segment.convert import convert_segment
 from migrate.segment.ranges import RangePart, convert_range
 from migrate.segment.verify import verify_segment
