@@ -8,7 +8,7 @@ import sys
 from migrate import pipeline
 from migrate.codec import to_json
 from migrate.commands.engine import add_cluster_options, add_engine_options, load_plan_for, make_engine, parse_brokers
-from migrate.compaction.pass_one import CompactionRule
+from migrate.compaction.rules import CompactionRule
 from migrate.errors import MigrateError
 from migrate.model import (
     DEFAULT_MAX_MESSAGE_BYTES,

@@ -23,7 +23,6 @@ import numpy as np
 
 from migrate.compaction.facts import Facts, SegmentSource, iter_facts
 from migrate.compaction.rules import CompactionRefusedError, Settings
-from migrate.compaction.rules import CompactionRule as CompactionRule  # planning and the CLI import it from here
 from migrate.model import CompactionPlan, CompactionStrategy
 from migrate.segment.compacted import kept_mask
 

@@ -66,10 +66,10 @@ DELETE_HORIZON_BIT = 0x40
 KIP87_TOMBSTONE_BIT = 0x20  # in the *record* attributes byte
 NO_PARTITION_LEADER_EPOCH = -1
 
-_HEADER = struct.Struct(">qiibIhiqqqhii")
+HEADER = struct.Struct(">qiibIhiqqqhii")
 _UNCOVERED = struct.Struct(">qiibI")  # baseOffset .. crc: the 21 bytes the CRC does not cover
 _COVERED = struct.Struct(">hiqqqhii")  # attributes .. recordsCount
-assert _HEADER.size == RECORD_BATCH_OVERHEAD
+assert HEADER.size == RECORD_BATCH_OVERHEAD
 
 
 @dataclass(slots=True)
@@ -230,7 +230,7 @@ def decode_batch(buf: bytes | memoryview, position: int, size: int, deep: bool =
             position=position,
         )
     (base_offset, _, ple, _, crc, attributes, last_delta, base_ts, max_ts, pid, epoch, base_seq, count) = (
-        _HEADER.unpack_from(buf, position)
+        HEADER.unpack_from(buf, position)
     )
     mv = memoryview(buf)
     end = position + size

@@ -55,8 +55,8 @@ MIN_MESSAGE_SIZE = 14
 CODEC_MASK = 0x07
 TIMESTAMP_TYPE_BIT = 0x08
 
-_HEADER_V0 = struct.Struct(">qiIbb")
-_HEADER_V1 = struct.Struct(">qiIbbq")
+HEADER_V0 = struct.Struct(">qiIbb")
+HEADER_V1 = struct.Struct(">qiIbbq")
 _INT32 = struct.Struct(">i")
 _INT64 = struct.Struct(">q")
 
@@ -325,10 +325,10 @@ def decode_wrapper(buf: bytes | memoryview, position: int, size: int) -> LegacyW
     """Decode and CRC-check one compressed legacy message and its inner message set."""
     magic = buf[position + MAGIC_OFFSET]
     if magic == 0:
-        offset, _, crc, magic, attributes = _HEADER_V0.unpack_from(buf, position)
+        offset, _, crc, magic, attributes = HEADER_V0.unpack_from(buf, position)
         timestamp = NO_TIMESTAMP
     else:
-        offset, _, crc, magic, attributes, timestamp = _HEADER_V1.unpack_from(buf, position)
+        offset, _, crc, magic, attributes, timestamp = HEADER_V1.unpack_from(buf, position)
     attributes &= 0xFF
     end = position + size
     mv = memoryview(buf)
@@ -364,7 +364,7 @@ def decode_wrapper(buf: bytes | memoryview, position: int, size: int) -> LegacyW
         )
     try:
         inner = codecs.decompress(codec, mv[value_len_at + 4 : end], magic)
-        records = _decode_inner_set(inner, magic, attributes, offset, timestamp)
+        records = decode_inner_set(inner, magic, attributes, offset, timestamp)
     except CorruptRecordError as exc:
         raise CorruptRecordError(
             f"compressed message: {exc.reason}", position=position, offset=offset, hint=exc.hint
@@ -372,7 +372,7 @@ def decode_wrapper(buf: bytes | memoryview, position: int, size: int) -> LegacyW
     return LegacyWrapper(position, size, magic, attributes, crc, offset, timestamp, records)
 
 
-def _decode_inner_set(
+def decode_inner_set(
     inner: bytes, wrapper_magic: int, wrapper_attributes: int, wrapper_offset: int, wrapper_timestamp: int
 ) -> RecordColumns:
     positions = []

@@ -26,7 +26,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from migrate import __version__
-from migrate.compaction.pass_one import CompactionRule, SegmentSource, Settings, plan_compaction
+from migrate.compaction.facts import SegmentSource
+from migrate.compaction.pass_one import plan_compaction
+from migrate.compaction.rules import CompactionRule, Settings
 from migrate.errors import LocatedError, MigrateError, PlanRefusedError
 from migrate.kafka.layout import Partition, free_bytes, inspect_log_dir
 from migrate.kafka.properties import leader_epoch_entries, read_meta_properties

@@ -8,7 +8,7 @@ import enum
 import time
 from dataclasses import dataclass, field
 
-from migrate.compaction.pass_one import CompactionRule
+from migrate.compaction.rules import CompactionRule
 from migrate.model import (
     DEFAULT_RANGE_BYTES,
     ConvertOptions,

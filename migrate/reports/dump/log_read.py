@@ -29,7 +29,7 @@ from migrate.reports.dump.views import INT32_MAX, EntryView, RecordView, batch_v
 _UINT32 = struct.Struct(">I")
 _INT32 = struct.Struct(">i")
 _OFFSET_AND_SIZE = struct.Struct(">qi")  # the log overhead every entry starts with
-_LEGACY_HEADERS = {0: legacy._HEADER_V0, 1: legacy._HEADER_V1}  # offset, size, crc, magic, attributes[, timestamp]
+_LEGACY_HEADERS = {0: legacy.HEADER_V0, 1: legacy.HEADER_V1}  # offset, size, crc, magic, attributes[, timestamp]
 # what the reader raises for bytes it cannot take as an entry (named apart: neither is a subclass of the other)
 ReadError = CorruptRecordError | UnsupportedFormatError
 READ_ERRORS = (CorruptRecordError, UnsupportedFormatError)
@@ -269,7 +269,7 @@ def _wrapper_with_bad_inner(raw: bytearray, at: int) -> EntryView | None:
     try:
         inner = bytearray(codecs.decompress(codec, memoryview(raw)[value_length_at + 4 :], magic))
         stored, ok, end = _patch_inner_crcs(inner)
-        cols = legacy._decode_inner_set(bytes(inner[:end]), magic, attributes & 0xFF, offset, timestamp)
+        cols = legacy.decode_inner_set(bytes(inner[:end]), magic, attributes & 0xFF, offset, timestamp)
     except READ_ERRORS:
         return None
     if len(cols) != len(stored):
@@ -347,7 +347,7 @@ def _header_view(raw: bytearray, at: int) -> EntryView | None:
             if len(raw) < v2.RECORD_BATCH_OVERHEAD:
                 return None
             base, _, ple, _, crc, attributes, delta, base_ts, max_ts, pid, epoch, base_seq, count = (
-                v2._HEADER.unpack_from(raw)
+                v2.HEADER.unpack_from(raw)
             )
             fields = (base, ple, crc, attributes & 0xFFFF, delta, base_ts, max_ts, pid, epoch, base_seq, count)
             batch = V2Batch(at, len(raw), *fields)
