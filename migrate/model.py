@@ -822,7 +822,7 @@ class LiveCheck:
     history: tuple[str, ...] = ()  # the log dir's milestones ("... finalized migrated=12"), also after finalize
 
 
-# --- replicas of one partition on several brokers (migrate.replicas) ---
+# --- replicas of one partition on several brokers (migrate.stages.replicas) ---
 
 
 @dataclass(frozen=True)

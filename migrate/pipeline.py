@@ -35,7 +35,6 @@ from migrate.model import (
     VerifyReport,
 )
 from migrate.planning.cluster import replicas
-from migrate.replicas import DEFAULT_BUCKET_OFFSETS, common_range, compare
 from migrate.run.run_lock import RunLock
 from migrate.run.state import StateStore
 from migrate.segment.ranges import RangePart
@@ -45,7 +44,14 @@ from migrate.stages.finalize import finalize_log_dir, forget_log_dir, set_dir_mt
 from migrate.stages.inspect import status_from, status_log_dir, verify_live_log_dir
 from migrate.stages.join import join_segment
 from migrate.stages.prepare import prepare_log_dir
-from migrate.stages.replicas import fail_divergent, replica_digests, replica_ranges
+from migrate.stages.replicas import (
+    DEFAULT_BUCKET_OFFSETS,
+    common_range,
+    compare,
+    fail_divergent,
+    replica_digests,
+    replica_ranges,
+)
 from migrate.stages.rollback import rollback_check_log_dir, rollback_log_dir
 from migrate.stages.swap import swap_log_dir
 
