@@ -39,6 +39,7 @@ from distributed.http.utils import RequestHandler
 from migrate import __version__
 from migrate.codec import from_json, to_json
 from migrate.model import (
+    ConvertTaskResult,
     LogDirStatus,
     Outcome,
     Plan,
@@ -118,14 +119,15 @@ def outcome_of(event: dict[str, Any]) -> SegmentOutcome | RangeProgress:
 def stage_event(plan: Plan, value: Any) -> dict[str, Any] | None:
     """What a finished stage call changed that no segment event says: segments skipped (done by an earlier run, or
     not attempted), partitions swapped in or refused at the swap, partitions rolled back."""
-    if isinstance(value, list) and value and all(isinstance(o, SegmentOutcome) for o in value):
+    outcomes = value.outcomes if isinstance(value, ConvertTaskResult) else ()  # a convert task's or a join's
+    if outcomes:
         skipped = [
             [o.partition, o.base_offset, planned_size(plan, o.log_dir, o.partition, o.base_offset)]
-            for o in value
+            for o in outcomes
             if o.outcome == Outcome.SKIPPED
         ]
         if skipped:
-            return {"kind": "skipped", "plan_id": plan.plan_id, "log_dir": value[0].log_dir, "segments": skipped}
+            return {"kind": "skipped", "plan_id": plan.plan_id, "log_dir": outcomes[0].log_dir, "segments": skipped}
         return None
     if isinstance(value, SwapReport):
         return {

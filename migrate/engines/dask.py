@@ -34,7 +34,7 @@ from distributed import Client, LocalCluster, as_completed
 from migrate import monitor
 from migrate.engines import CallResult, StageCall
 from migrate.format import accel
-from migrate.model import DigestAlgorithm, Plan
+from migrate.model import DigestAlgorithm, Plan, Stage
 from migrate.run import faults
 from migrate.watch import progress
 
@@ -97,14 +97,12 @@ def _process_workers() -> dict[str, Any]:
     return {"host": "127.0.0.1", "env": _worker_environment(), "preload": _worker_preload()}
 
 
-def _key(stage: str, call: StageCall, position: int = 0) -> str:
+def _key(stage: Stage, call: StageCall, position: int = 0) -> str:
     """Deterministic per stage, arguments, host and position in the map (equal calls must stay distinct tasks:
-    Dask merges tasks with one key); the plan, when it is the first argument, counts by its id."""
-    args = call.args
-    if call.plan is not None:
-        args = (call.plan.plan_id, *args[1:])
+    Dask merges tasks with one key); the plan counts by its id."""
+    args = call.args if call.plan is None else (call.plan.plan_id, *call.args)
     rest = json.dumps([call.host, position, *args], sort_keys=True, default=str)
-    return f"{stage}-{hashlib.sha1(rest.encode()).hexdigest()[:16]}"
+    return f"{stage.value}-{hashlib.sha1(rest.encode()).hexdigest()[:16]}"
 
 
 def worth_workers(plan: Plan) -> bool:
@@ -271,7 +269,7 @@ class DaskEngine:
         if plan.plan_id not in self._scattered:
             self._scattered[plan.plan_id] = self.client.scatter(plan, broadcast=True, hash=False)
             self._announce(plan)
-        return (self._scattered[plan.plan_id], *call.args[1:])
+        return (self._scattered[plan.plan_id], *call.args)
 
     def _announce(self, plan: Plan) -> None:
         """The plan's totals on the scheduler's page, once per plan."""
@@ -308,7 +306,7 @@ class DaskEngine:
         """The migration's own page, beside Dask's on the same server."""
         return self.dashboard_link.rsplit("/", 1)[0] + "/migration"
 
-    def map(self, stage: str, fn: Callable[..., Any], calls: list[StageCall]) -> list[CallResult]:
+    def map(self, stage: Stage, fn: Callable[..., Any], calls: list[StageCall]) -> list[CallResult]:
         local = self.run_here_while_starting and all(call.host is None for call in calls)
         if not (local and all(call.plan is not None and not worth_workers(call.plan) for call in calls)):
             self.start_workers()
@@ -338,7 +336,7 @@ class DaskEngine:
             self._plans_run_here.setdefault(plan.plan_id, plan)
         previous = progress.set_sink(sink)
         try:
-            value = fn(*call.args)
+            value = fn(*call.arguments())
         except Exception as exc:  # reported per call, as the workers' are
             return CallResult(False, error=str(exc), error_type=type(exc).__name__)
         finally:
@@ -359,7 +357,7 @@ class DaskEngine:
             topic, event = self._held_events.pop(0)
             self.client.log_event(topic, event)
 
-    def _submit(self, stage: str, fn: Callable[..., Any], calls: list[StageCall]) -> list[CallResult]:
+    def _submit(self, stage: Stage, fn: Callable[..., Any], calls: list[StageCall]) -> list[CallResult]:
         self.start_workers(wait=True)
         self.publish_held_events()
         futures = []
@@ -386,7 +384,7 @@ class DaskEngine:
                 exc = future.exception()
                 out[i] = CallResult(False, error=str(exc), error_type=type(exc).__name__)
             if self.progress:
-                print(f"\r{stage}: {done}/{len(futures)}", end="", file=sys.stderr, flush=True)
+                print(f"\r{stage.value}: {done}/{len(futures)}", end="", file=sys.stderr, flush=True)
         if self.progress and futures:
             print(file=sys.stderr)
         for f in futures:

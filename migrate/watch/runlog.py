@@ -35,7 +35,7 @@ from typing import Any, Protocol, TextIO
 from migrate import __version__
 from migrate.engines import CallResult, Engine, StageCall
 from migrate.errors import MigrateError
-from migrate.model import Outcome, Plan, RangeProgress, SegmentOutcome
+from migrate.model import ConvertTaskResult, Outcome, Plan, RangeProgress, SegmentOutcome, Stage
 from migrate.units import human_bytes
 
 CAPTURED_LOGGERS = ("distributed", "tornado", "bokeh", "migrate", "py.warnings")
@@ -295,10 +295,9 @@ class Progress:
     def outcomes(self, results: list[CallResult]) -> None:
         """A stage's returned outcomes: what a live feed missed (Spark has none; skipped segments are not fed)."""
         for r in results:
-            if r.ok and isinstance(r.value, list):
-                for o in r.value:
-                    if isinstance(o, SegmentOutcome):
-                        self.segment(o)
+            if r.ok and isinstance(r.value, ConvertTaskResult):
+                for o in r.value.outcomes:
+                    self.segment(o)
 
     def stage(self, name: str) -> None:
         with self._lock:
@@ -394,7 +393,7 @@ class WatchedEngine:
         self.name = engine.name
         self.progress = progress
 
-    def map(self, stage: str, fn: Callable[..., Any], calls: list[StageCall]) -> list[CallResult]:
+    def map(self, stage: Stage, fn: Callable[..., Any], calls: list[StageCall]) -> list[CallResult]:
         if self.progress is not None:
             self.progress.stage(stage)
         logger.info("stage %s: %d call(s)", stage, len(calls))
