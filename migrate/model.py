@@ -35,11 +35,14 @@ import types
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from migrate.codec import enum_member, from_json, json_schema, to_json
 from migrate.errors import ModelError
 from migrate.kafka.names import parse_partition_dir_name, segment_name
+
+if TYPE_CHECKING:  # a range's working record, which only the join reads
+    from migrate.segment.ranges import RangePart
 
 PLAN_VERSION = 2
 DEFAULT_INDEX_INTERVAL_BYTES = 4096  # Kafka's index.interval.bytes default
@@ -832,6 +835,15 @@ class PrepareReport:
 
 
 @dataclass(frozen=True)
+class ConvertTaskResult:
+    """What a convert task returns, and a join: the outcomes of the segments it recorded in the state store; or, for
+    a task that converted one range of a large segment (``range_part``), no outcome: its segment's join records it."""
+
+    outcomes: tuple[SegmentOutcome, ...] = ()
+    range_part: RangePart | None = None
+
+
+@dataclass(frozen=True)
 class PartitionProblem:
     partition: str
     problem: Problem
@@ -876,7 +888,7 @@ class LiveCheck:
     history: tuple[str, ...] = ()  # the log dir's milestones ("... finalized migrated=12"), also after finalize
 
 
-# --- replicas of one partition on several brokers (migrate.replicas) ---
+# --- replicas of one partition on several brokers (migrate.stages.replicas) ---
 
 
 @dataclass(frozen=True)
@@ -918,7 +930,7 @@ class Divergence:
 class StageError:
     """A stage call that could not run at all (a log dir on another host, a refused prepare, a full disk)."""
 
-    stage: str
+    stage: Stage
     log_dir: str
     message: str
     error_type: str = ""

@@ -30,12 +30,13 @@ from migrate.model import (
     RollbackReport,
     SegmentOutcome,
     SegmentTotals,
+    Stage,
     StageError,
     StatusReport,
+    TaskPlan,
     VerifyReport,
 )
 from migrate.planning.cluster import replicas
-from migrate.replicas import DEFAULT_BUCKET_OFFSETS, common_range, compare
 from migrate.run.run_lock import RunLock
 from migrate.run.state import StateStore
 from migrate.segment.ranges import RangePart
@@ -45,22 +46,26 @@ from migrate.stages.finalize import finalize_log_dir, forget_log_dir, set_dir_mt
 from migrate.stages.inspect import status_from, status_log_dir, verify_live_log_dir
 from migrate.stages.join import join_segment
 from migrate.stages.prepare import prepare_log_dir
-from migrate.stages.replicas import fail_divergent, replica_digests, replica_ranges
+from migrate.stages.replicas import (
+    DEFAULT_BUCKET_OFFSETS,
+    common_range,
+    compare,
+    fail_divergent,
+    replica_digests,
+    replica_ranges,
+)
 from migrate.stages.rollback import rollback_check_log_dir, rollback_log_dir
 from migrate.stages.swap import swap_log_dir
 
 
 def _per_log_dir(plan: Plan, keys: list[str] | None = None, *extra: Any) -> list[StageCall]:
     """A call per log dir (named by its key), pinned to the host that owns it."""
-    return [StageCall((plan, d.key, *extra), d.host) for d in plan.log_dirs if keys is None or d.key in keys]
+    return [StageCall.on_log_dir(plan, d.key, *extra) for d in plan.log_dirs if keys is None or d.key in keys]
 
 
-def _errors(stage: str, calls: list[StageCall], results: list[CallResult]) -> list[StageError]:
-    return [
-        StageError(stage, str(c.args[1]) if len(c.args) > 1 else "", r.error, r.error_type)
-        for c, r in zip(calls, results)
-        if not r.ok
-    ]
+def _errors(stage: Stage, calls: list[StageCall], results: list[CallResult]) -> list[StageError]:
+    """The calls that could not run, each named by its log dir."""
+    return [StageError(stage, c.log_dir, r.error, r.error_type) for c, r in zip(calls, results) if not r.ok]
 
 
 def _local_log_dirs(plan: Plan) -> list[str]:
@@ -75,78 +80,71 @@ def execute(
     stage_seconds: dict[str, float] = {}
     clock = time.perf_counter()
 
-    def lap(stage: str) -> None:
+    def lap(stage: Stage) -> None:
         nonlocal clock
         now = time.perf_counter()
-        stage_seconds[stage] = round(now - clock, 3)
+        stage_seconds[stage.value] = round(now - clock, 3)
         clock = now
 
     errors: list[StageError] = []
     with RunLock(_local_log_dirs(plan), plan.plan_id, "execute"):
         calls = _per_log_dir(plan)
-        results = engine.map("prepare", prepare_log_dir, calls)
-        lap("prepare")
-        errors += _errors("prepare", calls, results)
-        ready = [c.args[1] for c, r in zip(calls, results) if r.ok and r.value.phase != LogDirPhase.FINALIZED]
+        results = engine.map(Stage.PREPARE, prepare_log_dir, calls)
+        lap(Stage.PREPARE)
+        errors += _errors(Stage.PREPARE, calls, results)
+        ready = [c.log_dir for c, r in zip(calls, results) if r.ok and r.value.phase != LogDirPhase.FINALIZED]
 
         # pass one of compaction, a task per partition planned with --compact: its survivors must be stored before
         # any of its segments is converted (a partition it refuses fails alone and convert skips it)
         calls = [
-            StageCall((plan, d, p.name), plan.log_dir(d).host)
+            StageCall.on_log_dir(plan, d, p.name)
             for d in ready
             for p in plan.log_dir(d).partitions
             if p.compaction is not None
         ]
         refused: list[SegmentOutcome] = []
         if calls:
-            results = engine.map("compact", compact_partition, calls)
-            lap("compact")
-            errors += _errors("compact", calls, results)
+            results = engine.map(Stage.COMPACT, compact_partition, calls)
+            lap(Stage.COMPACT)
+            errors += _errors(Stage.COMPACT, calls, results)
             refused = [r.value.refusal for r in results if r.ok and r.value.refusal is not None]
 
         run = uuid.uuid4().hex[:12]  # names the files this run's range tasks share with their joins
-        calls = [StageCall((plan, t.id, run), plan.log_dir(t.log_dir).host) for t in plan.tasks if t.log_dir in ready]
-        results = engine.map("convert", convert_task, calls)
-        lap("convert")
+        tasks = [t for t in plan.tasks if t.log_dir in ready]
+        calls = [StageCall.on_task(plan, t, run) for t in tasks]
+        results = engine.map(Stage.CONVERT, convert_task, calls)
+        lap(Stage.CONVERT)
         done = {(o.log_dir, o.partition, o.base_offset) for o in refused}  # convert reports them again, as skipped
         outcomes: list[SegmentOutcome] = refused + [
-            o
-            for r in results
-            if r.ok and isinstance(r.value, list)
-            for o in r.value
-            if (o.log_dir, o.partition, o.base_offset) not in done
+            o for r in results if r.ok for o in r.value.outcomes if (o.log_dir, o.partition, o.base_offset) not in done
         ]
-        stopped = {plan.tasks_by_id[c.args[1]].log_dir for c, r in zip(calls, results) if not r.ok}
-        errors += [
-            StageError("convert", plan.tasks_by_id[c.args[1]].log_dir, r.error, r.error_type)
-            for c, r in zip(calls, results)
-            if not r.ok
-        ]
+        stopped = {c.log_dir for c, r in zip(calls, results) if not r.ok}
+        errors += _errors(Stage.CONVERT, calls, results)
         # segments converted in ranges: one join each, once all their ranges are back, records the segment
-        calls = _join_calls(plan, calls, results, stopped, run)
+        calls = _join_calls(plan, tasks, results, stopped, run)
         if calls:
-            results = engine.map("join", join_segment, calls)
-            lap("join")
-            outcomes += [o for r in results if r.ok for o in r.value]
-            errors += [StageError("join", c.args[1], r.error, r.error_type) for c, r in zip(calls, results) if not r.ok]
-            stopped |= {c.args[1] for c, r in zip(calls, results) if not r.ok}
+            results = engine.map(Stage.JOIN, join_segment, calls)
+            lap(Stage.JOIN)
+            outcomes += [o for r in results if r.ok for o in r.value.outcomes]
+            errors += _errors(Stage.JOIN, calls, results)
+            stopped |= {c.log_dir for c, r in zip(calls, results) if not r.ok}
         stopped |= {
             o.log_dir for o in outcomes if o.outcome == Outcome.FAILED and o.problem and o.problem.kind == "io-error"
         }
 
         divergences = check_replicas(plan, engine, [d for d in ready if d not in stopped])
         if divergences:
-            lap("replicas")
+            lap(Stage.REPLICAS)
             if require_consistent_replicas:
                 calls = _per_log_dir(plan, [d for d in ready if d not in stopped], list(divergences))
-                errors += _errors("replicas", calls, engine.map("replicas", fail_divergent, calls))
+                errors += _errors(Stage.REPLICAS, calls, engine.map(Stage.REPLICAS, fail_divergent, calls))
 
-        calls = [StageCall((plan, d, d not in stopped), plan.log_dir(d).host) for d in ready]
-        results = engine.map("swap", swap_log_dir, calls)
-        lap("swap")
-        errors += _errors("swap", calls, results)
+        calls = [StageCall.on_log_dir(plan, d, d not in stopped) for d in ready]
+        results = engine.map(Stage.SWAP, swap_log_dir, calls)
+        lap(Stage.SWAP)
+        errors += _errors(Stage.SWAP, calls, results)
         errors += [
-            StageError("swap", r.value.log_dir, r.value.stopped.message, "io-error")
+            StageError(Stage.SWAP, r.value.log_dir, r.value.stopped.message, "io-error")
             for r in results
             if r.ok and r.value.stopped is not None
         ]
@@ -168,16 +166,17 @@ def execute(
 
 
 def _join_calls(
-    plan: Plan, calls: list[StageCall], results: list[CallResult], stopped: set[str], run: str
+    plan: Plan, tasks: list[TaskPlan], results: list[CallResult], stopped: set[str], run: str
 ) -> list[StageCall]:
-    """A join per segment whose every range came back, in a log dir that goes on."""
+    """A join per segment whose every range came back, in a log dir that goes on (``results``: the tasks')."""
     parts: dict[tuple[str, str, int], list[RangePart]] = {}
-    for call, r in zip(calls, results):
-        if r.ok and isinstance(r.value, RangePart):
-            ref = plan.tasks_by_id[call.args[1]].segments[0]
-            parts.setdefault((r.value.log_dir, ref.partition, ref.base_offset), []).append(r.value)
+    for task, r in zip(tasks, results):
+        part = r.value.range_part if r.ok else None
+        if part is not None:
+            ref = task.segments[0]
+            parts.setdefault((part.log_dir, ref.partition, ref.base_offset), []).append(part)
     return [
-        StageCall((plan, key, name, base, found, run), plan.log_dir(key).host)
+        StageCall.on_log_dir(plan, key, name, base, found, run)
         for (key, name, base), found in parts.items()
         if key not in stopped and len(found) == found[0].count
     ]
@@ -197,18 +196,18 @@ def check_replicas(
     for name, ks in groups.items():
         for k in ks:
             per_key.setdefault(k, []).append(name)
-    calls = [StageCall((plan, k, names), plan.log_dir(k).host) for k, names in per_key.items()]
+    calls = [StageCall.on_log_dir(plan, k, names) for k, names in per_key.items()]
     ranges: dict[str, list[ReplicaRange]] = {}
-    for r in engine.map("replica-ranges", replica_ranges, calls):
+    for r in engine.map(Stage.REPLICA_RANGES, replica_ranges, calls):
         for rr in r.value if r.ok else []:
             ranges.setdefault(rr.partition, []).append(rr)
     spans = {name: common_range(rs) for name, rs in ranges.items() if len(rs) == len(groups[name])}
     calls = [
-        StageCall((plan, k, [(n, *spans[n]) for n in names if spans.get(n)], bucket), plan.log_dir(k).host)
+        StageCall.on_log_dir(plan, k, [(n, *spans[n]) for n in names if spans.get(n)], bucket)
         for k, names in per_key.items()
     ]
     digests: dict[str, list[ReplicaDigest]] = {}
-    for r in engine.map("replica-digests", replica_digests, calls):
+    for r in engine.map(Stage.REPLICA_DIGESTS, replica_digests, calls):
         for rd in r.value if r.ok else []:
             digests.setdefault(rd.partition, []).append(rd)
     return [d for rs in digests.values() if (d := compare(rs)) is not None]
@@ -227,14 +226,14 @@ def _archive(plan: Plan, engine: Engine, plan_path: str | Path | None, log_dirs:
     if plan_path is None or not log_dirs:
         return []
     calls = _per_log_dir(plan, log_dirs)
-    snapshots = engine.map("archive", state_snapshot, calls)
+    snapshots = engine.map(Stage.ARCHIVE, state_snapshot, calls)
     archived = []
     folder = archive_dir(plan_path)
     for call, r in zip(calls, snapshots):
         if not r.ok:
             continue
         folder.mkdir(exist_ok=True)
-        target = archive_path(plan_path, call.args[1])
+        target = archive_path(plan_path, call.log_dir)
         partial = target.with_name(target.name + ".partial")
         with open(partial, "wb") as f:
             f.write(r.value)
@@ -246,35 +245,31 @@ def _archive(plan: Plan, engine: Engine, plan_path: str | Path | None, log_dirs:
 
 
 def _leave(
-    plan: Plan,
-    engine: Engine,
-    verb: str,
-    fn: Callable[..., Any],
-    plan_path: str | Path | None,
-    *extra: Any,
-) -> tuple[list[Any], list[StageError], list[str]]:
+    plan: Plan, engine: Engine, stage: Stage, fn: Callable[..., Any], *extra: Any
+) -> tuple[list[Any], list[StageError]]:
+    """``stage`` on every log dir: the reports of the calls that ran, and the errors of those that could not."""
     calls = _per_log_dir(plan, None, *extra)
-    results = engine.map(verb, fn, calls)
-    return [r.value for r in results if r.ok], _errors(verb, calls, results), []
+    results = engine.map(stage, fn, calls)
+    return [r.value for r in results if r.ok], _errors(stage, calls, results)
 
 
 def rollback(plan: Plan, engine: Engine, plan_path: str | Path | None = None, force: bool = False) -> LeaveReport:
     """Check every live file of every log dir first; roll back only if none changed (or ``force``)."""
     with RunLock(_local_log_dirs(plan), plan.plan_id, "rollback"):
         calls = _per_log_dir(plan)
-        checks = engine.map("rollback-check", rollback_check_log_dir, calls)
-        errors = _errors("rollback-check", calls, checks)
+        checks = engine.map(Stage.ROLLBACK_CHECK, rollback_check_log_dir, calls)
+        errors = _errors(Stage.ROLLBACK_CHECK, calls, checks)
         changed = [x for r in checks if r.ok for x in r.value]
         if errors or (changed and not force):
             return LeaveReport("rollback", False, errors=tuple(errors), refused=tuple(changed))
         reports: list[RollbackReport]
-        reports, errors, _ = _leave(plan, engine, "rollback", rollback_log_dir, plan_path, force)
+        reports, errors = _leave(plan, engine, Stage.ROLLBACK, rollback_log_dir, force)
         done = [r.log_dir for r in reports if r.phase == LogDirPhase.ROLLED_BACK]
         archived = _archive(plan, engine, plan_path, done) if plan_path is not None else []
         if plan_path is not None:
-            engine.map("forget", forget_log_dir, _per_log_dir(plan, done))
+            engine.map(Stage.FORGET, forget_log_dir, _per_log_dir(plan, done))
     # last, once our lock file is gone too: the log dir's own mtime as it was planned
-    engine.map("mtime", set_dir_mtime, _per_log_dir(plan, done))
+    engine.map(Stage.MTIME, set_dir_mtime, _per_log_dir(plan, done))
     # NEW: no state of this plan here (never executed, or rolled back and archived already): nothing to put back
     ok = (
         not errors
@@ -287,11 +282,11 @@ def rollback(plan: Plan, engine: Engine, plan_path: str | Path | None = None, fo
 def finalize(plan: Plan, engine: Engine, plan_path: str | Path | None = None, partial: bool = False) -> LeaveReport:
     with RunLock(_local_log_dirs(plan), plan.plan_id, "finalize"):
         reports: list[FinalizeReport]
-        reports, errors, _ = _leave(plan, engine, "finalize", finalize_log_dir, plan_path, partial)
+        reports, errors = _leave(plan, engine, Stage.FINALIZE, finalize_log_dir, partial)
         done = [r.log_dir for r in reports if r.phase == LogDirPhase.FINALIZED]
         archived = _archive(plan, engine, plan_path, done) if plan_path is not None else []
         if plan_path is not None:
-            engine.map("forget", forget_log_dir, _per_log_dir(plan, done))
+            engine.map(Stage.FORGET, forget_log_dir, _per_log_dir(plan, done))
     ok = not errors and len(done) == len(plan.log_dirs)
     return LeaveReport("finalize", ok, finalizes=tuple(reports), errors=tuple(errors), archived=tuple(archived))
 
@@ -299,11 +294,11 @@ def finalize(plan: Plan, engine: Engine, plan_path: str | Path | None = None, pa
 def status(plan: Plan, engine: Engine, plan_path: str | Path | None = None) -> StatusReport:
     """Every log dir's state: from the log dir while a run has state there, else from the archive beside the plan."""
     calls = _per_log_dir(plan)
-    results = engine.map("status", status_log_dir, calls)
+    results = engine.map(Stage.STATUS, status_log_dir, calls)
     statuses: list[LogDirStatus] = []
     not_started: list[str] = []
     for call, r in zip(calls, results):
-        log_dir = call.args[1]
+        log_dir = call.log_dir
         if not r.ok:
             continue
         if r.value is not None:
@@ -315,7 +310,7 @@ def status(plan: Plan, engine: Engine, plan_path: str | Path | None = None) -> S
                 statuses.append(status_from(store, log_dir, fence_up=False))
         else:
             not_started.append(log_dir)
-    return StatusReport(plan.plan_id, tuple(statuses), tuple(not_started), tuple(_errors("status", calls, results)))
+    return StatusReport(plan.plan_id, tuple(statuses), tuple(not_started), tuple(_errors(Stage.STATUS, calls, results)))
 
 
 def verify_live(plan: Plan, engine: Engine, plan_path: str | Path | None = None) -> VerifyReport:
@@ -324,9 +319,9 @@ def verify_live(plan: Plan, engine: Engine, plan_path: str | Path | None = None)
     for d in plan.log_dirs:
         archived = archive_path(plan_path, d.key) if plan_path is not None else None
         data = archived.read_bytes() if archived is not None and archived.exists() else None
-        calls.append(StageCall((plan, d.key, data), d.host))
-    results = engine.map("verify", verify_live_log_dir, calls)
+        calls.append(StageCall.on_log_dir(plan, d.key, data))
+    results = engine.map(Stage.VERIFY, verify_live_log_dir, calls)
     checks = [r.value for r in results if r.ok]
-    errors = _errors("verify", calls, results)
+    errors = _errors(Stage.VERIFY, calls, results)
     ok = not errors and all(not c.problems and not c.unmigrated for c in checks)
     return VerifyReport(ok, tuple(checks), tuple(errors))

@@ -21,8 +21,10 @@ from runs import assert_scan_agrees
 from migrate import pipeline
 from migrate.engines import StageCall
 from migrate.engines.dask import LOCAL_CLUSTER_PERIODS, DaskEngine, _local_cluster_periods, worth_workers
-from migrate.model import DigestAlgorithm
+from migrate.model import DigestAlgorithm, Stage
 from migrate.planning.plan import PlanRequest, build_plan
+
+PROBE = Stage.SURVEY  # any stage: it only names the probes' Dask tasks
 
 
 def whoami(_: int) -> str:
@@ -115,7 +117,7 @@ def _start_two_hosts(procs: list[subprocess.Popen], sched_file: Path, env: dict[
 
 def test_tasks_run_only_on_the_host_that_owns_the_data(two_host_cluster):
     calls = [StageCall((i,), host) for i in range(12) for host in ("127.0.0.1", "127.0.0.2")]
-    outcomes = two_host_cluster.map("probe", whoami, calls)
+    outcomes = two_host_cluster.map(PROBE, whoami, calls)
     assert all(o.ok for o in outcomes), [o for o in outcomes if not o.ok][:2]
     for call, outcome in zip(calls, outcomes):
         assert outcome.value.startswith(f"tcp://{call.host}:"), (call.host, outcome.value)
@@ -123,7 +125,7 @@ def test_tasks_run_only_on_the_host_that_owns_the_data(two_host_cluster):
 
 def test_a_host_without_workers_fails_loudly(two_host_cluster):
     start = time.time()
-    outcomes = two_host_cluster.map("probe", whoami, [StageCall((1,), "127.0.0.3")])
+    outcomes = two_host_cluster.map(PROBE, whoami, [StageCall((1,), "127.0.0.3")])
     assert not outcomes[0].ok and time.time() - start < 60
     assert outcomes[0].error_type == "NoValidWorkerError", outcomes[0]
 
@@ -149,7 +151,7 @@ def test_this_hosts_calls_run_in_the_driver_while_the_local_cluster_starts():
     engine = DaskEngine(n_workers=2, dashboard_address="127.0.0.1:0", progress=False)
     try:
         assert not engine._ready.is_set()  # the cluster starts in the background: nothing waits for it here
-        results = engine.map("probe", where_am_i, [StageCall((0.25,)) for _ in range(40)])
+        results = engine.map(PROBE, where_am_i, [StageCall((0.25,)) for _ in range(40)])
         pids = [r.value for r in results]
         assert all(r.ok for r in results)
         ran_here = pids.count(os.getpid())
@@ -200,7 +202,7 @@ def test_a_plan_worth_workers_starts_them_and_they_take_the_calls_once_up(tmp_pa
     assert worth_workers(heavy) and not worth_workers(plan)
     engine = DaskEngine(dashboard_address="127.0.0.1:0", progress=False)
     try:
-        first = engine.map("probe", pid_of, [StageCall((heavy,))])
+        first = engine.map(PROBE, pid_of, [StageCall((), plan=heavy)])
         engine.start_workers(wait=True)  # started by the map above: this only waits
         assert len(engine.client.scheduler_info(n_workers=-1)["workers"]) == (os.cpu_count() or 1)
         # each worker imported the stages while it started, not in its first task (first: a function of this module
@@ -209,7 +211,7 @@ def test_a_plan_worth_workers_starts_them_and_they_take_the_calls_once_up(tmp_pa
         # Dask's own periodic work runs at LOCAL_CLUSTER_PERIODS in the scheduler and in each worker
         assert engine.cluster.scheduler.periodic_callbacks["tick"].callback_time == 500
         assert set(engine.client.run(_periods).values()) == {(500, 100, 1000)}
-        later = engine.map("probe", pid_of, [StageCall((heavy,)) for _ in range(8)])
+        later = engine.map(PROBE, pid_of, [StageCall((), plan=heavy) for _ in range(8)])
         assert all(r.ok for r in first + later)
         assert all(r.value != os.getpid() for r in later)
     finally:

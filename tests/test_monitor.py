@@ -478,12 +478,14 @@ def test_events_cross_the_wire_as_plain_data_and_come_back_as_the_same_records(s
 
     from migrate.errors import ModelError
     from migrate.model import (
+        ConvertTaskResult,
         LogDirPhase,
         LogDirStatus,
         PartitionProblem,
         PartitionStatus,
         RangeProgress,
         RollbackReport,
+        Stage,
         SwapReport,
     )
     from migrate.watch import events
@@ -496,17 +498,27 @@ def test_events_cross_the_wire_as_plain_data_and_come_back_as_the_same_records(s
         (events.SEGMENT_TOPIC, events.segment_event(RangeProgress(d.key, "gzip-v0-0", 0, 0, 2, 100), small_plan)),
         (
             events.STAGE_TOPIC,
-            events.stage_event(small_plan, [SegmentOutcome(d.key, "plain-v0-1", 0, Outcome.SKIPPED)]),
+            events.stage_event(
+                small_plan,
+                Stage.CONVERT,
+                ConvertTaskResult((SegmentOutcome(d.key, "plain-v0-1", 0, Outcome.SKIPPED),)),
+            ),
         ),
         (
             events.STAGE_TOPIC,
-            events.stage_event(small_plan, SwapReport(d.key, ("plain-v0-1",), (failed,), (), fence_up=False)),
+            events.stage_event(
+                small_plan, Stage.SWAP, SwapReport(d.key, ("plain-v0-1",), (failed,), (), fence_up=False)
+            ),
         ),
-        (events.STAGE_TOPIC, events.stage_event(small_plan, RollbackReport(d.key, LogDirPhase.EXECUTING, ("x-0",)))),
+        (
+            events.STAGE_TOPIC,
+            events.stage_event(small_plan, Stage.ROLLBACK, RollbackReport(d.key, LogDirPhase.EXECUTING, ("x-0",))),
+        ),
         (
             events.STAGE_TOPIC,
             events.stage_event(
                 small_plan,
+                Stage.STATUS,
                 LogDirStatus(
                     d.key, LogDirPhase.EXECUTING, False, (PartitionStatus(d.key, "x-0", PartitionState.READY, {}),)
                 ),

@@ -13,7 +13,7 @@ from segment_helpers import convert_logdir
 
 from migrate.format.entries import walk_entries
 from migrate.model import ConvertOptions
-from migrate.replicas import common_range, compare, digest_replica, offset_range
+from migrate.stages.replicas import common_range, compare, digest_replica, offset_range
 
 PARTITION = "plain-v0-0"  # 3 segments, offsets 0..104
 

@@ -1,9 +1,9 @@
 """Engines decide where and when the stage functions run; they know nothing about Kafka.
 
-An engine takes a stage name and a list of calls (function arguments plus the host that owns the data) and returns,
-in the same order, each call's result or its error. ``serial`` runs them in this process; ``dask`` on a Dask
-cluster (a LocalCluster by default); ``spark`` through PySpark. The plan, when it is a call's first argument, is
-sent to the workers once, not with every call.
+An engine takes a stage (``migrate.model.Stage``) and a list of calls (``StageCall``: the function's arguments, the
+plan, the host that owns the data) and returns, in the same order, each call's result or its error. ``serial`` runs
+them in this process; ``dask`` on a Dask cluster (a LocalCluster by default); ``spark`` through PySpark. The plan
+travels apart from the arguments, so an engine sends it to the workers once, not with every call.
 """
 
 from __future__ import annotations
@@ -12,22 +12,42 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from migrate.model import Plan
+from migrate.model import Plan, Stage, TaskPlan
 from migrate.watch import progress
 
 
 @dataclass(frozen=True)
 class StageCall:
+    """One call of a stage function: ``fn(plan, *args)``, or ``fn(*args)`` for a call without a plan, on ``host``.
+
+    ``log_dir`` (the log dir's key in the plan) says whose data the call works on: its result and its error are
+    attributed by it, never by a position in ``args``. Every call of one ``Engine.map`` carries the same plan, or
+    none."""
+
     args: tuple[Any, ...]
     host: str | None = None  # the worker host that owns the data; None: any worker
+    plan: Plan | None = None
+    log_dir: str = ""  # "" for a call about no log dir (a broker's survey)
 
-    @property
-    def plan(self) -> Plan | None:
-        return self.args[0] if self.args and isinstance(self.args[0], Plan) else None
+    @classmethod
+    def on_log_dir(cls, plan: Plan, key: str, *args: Any) -> StageCall:
+        """``fn(plan, key, *args)`` on the host that owns the log dir ``key``."""
+        return cls((key, *args), plan.log_dir(key).host, plan, key)
+
+    @classmethod
+    def on_task(cls, plan: Plan, task: TaskPlan, *args: Any) -> StageCall:
+        """``fn(plan, task.id, *args)`` on the host that owns the task's log dir."""
+        return cls((task.id, *args), plan.log_dir(task.log_dir).host, plan, task.log_dir)
+
+    def arguments(self) -> tuple[Any, ...]:
+        """What the stage function is called with, here: the plan first, when the call has one."""
+        return self.args if self.plan is None else (self.plan, *self.args)
 
 
 @dataclass(frozen=True)
 class CallResult:
+    """A call's return value, or why it could not run (the exception's message and type name)."""
+
     ok: bool
     value: Any = None
     error: str = ""
@@ -37,7 +57,7 @@ class CallResult:
 class Engine(Protocol):
     name: str
 
-    def map(self, stage: str, fn: Callable[..., Any], calls: list[StageCall]) -> list[CallResult]: ...
+    def map(self, stage: Stage, fn: Callable[..., Any], calls: list[StageCall]) -> list[CallResult]: ...
 
     def close(self) -> None: ...
 
@@ -50,13 +70,13 @@ class SerialEngine:
     def __init__(self, on_segment: Callable[[progress.Event], None] | None = None) -> None:
         self.on_segment = on_segment
 
-    def map(self, stage: str, fn: Callable[..., Any], calls: list[StageCall]) -> list[CallResult]:
+    def map(self, stage: Stage, fn: Callable[..., Any], calls: list[StageCall]) -> list[CallResult]:
         out = []
         previous = progress.set_sink(self.on_segment)
         try:
             for call in calls:
                 try:
-                    out.append(CallResult(True, fn(*call.args)))
+                    out.append(CallResult(True, fn(*call.arguments())))
                 except Exception as exc:  # reported per call, like the distributed engines do
                     out.append(CallResult(False, error=str(exc), error_type=type(exc).__name__))
         finally:

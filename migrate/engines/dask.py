@@ -33,7 +33,7 @@ from distributed import Client, LocalCluster, as_completed
 
 from migrate.engines import CallResult, StageCall
 from migrate.format import accel
-from migrate.model import DigestAlgorithm, Plan
+from migrate.model import DigestAlgorithm, Plan, Stage
 from migrate.run import faults
 from migrate.watch import events, progress
 from migrate.watch.plugin import PLUGIN_NAME, MigrationPlugin
@@ -98,14 +98,12 @@ def _process_workers() -> dict[str, Any]:
     return {"host": "127.0.0.1", "env": _worker_environment(), "preload": _worker_preload()}
 
 
-def _key(stage: str, call: StageCall, position: int = 0) -> str:
+def _key(stage: Stage, call: StageCall, position: int = 0) -> str:
     """Deterministic per stage, arguments, host and position in the map (equal calls must stay distinct tasks:
-    Dask merges tasks with one key); the plan, when it is the first argument, counts by its id."""
-    args = call.args
-    if call.plan is not None:
-        args = (call.plan.plan_id, *args[1:])
+    Dask merges tasks with one key); the plan counts by its id."""
+    args = call.args if call.plan is None else (call.plan.plan_id, *call.args)
     rest = json.dumps([call.host, position, *args], sort_keys=True, default=str)
-    return f"{stage}-{hashlib.sha1(rest.encode()).hexdigest()[:16]}"
+    return f"{stage.value}-{hashlib.sha1(rest.encode()).hexdigest()[:16]}"
 
 
 def worth_workers(plan: Plan) -> bool:
@@ -116,7 +114,7 @@ def worth_workers(plan: Plan) -> bool:
     return local > LOCAL_SECONDS_WORTH_WORKERS
 
 
-def _on_worker(fn: Callable[..., Any], *args: Any) -> Any:
+def _on_worker(stage: Stage, fn: Callable[..., Any], *args: Any) -> Any:
     """Run a stage on a worker, publishing each finished segment to the scheduler's event log as it happens, and
     what the call changed once it returns."""
     from distributed import get_worker
@@ -131,7 +129,7 @@ def _on_worker(fn: Callable[..., Any], *args: Any) -> Any:
     finally:
         progress.set_sink(previous)
     if plan is not None:
-        event = events.stage_event(plan, value)
+        event = events.stage_event(plan, stage, value)
         if event is not None:
             worker.log_event(events.STAGE_TOPIC, events.encode(event))
     return value
@@ -274,7 +272,7 @@ class DaskEngine:
         if plan.plan_id not in self._scattered:
             self._scattered[plan.plan_id] = self.client.scatter(plan, broadcast=True, hash=False)
             self._announce(plan)
-        return (self._scattered[plan.plan_id], *call.args[1:])
+        return (self._scattered[plan.plan_id], *call.args)
 
     def _announce(self, plan: Plan) -> None:
         """The plan's totals on the scheduler's page, once per plan."""
@@ -311,7 +309,7 @@ class DaskEngine:
         """The migration's own page, beside Dask's on the same server."""
         return self.dashboard_link.rsplit("/", 1)[0] + "/migration"
 
-    def map(self, stage: str, fn: Callable[..., Any], calls: list[StageCall]) -> list[CallResult]:
+    def map(self, stage: Stage, fn: Callable[..., Any], calls: list[StageCall]) -> list[CallResult]:
         local = self.run_here_while_starting and all(call.host is None for call in calls)
         if not (local and all(call.plan is not None and not worth_workers(call.plan) for call in calls)):
             self.start_workers()
@@ -320,7 +318,7 @@ class DaskEngine:
             if self._workers_up.is_set() or not self.run_here_while_starting:
                 break
             if call.host is None:  # this host's data: run it here until the workers are up
-                out[i] = self._run_here(fn, call)
+                out[i] = self._run_here(stage, fn, call)
         rest = [i for i, r in enumerate(out) if r is None]
         if rest:
             for i, r in zip(rest, self._submit(stage, fn, [calls[i] for i in rest])):
@@ -329,7 +327,7 @@ class DaskEngine:
             self.publish_held_events()
         return [r for r in out if r is not None]
 
-    def _run_here(self, fn: Callable[..., Any], call: StageCall) -> CallResult:
+    def _run_here(self, stage: Stage, fn: Callable[..., Any], call: StageCall) -> CallResult:
         plan = call.plan
 
         def sink(o: progress.Event) -> None:
@@ -341,13 +339,13 @@ class DaskEngine:
             self._plans_run_here.setdefault(plan.plan_id, plan)
         previous = progress.set_sink(sink)
         try:
-            value = fn(*call.args)
+            value = fn(*call.arguments())
         except Exception as exc:  # reported per call, as the workers' are
             return CallResult(False, error=str(exc), error_type=type(exc).__name__)
         finally:
             progress.set_sink(previous)
         if plan is not None:
-            event = events.stage_event(plan, value)
+            event = events.stage_event(plan, stage, value)
             if event is not None:
                 self._held_events.append((events.STAGE_TOPIC, events.encode(event)))
         return CallResult(True, value)
@@ -362,7 +360,7 @@ class DaskEngine:
             topic, event = self._held_events.pop(0)
             self.client.log_event(topic, event)
 
-    def _submit(self, stage: str, fn: Callable[..., Any], calls: list[StageCall]) -> list[CallResult]:
+    def _submit(self, stage: Stage, fn: Callable[..., Any], calls: list[StageCall]) -> list[CallResult]:
         self.start_workers(wait=True)
         self.publish_held_events()
         futures = []
@@ -370,6 +368,7 @@ class DaskEngine:
             futures.append(
                 self.client.submit(
                     _on_worker,
+                    stage,
                     fn,
                     *self._shared(call),
                     key=_key(stage, call, position),
@@ -389,7 +388,7 @@ class DaskEngine:
                 exc = future.exception()
                 out[i] = CallResult(False, error=str(exc), error_type=type(exc).__name__)
             if self.progress:
-                print(f"\r{stage}: {done}/{len(futures)}", end="", file=sys.stderr, flush=True)
+                print(f"\r{stage.value}: {done}/{len(futures)}", end="", file=sys.stderr, flush=True)
         if self.progress and futures:
             print(file=sys.stderr)
         for f in futures:

@@ -19,6 +19,7 @@ from typing import Any
 
 from migrate.engines import CallResult, StageCall
 from migrate.errors import MigrateError
+from migrate.model import Stage
 
 INSTALL_HINT = "pip install 'kafka-log-migrate[spark]' (PySpark, about 0.5 GB; it needs Java 17 or newer)"
 
@@ -26,9 +27,10 @@ INSTALL_HINT = "pip install 'kafka-log-migrate[spark]' (PySpark, about 0.5 GB; i
 def _run_calls(
     fn: Callable[..., Any], plan_var: Any, items: Iterator[tuple[int, tuple[Any, ...]]]
 ) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Each call of one partition of the job, on an executor; ``plan_var``: the plan's broadcast, None without one."""
     for index, args in items:
-        if args and args[0] == "__plan__":
-            args = (plan_var.value, *args[1:])
+        if plan_var is not None:
+            args = (plan_var.value, *args)
         try:
             yield index, {"ok": True, "value": fn(*args)}
         except Exception as exc:  # reported to the driver per call, never retried: stages are idempotent but loud
@@ -64,7 +66,7 @@ class SparkEngine:
     def ui_url(self) -> str:
         return self.context.uiWebUrl or "(Spark UI disabled)"
 
-    def map(self, stage: str, fn: Callable[..., Any], calls: list[StageCall]) -> list[CallResult]:
+    def map(self, stage: Stage, fn: Callable[..., Any], calls: list[StageCall]) -> list[CallResult]:
         hosts = {c.host for c in calls if c.host}
         if len(hosts) > 1 and not self.master.startswith("local"):
             raise MigrateError(
@@ -80,8 +82,8 @@ class SparkEngine:
             if plan.plan_id not in self._broadcasts:
                 self._broadcasts[plan.plan_id] = self.context.broadcast(plan)
             plan_var = self._broadcasts[plan.plan_id]
-        items = [(i, ("__plan__", *c.args[1:]) if plan is not None else c.args) for i, c in enumerate(calls)]
-        self.context.setJobGroup(stage, f"kafka-log-migrate {stage}: {len(calls)} tasks")
+        items = [(i, c.args) for i, c in enumerate(calls)]
+        self.context.setJobGroup(stage.value, f"kafka-log-migrate {stage.value}: {len(calls)} tasks")
         rdd = self.context.parallelize(items, numSlices=len(items))
         out: list[CallResult] = [CallResult(False)] * len(calls)
         for done, (index, r) in enumerate(
@@ -91,7 +93,7 @@ class SparkEngine:
                 CallResult(True, r["value"]) if r["ok"] else CallResult(False, error=r["error"], error_type=r["type"])
             )
             if self.progress:
-                print(f"\r{stage}: {done}/{len(calls)}", end="", file=sys.stderr, flush=True)
+                print(f"\r{stage.value}: {done}/{len(calls)}", end="", file=sys.stderr, flush=True)
         if self.progress:
             print(file=sys.stderr)
         return out

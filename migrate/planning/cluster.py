@@ -20,7 +20,7 @@ from pathlib import Path
 
 from migrate.errors import ClusterPlanRefusedError, MigrateError, PlanRefusedError
 from migrate.kafka.properties import _java_properties, read_meta_properties
-from migrate.model import Estimates, LogDirPlan, Plan, PlanProblem, ProblemKind, TaskPlan
+from migrate.model import Estimates, LogDirPlan, Plan, PlanProblem, ProblemKind, Stage, TaskPlan
 from migrate.planning.checks import ClusterSubject, Scope, judge
 from migrate.planning.plan import PlanRequest, build_plan
 
@@ -121,8 +121,8 @@ def plan_cluster(engine, request: PlanRequest, broker_config: str | None, expect
     from migrate.engines import StageCall
 
     workers = engine.workers(expect=len(expected_brokers))
-    calls = [StageCall((request, broker_config, address), address) for address in workers]
-    results = engine.map("survey", survey_broker, calls)
+    calls = [StageCall((request, broker_config, address), host=address) for address in workers]
+    results = engine.map(Stage.SURVEY, survey_broker, calls)
     surveys = []
     for call, r in zip(calls, results):
         if r.ok:

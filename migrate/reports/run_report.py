@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 from migrate import __version__
 from migrate.codec import from_json, to_json
 from migrate.engines import Engine, StageCall
-from migrate.model import EventKind, Plan, Problem, SegmentResult, SegmentState
+from migrate.model import EventKind, Plan, Problem, SegmentResult, SegmentState, Stage
 from migrate.run.state import StateStore
 from migrate.units import human_bytes
 
@@ -128,12 +128,12 @@ def archived_rows(plan_path: str | Path, log_dir: str) -> StateRows | None:
 def collect(plan: Plan, engine: Engine, plan_path: str | Path | None = None) -> tuple[list[StateRows], list[str]]:
     """Every log dir's rows (from the log dir, else the archive beside the plan), and the errors of those that
     could be read neither way."""
-    calls = [StageCall((plan, d.key), d.host) for d in plan.log_dirs]
-    results = engine.map("report", state_rows, calls)
+    calls = [StageCall.on_log_dir(plan, d.key) for d in plan.log_dirs]
+    results = engine.map(Stage.REPORT, state_rows, calls)
     rows: list[StateRows] = []
     errors: list[str] = []
     for call, r in zip(calls, results):
-        log_dir = call.args[1]
+        log_dir = call.log_dir
         found = r.value if r.ok else None
         if found is None and plan_path is not None:
             found = archived_rows(plan_path, log_dir)

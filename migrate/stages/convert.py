@@ -21,6 +21,7 @@ from migrate.errors import LocatedError, StateWriteError
 from migrate.format.records import Record
 from migrate.model import (
     ConversionStatus,
+    ConvertTaskResult,
     Outcome,
     PartitionState,
     Plan,
@@ -83,14 +84,14 @@ _ALLOCATOR_SET = False
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's malloc.h
 
 
-def convert_task(plan: Plan, task_id: str, run: str = "") -> list[SegmentOutcome] | RangePart:
+def convert_task(plan: Plan, task_id: str, run: str = "") -> ConvertTaskResult:
     """A task's segments converted and verified, their outcomes recorded; for a range task (``byte_range``) its
     range converted and verified, nothing recorded: the join records the segment (``stages.join``). ``run``: an id
     of this execute, shared by its range tasks and joins (their files carry it)."""
     steady_allocator()
     task = plan.tasks_by_id[task_id]
     if task.byte_range is not None:
-        return convert_range_task(plan, task, run)
+        return ConvertTaskResult(range_part=convert_range_task(plan, task, run))
     _, path = locate(plan, task.log_dir)
     with StateStore.open(path, plan.plan_id) as store:
         partitions = {ref.partition for ref in task.segments}
@@ -105,7 +106,7 @@ def convert_task(plan: Plan, task_id: str, run: str = "") -> list[SegmentOutcome
             except OSError as exc:
                 raise StateWriteError(f"cannot make the staged segments of {path} durable: {exc}") from exc
         store.record_outcomes(outcomes)
-    return outcomes
+    return ConvertTaskResult(tuple(outcomes))
 
 
 def _run(

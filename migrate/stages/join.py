@@ -13,7 +13,7 @@ import time
 import traceback
 
 from migrate.errors import LocatedError, StateWriteError
-from migrate.model import ConversionStatus, Outcome, Plan, Problem, SegmentOutcome, SegmentState
+from migrate.model import ConversionStatus, ConvertTaskResult, Outcome, Plan, Problem, SegmentOutcome, SegmentState
 from migrate.run import faults
 from migrate.run.state import StateStore
 from migrate.run.workspace import sync_filesystem
@@ -25,8 +25,8 @@ from migrate.watch import progress
 
 def join_segment(
     plan: Plan, log_dir: str, partition: str, base_offset: int, parts: list[RangePart], run: str = ""
-) -> list[SegmentOutcome]:
-    """The segment's one outcome (a list, as convert tasks return, so progress and the dashboard read it alike)."""
+) -> ConvertTaskResult:
+    """The segment's one outcome, in the record convert tasks return, so progress and the dashboard read both alike."""
     steady_allocator()
     _, path = locate(plan, log_dir)
     with StateStore.open(path, plan.plan_id) as store:
@@ -35,7 +35,7 @@ def join_segment(
         if state != SegmentState.PLANNED or not workable or any(p.outcome == Outcome.SKIPPED for p in parts):
             discard(parts)
             remove_range_files(segment_task(plan, log_dir, partition, base_offset))
-            return [SegmentOutcome(log_dir, partition, base_offset, Outcome.SKIPPED)]
+            return ConvertTaskResult((SegmentOutcome(log_dir, partition, base_offset, Outcome.SKIPPED),))
         outcome = _join(plan, log_dir, partition, base_offset, parts, run)
         if outcome.outcome == Outcome.VERIFIED:
             try:
@@ -45,7 +45,7 @@ def join_segment(
                 raise StateWriteError(f"cannot make the staged segments of {path} durable: {exc}") from exc
         store.record_outcomes([outcome])
     progress.report(outcome)
-    return [outcome]
+    return ConvertTaskResult((outcome,))
 
 
 def _join(

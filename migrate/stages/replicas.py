@@ -1,20 +1,114 @@
-"""replicas: digests of each broker's replicas, for the client to compare across brokers (migrate.replicas).
+"""replicas: do the copies of one partition on different brokers hold the same records?
 
-Run after conversion and before the swap, pinned to each broker's host: a replica is read from the files that will
-be live after the swap (a segment's staged output where it was converted, the live file otherwise).
+Old Kafka versions (before leader epochs) let replicas diverge after an unclean leader election or a truncation
+race, and the one-shot migration reads every replica anyway: the cheapest moment to catch it. Each broker digests its
+replica over fixed offset buckets (``[k*B, (k+1)*B)``) of the range it holds, with the format-independent content
+digest (offset, key, value, headers: the same whatever the format, codec or batching, and without timestamps, which
+``--timestamps mtime`` takes from each broker's own segment mtimes). The client compares buckets that every replica
+holds completely, and names the first that differs.
+
+The stage functions (``replica_ranges``, ``replica_digests``, ``fail_divergent``) run after conversion and before
+the swap, pinned to each broker's host: a replica's records are read from the files that will be live after the
+swap (a converted segment's staged output where there is one, the live file otherwise; segments already in v2 are
+not converted). ``common_range`` and ``compare`` run in the client, on what the brokers returned.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
+
+from migrate.format.digest import LogDigest
+from migrate.format.records import RecordColumns
 from migrate.kafka.names import SEGMENT_RE
-from migrate.model import Divergence, Plan, Problem, ReplicaDigest, ReplicaRange
-from migrate.replicas import digest_replica, offset_range
+from migrate.model import DigestAlgorithm, Divergence, Plan, Problem, ReplicaDigest, ReplicaRange
 from migrate.run.state import StateStore
 from migrate.run.workspace import staging_dir
+from migrate.segment.reader import read_file
 from migrate.stages.common import locate
+
+DEFAULT_BUCKET_OFFSETS = 10_000
+
+
+def _records(path: str) -> Iterator[RecordColumns]:
+    for chunk in read_file(path):
+        for item in chunk.entries.items:
+            if len(item.records):
+                yield item.records
+
+
+def offset_range(segment_files: list[str], partition: str, broker_id: int | None) -> ReplicaRange:
+    """First and last record offsets: the first segment's first records and the last segment's last ones."""
+    files = [f for f in segment_files if os.path.getsize(f)]
+    if not files:
+        return ReplicaRange(broker_id, partition, None, None)
+    first = next((int(cols.offsets[0]) for cols in _records(files[0])), None)
+    last = None
+    for cols in _records(files[-1]):
+        last = int(cols.offsets[-1])
+    return ReplicaRange(broker_id, partition, first, last)
+
+
+def common_range(ranges: list[ReplicaRange]) -> tuple[int, int] | None:
+    """The offsets every replica holds, or None when they share none."""
+    if any(r.first_offset is None or r.last_offset is None for r in ranges):
+        return None
+    lo, hi = max(r.first_offset for r in ranges), min(r.last_offset for r in ranges)  # type: ignore[type-var]
+    return (lo, hi) if lo <= hi else None
+
+
+def digest_replica(
+    segment_files: list[str],
+    partition: str,
+    broker_id: int | None,
+    lo: int,
+    hi: int,
+    bucket: int,
+    algorithm: DigestAlgorithm = DigestAlgorithm.SHA256,
+) -> ReplicaDigest:
+    """Digest the records with offsets in ``[lo, hi]`` per bucket of ``bucket`` offsets counted from ``lo``, with the
+    run's digest algorithm (every broker runs the same plan, so their digests compare)."""
+    count = (hi - lo) // bucket + 1
+    digests = [LogDigest(timed=False, algorithm=algorithm) for _ in range(count)]
+    for path in segment_files:
+        if not os.path.getsize(path):
+            continue
+        for cols in _records(path):
+            offsets = cols.offsets
+            keep = np.flatnonzero((offsets >= lo) & (offsets <= hi))
+            if not len(keep):
+                continue
+            a0, b0 = int(keep[0]), int(keep[-1]) + 1  # offsets increase: the kept records are one run
+            index = (offsets[a0:b0] - lo) // bucket
+            cuts = np.flatnonzero(np.diff(index)) + 1
+            for a, b in zip([0, *cuts.tolist()], [*cuts.tolist(), b0 - a0]):
+                digests[int(index[a])].update(cols.slice(a0 + a, a0 + b))
+    return ReplicaDigest(broker_id, partition, lo, hi, bucket, tuple(d.hexdigests()[0] for d in digests))
+
+
+def compare(replicas: list[ReplicaDigest]) -> Divergence | None:
+    """The first offset bucket of the common range in which the replicas' records differ."""
+    if len(replicas) < 2:
+        return None
+    first = replicas[0]
+    for k in range(len(first.buckets)):
+        seen = {str(r.broker_id): r.buckets[k] for r in replicas}
+        if len(set(seen.values())) > 1:
+            lo = first.first_offset + k * first.bucket_offsets
+            return Divergence(
+                first.partition,
+                tuple(r.broker_id for r in replicas),
+                lo,
+                min(lo + first.bucket_offsets - 1, first.last_offset),
+                seen,
+            )
+    return None
+
+
+# --- the stage, on each broker's host ---------------------------------------------------------------------------
 
 
 def _files_after_swap(plan: Plan, key: str, partition: str) -> list[str]:

@@ -23,10 +23,6 @@ from migrate.stages.common import kafka_lock, locate, restore_dir_mtimes
 LIVE = (PartitionState.SWAPPING, PartitionState.MIGRATED, PartitionState.ROLLING_BACK)
 
 
-class LiveFileChangedError(MigrateError):
-    """A live file differs from what the migration swapped in: something (a broker) wrote to it since."""
-
-
 def live_changes(plan: Plan, key: str, store: StateStore) -> list[str]:
     changed = []
     for name in store.partitions_in(*LIVE):

@@ -29,6 +29,7 @@ from migrate.model import (
     RangeProgress,
     RollbackReport,
     SegmentOutcome,
+    Stage,
     SwapReport,
 )
 
@@ -187,22 +188,27 @@ STAGE_EVENTS: dict[StageChange, type[StageEvent]] = {
 }
 
 
-def stage_event(plan: Plan, value: Any) -> StageEvent | None:
-    """What a stage call that returned ``value`` changed that no segment event says, or None."""
-    if isinstance(value, list) and value and all(isinstance(o, SegmentOutcome) for o in value):
+def stage_event(plan: Plan, stage: Stage, value: Any) -> StageEvent | None:
+    """What a ``stage`` call that returned ``value`` changed that no segment event says, or None. Each stage returns
+    one record type (the engine seam), so the stage says what ``value`` is."""
+    if stage in (Stage.CONVERT, Stage.JOIN):
+        outcomes: tuple[SegmentOutcome, ...] = value.outcomes
         skipped = tuple(
             SkippedSegment(o.partition, o.base_offset, planned_size(plan, o.log_dir, o.partition, o.base_offset))
-            for o in value
+            for o in outcomes
             if o.outcome == Outcome.SKIPPED
         )
-        return SegmentsSkipped(plan.plan_id, value[0].log_dir, skipped) if skipped else None
-    if isinstance(value, SwapReport):
-        return PartitionsSwapped(plan.plan_id, value.log_dir, value.migrated, value.failed)
-    if isinstance(value, RollbackReport):
-        return PartitionsRolledBack(plan.plan_id, value.log_dir, value.restored)
-    if isinstance(value, LogDirStatus):
+        return SegmentsSkipped(plan.plan_id, outcomes[0].log_dir, skipped) if skipped else None
+    if stage == Stage.SWAP:
+        swapped: SwapReport = value
+        return PartitionsSwapped(plan.plan_id, swapped.log_dir, swapped.migrated, swapped.failed)
+    if stage == Stage.ROLLBACK:
+        rolled_back: RollbackReport = value
+        return PartitionsRolledBack(plan.plan_id, rolled_back.log_dir, rolled_back.restored)
+    if stage == Stage.STATUS:
+        status: LogDirStatus = value
         return PartitionStates(
-            plan.plan_id, value.log_dir, tuple(PartitionStateSeen(p.partition, p.state) for p in value.partitions)
+            plan.plan_id, status.log_dir, tuple(PartitionStateSeen(p.partition, p.state) for p in status.partitions)
         )
     return None
 

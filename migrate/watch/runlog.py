@@ -35,7 +35,7 @@ from typing import Any, Protocol, TextIO
 from migrate import __version__
 from migrate.engines import CallResult, Engine, StageCall
 from migrate.errors import MigrateError
-from migrate.model import Plan, RangeProgress, SegmentOutcome
+from migrate.model import ConvertTaskResult, Plan, RangeProgress, SegmentOutcome, Stage
 from migrate.units import human_bytes
 from migrate.watch.events import plan_event, segment_event
 from migrate.watch.tally import RunProgress
@@ -281,13 +281,16 @@ class Progress:
                 self.seen.add(key)
             self.fold.segment(segment_event(o, self.plan))
 
-    def outcomes(self, results: list[CallResult]) -> None:
-        """A stage's returned outcomes: what a live feed missed (Spark has none; skipped segments are not fed)."""
+    def outcomes(self, stage: Stage, results: list[CallResult]) -> None:
+        """A convert or join stage's returned outcomes: what a live feed missed (Spark has none; skipped segments
+        are not fed). The stage says what its results are (one result record per stage)."""
+        if stage not in (Stage.CONVERT, Stage.JOIN):
+            return
         for r in results:
-            if r.ok and isinstance(r.value, list):
-                for o in r.value:
-                    if isinstance(o, SegmentOutcome):
-                        self.segment(o)
+            if r.ok:
+                converted: ConvertTaskResult = r.value
+                for o in converted.outcomes:
+                    self.segment(o)
 
     def stage(self, name: str) -> None:
         with self._lock:
@@ -375,7 +378,7 @@ class WatchedEngine:
         self.name = engine.name
         self.progress = progress
 
-    def map(self, stage: str, fn: Callable[..., Any], calls: list[StageCall]) -> list[CallResult]:
+    def map(self, stage: Stage, fn: Callable[..., Any], calls: list[StageCall]) -> list[CallResult]:
         if self.progress is not None:
             self.progress.stage(stage)
         logger.info("stage %s: %d call(s)", stage, len(calls))
@@ -392,7 +395,7 @@ class WatchedEngine:
         for r in failed:
             logger.warning("stage %s: %s: %s", stage, r.error_type or "error", r.error)
         if self.progress is not None:
-            self.progress.outcomes(results)
+            self.progress.outcomes(stage, results)
         return results
 
     def close(self) -> None:
