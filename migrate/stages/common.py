@@ -8,8 +8,11 @@ from pathlib import Path
 
 from migrate.errors import MigrateError
 from migrate.kafka.lock import LogDirLock
-from migrate.model import LogDirPlan, Plan
+from migrate.model import LogDirPlan, PartitionState, Plan
 from migrate.run.state import StateStore
+
+# a partition whose segments convert, compact and join may still work on: not failed, no swap or rollback begun
+WORKABLE = (PartitionState.PLANNED, PartitionState.CONVERTING, PartitionState.READY)
 
 
 def locate(plan: Plan, key: str) -> tuple[LogDirPlan, str]:

@@ -31,14 +31,13 @@ from migrate.compaction.pass_one import pass_one, survivors_sha256
 from migrate.compaction.reference import reference_survivors
 from migrate.compaction.rules import CompactionRefusedError, Settings
 from migrate.errors import LocatedError, SourceChangedError
-from migrate.model import Outcome, PartitionPlan, PartitionState, Plan, Problem, SegmentOutcome, SegmentState
+from migrate.model import Outcome, PartitionPlan, Plan, Problem, SegmentOutcome, SegmentState
 from migrate.run.state import StateStore
 from migrate.run.workspace import fsync_dir, segment_file, work_dir
-from migrate.stages.common import locate
+from migrate.stages.common import WORKABLE, locate
 
 SURVIVORS_FILE = "compaction-survivors.npy"
 RECORD_FILE = "compaction.json"
-_WORKABLE = (PartitionState.PLANNED, PartitionState.CONVERTING, PartitionState.READY)
 
 
 def survivors_path(partition_dir: str | Path, plan_id: str) -> Path:
@@ -94,7 +93,7 @@ def compact_partition(plan: Plan, log_dir: str, partition: str) -> CompactionRep
         planned = [
             base for (_, base), s in sorted(store.segment_states([partition]).items()) if s == SegmentState.PLANNED
         ]
-        if state not in _WORKABLE or not planned:
+        if state not in WORKABLE or not planned:
             return CompactionReport(log_dir, partition, Outcome.SKIPPED)
         if stored_survivors_intact(part, plan.plan_id):
             return CompactionReport(log_dir, partition, Outcome.SKIPPED, reused=True)

@@ -39,11 +39,9 @@ from migrate.segment.compacted import load_survivors
 from migrate.segment.convert import convert_segment
 from migrate.segment.ranges import RangePart, convert_range
 from migrate.segment.verify import verify_segment
-from migrate.stages.common import locate
+from migrate.stages.common import WORKABLE, locate
 from migrate.stages.compact import survivors_path
 from migrate.watch import progress
-
-_WORKABLE = (PartitionState.PLANNED, PartitionState.CONVERTING, PartitionState.READY)
 
 
 def segment_task(plan: Plan, log_dir: str, partition: str, base_offset: int) -> SegmentTask:
@@ -116,7 +114,7 @@ def _run(
     partition_states: dict[str, PartitionState],
 ) -> list[SegmentOutcome]:
     outcomes: list[SegmentOutcome] = []
-    failed: set[str] = {n for n, s in partition_states.items() if s not in _WORKABLE}
+    failed: set[str] = {n for n, s in partition_states.items() if s not in WORKABLE}
     stopped: Problem | None = None
     for ref in task.segments:
         skip = (
@@ -148,7 +146,7 @@ def convert_range_task(plan: Plan, task: TaskPlan, run: str = "") -> RangePart:
     with StateStore.open(path, plan.plan_id) as store:
         state = store.segment_states({ref.partition}).get((ref.partition, ref.base_offset))
         partition_state = store.partition_states().get(ref.partition)
-    if state != SegmentState.PLANNED or partition_state not in _WORKABLE:
+    if state != SegmentState.PLANNED or partition_state not in WORKABLE:
         part.outcome = Outcome.SKIPPED
         return part
     seg_task = segment_task(plan, task.log_dir, ref.partition, ref.base_offset)

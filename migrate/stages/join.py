@@ -18,8 +18,8 @@ from migrate.run import faults
 from migrate.run.state import StateStore
 from migrate.run.workspace import sync_filesystem
 from migrate.segment.ranges import RangePart, RangeRefusedError, discard, join_parts, remove_range_files
-from migrate.stages.common import locate
-from migrate.stages.convert import _WORKABLE, segment_task, steady_allocator
+from migrate.stages.common import WORKABLE, locate
+from migrate.stages.convert import segment_task, steady_allocator
 from migrate.watch import progress
 
 
@@ -31,7 +31,7 @@ def join_segment(
     _, path = locate(plan, log_dir)
     with StateStore.open(path, plan.plan_id) as store:
         state = store.segment_states({partition}).get((partition, base_offset))
-        workable = store.partition_states().get(partition) in _WORKABLE
+        workable = store.partition_states().get(partition) in WORKABLE
         if state != SegmentState.PLANNED or not workable or any(p.outcome == Outcome.SKIPPED for p in parts):
             discard(parts)
             remove_range_files(segment_task(plan, log_dir, partition, base_offset))

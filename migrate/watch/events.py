@@ -205,7 +205,7 @@ def stage_event(plan: Plan, stage: Stage, value: Any) -> StageEvent | None:
     if stage == Stage.ROLLBACK:
         rolled_back: RollbackReport = value
         return PartitionsRolledBack(plan.plan_id, rolled_back.log_dir, rolled_back.restored)
-    if stage == Stage.STATUS:
+    if stage == Stage.STATUS and value is not None:  # None: a log dir this plan has not started on
         status: LogDirStatus = value
         return PartitionStates(
             plan.plan_id, status.log_dir, tuple(PartitionStateSeen(p.partition, p.state) for p in status.partitions)
