@@ -163,9 +163,8 @@ def summary_text(report: PrestageReport, controls: Controls) -> str:
         f"{controls.window_seconds:g} s window{limit}; paused {controls.paused_seconds:.1f} s"
     )
     if last is not None:
-        state = (
-            "ready" if report.ready else "not at the threshold" if last.left_bytes else "everything closed is staged"
-        )
+        state = "not at the threshold" if last.left_bytes else "everything closed is staged"
+        state = "ready" if report.ready else "stopped early" if report.stopped else state
         lines.append(f"{state}: {human_bytes(last.left_bytes)} left in closed segments.")
     if any(d.refused for p in report.passes for d in p.log_dirs):
         lines.append(

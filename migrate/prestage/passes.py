@@ -30,7 +30,7 @@ from migrate.prestage.controls import Aborted, Controls
 from migrate.prestage.identity import FileIdentity
 from migrate.prestage.location import refuse_overlap, staging_root
 from migrate.prestage.record import RECORD_RE, StagedSegment, judge_staged, read_record, record_path
-from migrate.prestage.stage import StageResult, discard, stage_segment
+from migrate.prestage.stage import StageResult, StagingWriteError, discard, stage_segment
 
 _OURS = re.compile(r"^(\d{20})(\.log|\.index|\.timeindex|\.prestaged\.json)$|^\.\d{20}\.prestaged\.json\.partial$")
 
@@ -111,8 +111,13 @@ def run_prestage(
                 _one_log_dir(target, request, controls, topic_re, refused, current)
         except Aborted as exc:
             report.stopped = str(exc)
-        except OSError as exc:
+        except StagingWriteError as exc:
             report.stopped = write_error_text(exc, targets)
+        except OSError as exc:  # reading a source: the disk under the broker reports an error
+            report.stopped = (
+                f"cannot read {exc.filename or 'a segment'}: {exc.strerror or exc}. Nothing was written in the log "
+                "dirs; the broker reads the same disk: check it (dmesg, SMART) before running prestage again."
+            )
         current.seconds = time.monotonic() - started
         current.io_bytes = controls.total - io_before
         if on_pass is not None:
@@ -158,6 +163,21 @@ def _one_log_dir(
     layout = inspect_log_dir(target.log_dir)
     partitions = {p.name: p for p in layout.partitions}
     done.removed += sweep(target.root, partitions)
+    try:
+        _stage_partitions(target, request, controls, topic_re, refused, partitions, done)
+    finally:
+        done.left_bytes, done.active_bytes = what_is_left(target, request, topic_re)
+
+
+def _stage_partitions(
+    target: _Target,
+    request: PrestageRequest,
+    controls: Controls,
+    topic_re: re.Pattern[str] | None,
+    refused: dict[str, FileIdentity],
+    partitions: dict[str, Partition],
+    done: LogDirPass,
+) -> None:
     wanted = [p for p in partitions.values() if topic_re is None or topic_re.fullmatch(p.topic)]
     for part in wanted:
         if not part.segments:
@@ -173,7 +193,10 @@ def _one_log_dir(
                 continue
             if refused.get(str(seg.path)) == FileIdentity.at(seg.path):
                 continue
-            staging.mkdir(parents=True, exist_ok=True)
+            try:
+                staging.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise StagingWriteError(exc.errno, exc.strerror, str(staging)) from exc
             try:
                 outcome = stage_segment(seg.path, staging, options, controls, target.log_dir)
             except LocatedError as exc:
@@ -192,7 +215,6 @@ def _one_log_dir(
                 identity = FileIdentity.at(seg.path)
                 if identity is not None:
                     refused[str(seg.path)] = identity
-    done.left_bytes, done.active_bytes = what_is_left(target, request, topic_re)
 
 
 def _options_for(part: Partition, request: PrestageRequest) -> ConvertOptions:

@@ -124,7 +124,11 @@ def stage_segment(
                     staged_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 )
                 controls.check()
-                write_record(record_path(partition_staging, base_offset), record)
+                target = record_path(partition_staging, base_offset)
+                try:
+                    write_record(target, record)
+                except OSError as exc:
+                    raise StagingWriteError(exc.errno, exc.strerror, str(target)) from exc
             except BaseException:
                 discard(partition_staging, base_offset)
                 raise
@@ -169,7 +173,10 @@ def _seal(result: SegmentResult, options: ConvertOptions, controls: Controls) ->
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         try:
             controls.check()
-            os.fsync(fd)
+            try:
+                os.fsync(fd)
+            except OSError as exc:
+                raise StagingWriteError(exc.errno, exc.strerror, path) from exc
             staged[sfx] = FileIdentity.of(os.fstat(fd))
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         finally:
