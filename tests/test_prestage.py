@@ -19,7 +19,7 @@ from migrate.model import ConvertOptions
 from migrate.prestage.controls import Controls
 from migrate.prestage.location import StagingPlaceError, default_staging_root, staging_root
 from migrate.prestage.passes import PrestageRequest, run_prestage
-from migrate.prestage.record import Verdict, judge_staged, staged_segments
+from migrate.prestage.record import Verdict, is_usable, judge_staged, staged_segments
 
 FIXTURE_PARTITIONS = ["plain-v0-0", "plain-v1-0", "mixed-v0-v1-0", "gzip-v0-0", "lz4-v1-0", "already-v2-0"]
 
@@ -252,7 +252,7 @@ def test_what_the_cut_over_is_handed(tmp_path):
     assert record["options"]["partition_leader_epoch"] == 3  # the checkpoint's first epoch, as plan takes it
     options = options_of()
     assert judge_staged(staged, source, options).usable
-    assert judge_staged(staged, source, options, deep=True).usable
+    assert judge_staged(staged, source, options, deep=True).usable and is_usable(staged, source, options)
     assert judge_staged(staged, source, options.for_partition(4)).verdict == Verdict.OPTIONS_DIFFER
     os.utime(source, ns=(1, 1))
     assert judge_staged(staged, source, options).verdict == Verdict.SOURCE_CHANGED
@@ -285,3 +285,14 @@ def test_staging_places_kafka_would_trip_over_are_refused(tmp_path):
         staging_root(log_dir)
     assert staging_root(log_dir, tmp_path / "elsewhere") == tmp_path / "elsewhere"
     assert main(["prestage", "--log-dirs", str(log_dir), "--staging-dir", str(log_dir / "x")]) == 1
+
+
+def test_help_describes_the_verb_and_every_option(capsys):
+    assert main(["prestage", "--help"]) == 0
+    out = capsys.readouterr().out
+    for option in ("--staging-dir", "--passes", "--threshold", "--rate", "--pause-file", "--abort-file", "--topics"):
+        assert option in out
+    from migrate.cli import build_parser
+
+    (sub,) = [a for a in build_parser("prestage")._actions if a.dest == "command"]
+    assert [a.dest for a in sub.choices["prestage"]._actions if not a.help] == []

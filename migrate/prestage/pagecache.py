@@ -75,15 +75,6 @@ def drop_brought_in(fd: int, before: np.ndarray | None) -> int:
     return dropped
 
 
-def drop_file(path: str | os.PathLike[str]) -> None:
-    """Drop a written, synced file's pages (a staged output nobody reads before the cut-over)."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
-
-
 def start_writeback(fd: int, offset: int, size: int, wait: bool = False) -> None:
     """Write ``size`` bytes at ``offset`` of ``fd`` to disk now (``wait``: and wait for them), so that dirty data
     stays bounded and the kernel's global dirty limit never stalls the broker's own appends. Advisory."""
