@@ -272,6 +272,30 @@ def test_a_partition_deleted_or_moved_loses_its_staging(tmp_path):
     assert {s.record.partition for s in staged_segments(log_dir)} == {"t-1"}
 
 
+def test_a_partition_deleted_while_a_pass_runs_is_handled(tmp_path):
+    log_dir = broker_log_dir(tmp_path, partitions=2, segments=3, records=400)
+    doomed = log_dir / "t-1"
+
+    def async_delete():  # LogManager.asyncDelete, then Utils.delete once file.delete.delay.ms has passed
+        gone = doomed.rename(log_dir / "t-1.0123456789abcdef0123456789abcdef-delete")
+        shutil.rmtree(gone)
+
+    report, done = prestage(log_dir, controls=_Hostile(async_delete))
+    assert report.ok and not report.stopped
+    assert {s.record.partition for s in staged_segments(log_dir)} == {"t-0"}
+    assert not (default_staging_root(log_dir) / "t-1").exists() or not os.listdir(default_staging_root(log_dir) / "t-1")
+    _, done = prestage(log_dir)
+    assert done.kept == 2 and not (default_staging_root(log_dir) / "t-1").exists()
+
+
+def test_passes_repeat_until_the_threshold(tmp_path):
+    log_dir = broker_log_dir(tmp_path, partitions=2, segments=3)
+    report, done = prestage(log_dir, passes=5, threshold_bytes=0)
+    assert report.ready and len(report.passes) == 1 and done.left_bytes == 0 and done.staged == 4
+    report, _ = prestage(log_dir, passes=2)
+    assert not report.ready and len(report.passes) == 2 and report.passes[1].log_dirs[0].kept == 4
+
+
 def test_staging_places_kafka_would_trip_over_are_refused(tmp_path):
     log_dir = broker_log_dir(tmp_path / "data", partitions=1, segments=2)
     with pytest.raises(StagingPlaceError, match="inside log dir"):

@@ -30,7 +30,7 @@ from migrate.prestage.controls import Aborted, Controls
 from migrate.prestage.identity import FileIdentity
 from migrate.prestage.location import refuse_overlap, staging_root
 from migrate.prestage.record import RECORD_RE, StagedSegment, judge_staged, read_record, record_path
-from migrate.prestage.stage import StageResult, StagingWriteError, discard, stage_segment
+from migrate.prestage.stage import StageOutcome, StageResult, StagingWriteError, discard, stage_segment
 
 _OURS = re.compile(r"^(\d{20})(\.log|\.index|\.timeindex|\.prestaged\.json)$|^\.\d{20}\.prestaged\.json\.partial$")
 
@@ -160,8 +160,7 @@ def _one_log_dir(
         holder = 0
     done = LogDirPass(str(target.log_dir), str(target.root), holder)
     current.log_dirs.append(done)  # a pass stopped half-way still reports what it did
-    layout = inspect_log_dir(target.log_dir)
-    partitions = {p.name: p for p in layout.partitions}
+    partitions = {p.name: p for p in live_partitions(target.log_dir)}
     done.removed += sweep(target.root, partitions)
     try:
         _stage_partitions(target, request, controls, topic_re, refused, partitions, done)
@@ -199,9 +198,8 @@ def _stage_partitions(
                 raise StagingWriteError(exc.errno, exc.strerror, str(staging)) from exc
             try:
                 outcome = stage_segment(seg.path, staging, options, controls, target.log_dir)
-            except LocatedError as exc:
-                done.refused.append(str(exc))
-                continue
+            except LocatedError as exc:  # the conversion did not verify: as refused as bad bytes
+                outcome = StageOutcome(StageResult.REFUSED, str(seg.path), problem=str(exc))
             if outcome.result == StageResult.STAGED:
                 done.staged += 1
                 done.staged_source_bytes += outcome.source_bytes
@@ -215,6 +213,19 @@ def _stage_partitions(
                 identity = FileIdentity.at(seg.path)
                 if identity is not None:
                     refused[str(seg.path)] = identity
+
+
+def live_partitions(log_dir: Path, attempts: int = 5) -> list[Partition]:
+    """The log dir's live partitions. The broker renames partition dirs (``-delete``, ``-future``) and segments
+    (``.deleted``) while they are listed: a name that vanished between the listing and its read means a new look."""
+    for attempt in range(attempts):
+        try:
+            return inspect_log_dir(log_dir).partitions
+        except FileNotFoundError:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.05)
+    return []
 
 
 def _options_for(part: Partition, request: PrestageRequest) -> ConvertOptions:
@@ -271,7 +282,7 @@ def sweep(root: Path, partitions: dict[str, Partition]) -> int:
 def what_is_left(target: _Target, request: PrestageRequest, topic_re: re.Pattern[str] | None) -> tuple[int, int]:
     """(bytes of closed segments without usable staging, bytes of the active segments), by stat alone."""
     left = active = 0
-    for part in inspect_log_dir(target.log_dir).partitions:
+    for part in live_partitions(target.log_dir):
         if not part.segments or (topic_re is not None and not topic_re.fullmatch(part.topic)):
             continue
         active += part.segments[-1].size
