@@ -22,9 +22,11 @@ from migrate import __version__
 from migrate.errors import MigrateError
 from migrate.watch import runlog
 
-COMMAND_MODULES = ("scan", "migration", "maintenance", "report", "rehearse", "dump", "demo")  # their order in --help
+# their order in --help
+COMMAND_MODULES = ("scan", "prestage", "migration", "maintenance", "report", "rehearse", "dump", "demo")
 VERBS: dict[str, str] = {  # verb -> the module of migrate.commands that registers it
     "scan": "scan",
+    "prestage": "prestage",
     "plan": "migration",
     "execute": "migration",
     "verify": "migration",

@@ -1,0 +1,178 @@
+"""``prestage``: convert and verify a running broker's closed legacy segments into a staging tree beside its log
+dirs, pass after pass, so that the cut-over after a clean stop has only the delta left."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+from migrate.codec import to_json
+from migrate.commands.output import emit, note
+from migrate.model import DEFAULT_MAX_MESSAGE_BYTES, Codec, ConvertOptions, DigestAlgorithm, TimestampPolicy
+from migrate.prestage.controls import DEFAULT_WINDOW_SECONDS, Controls
+from migrate.prestage.passes import PassReport, PrestageReport, PrestageRequest, run_prestage
+from migrate.units import human_bytes, parse_data_bytes
+
+EXIT_USAGE = 2
+DEFAULT_RATE = "50MB"
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "prestage",
+        help="convert a running broker's closed segments ahead of the cut-over (writes only beside the log dirs)",
+        description="While the broker runs, convert and verify every closed segment (never a partition's highest) "
+        "that holds v0/v1 batches into a staging tree on the log dir's filesystem, outside the log dir (default "
+        "<parent>/.kafka-log-migrate-staging/<log dir name>/), with the same code and options as execute. Nothing "
+        "inside a log dir is created, renamed or changed. A source renamed, unlinked, truncated or rewritten while it "
+        "is read is not staged; staging whose source is gone (retention, the cleaner) is removed; a later pass stages "
+        "what rolled or changed since. Reads and writes are throttled together; a pause file stops all I/O within a "
+        "second, an abort file stops the run leaving no partial staged file. The page cache is left as found.",
+    )
+    p.add_argument("--log-dirs", required=True, help="comma-separated log dirs of one broker (its log.dirs)")
+    p.add_argument(
+        "--staging-dir",
+        help="the staging tree of each log dir, comma-separated in the order of --log-dirs: on the log dir's "
+        "filesystem, outside every log dir (default <parent of log dir>/.kafka-log-migrate-staging/<log dir name>, "
+        "where plan and execute look)",
+    )
+    p.add_argument("--passes", type=int, default=1, help="passes at most (default 1); each stages what changed since")
+    p.add_argument(
+        "--threshold",
+        metavar="BYTES",
+        help="stop repeating passes once the closed segments left to stage hold at most this much (e.g. 1G): ready "
+        "for the cut-over",
+    )
+    p.add_argument(
+        "--rate",
+        default=DEFAULT_RATE,
+        help=f"bytes per second read and written together, held over every throttle window (default {DEFAULT_RATE}; "
+        "0 for no limit)",
+    )
+    p.add_argument(
+        "--throttle-window",
+        type=float,
+        default=DEFAULT_WINDOW_SECONDS,
+        metavar="SECONDS",
+        help=f"the window the rate is held over, within 8%% (default {DEFAULT_WINDOW_SECONDS:g})",
+    )
+    p.add_argument("--pause-file", help="while this file exists, no I/O (looked at several times a second)")
+    p.add_argument("--abort-file", help="when this file appears, stop: the segment in progress is discarded")
+    g = p.add_argument_group("conversion options (as for plan: staging is used only when plan's options are equal)")
+    g.add_argument("--topics", help="only topics whose whole name matches this regular expression")
+    g.add_argument("--target", choices=["v2", "v1"], default="v2", help="target message format (default v2)")
+    g.add_argument(
+        "--timestamps",
+        choices=[t.value for t in TimestampPolicy],
+        default=TimestampPolicy.MTIME.value,
+        help="timestamps for v0 records (default mtime), as for plan",
+    )
+    g.add_argument("--leader-epoch", type=int, help="leader epoch of converted batches (default: per partition)")
+    g.add_argument("--compression", choices=[c.value for c in Codec], help="recompress every batch with this codec")
+    g.add_argument("--pack-bytes", type=int, help="group uncompressed legacy messages into batches of up to N bytes")
+    g.add_argument("--tombstone-flag", action="store_true", help="KIP-87: flag null-value records")
+    g.add_argument("--index-interval-bytes", type=int, default=4096, help="index.interval.bytes (default 4096)")
+    g.add_argument("--max-message-bytes", type=int, default=DEFAULT_MAX_MESSAGE_BYTES, help="the topics' limit")
+    g.add_argument(
+        "--digest",
+        choices=[d.value for d in DigestAlgorithm],
+        default=DigestAlgorithm.XXH3_128.value,
+        help="record digest (default xxh3-128)",
+    )
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(handler=run)
+
+
+def convert_options(args: argparse.Namespace) -> ConvertOptions:
+    """The options ``plan`` builds from the same flags (its defaults too), so that equal flags mean equal options."""
+    return ConvertOptions(
+        target_magic=2 if args.target == "v2" else 1,
+        timestamps=TimestampPolicy(args.timestamps),
+        compression=Codec(args.compression) if args.compression else None,
+        pack_bytes=args.pack_bytes,
+        tombstone_flag=args.tombstone_flag,
+        index_interval_bytes=args.index_interval_bytes,
+        max_message_bytes=args.max_message_bytes,
+        digest=DigestAlgorithm(args.digest),
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    log_dirs = tuple(args.log_dirs.split(","))
+    staging = tuple(args.staging_dir.split(",")) if args.staging_dir else ()
+    if any(not d.strip() for d in log_dirs + staging):
+        note("kafka-log-migrate: error: --log-dirs or --staging-dir holds an empty path (a doubled or trailing comma?)")
+        return EXIT_USAGE
+    try:
+        rate = None if args.rate.strip() in ("0", "unlimited") else parse_data_bytes(args.rate)
+        threshold = parse_data_bytes(args.threshold) if args.threshold is not None else None
+        if args.passes < 1 or args.throttle_window <= 0:
+            raise ValueError("--passes and --throttle-window must be positive")
+        request = PrestageRequest(
+            log_dirs=log_dirs,
+            options=convert_options(args),
+            staging_dirs=staging,
+            topics=args.topics,
+            leader_epoch=args.leader_epoch,
+            passes=args.passes,
+            threshold_bytes=threshold,
+        )
+        controls = Controls(rate, args.pause_file, args.abort_file, args.throttle_window, on_pause=note)
+    except ValueError as exc:
+        note(f"kafka-log-migrate: error: {exc}")
+        return EXIT_USAGE
+    report = run_prestage(request, controls, on_pass=lambda p: None if args.json else note(pass_text(p, controls)))
+    body = to_json(dataclasses.asdict(report)) | {"window_totals": controls.window_totals(), "ok": report.ok}
+    emit(body, args.json, summary_text(report, controls))
+    return 0 if report.ok else 1
+
+
+def pass_text(done: PassReport, controls: Controls) -> str:
+    lines = []
+    for d in done.log_dirs:
+        broker = (
+            "no broker holds its .lock"
+            if d.lock_holder is None
+            else f"the broker holds its .lock (pid {d.lock_holder or 'unknown'})"
+        )
+        staged = f"{human_bytes(d.staged_source_bytes)} -> {human_bytes(d.staged_bytes)}"
+        lines.append(
+            f"pass {done.number}: {d.log_dir} ({broker}): staged {d.staged} segments ({staged}), kept {d.kept}, "
+            f"already v2 {d.unchanged}, removed {d.removed} whose source is gone; left: {human_bytes(d.left_bytes)} "
+            f"in closed segments, {human_bytes(d.active_bytes)} in active segments (converted at the cut-over); "
+            f"staging in {d.staging_root}"
+        )
+        lines += [f"  rejected: {why}" for why in d.rejected[:20]]
+        lines += [f"  REFUSED: {why}" for why in d.refused[:20]]
+    rate = done.io_bytes / done.seconds if done.seconds else 0.0
+    lines.append(
+        f"pass {done.number}: {human_bytes(done.io_bytes)} read and written in {done.seconds:.1f} s "
+        f"({human_bytes(rate)}/s)"
+    )
+    return "\n".join(lines)
+
+
+def summary_text(report: PrestageReport, controls: Controls) -> str:
+    last = report.passes[-1] if report.passes else None
+    lines = []
+    if report.stopped:
+        lines.append(f"stopped: {report.stopped}")
+    limit = f" (limit {human_bytes(controls.rate * controls.window_seconds)})" if controls.rate else ""
+    lines.append(
+        f"{len(report.passes)} pass(es); at most {human_bytes(report.max_window_bytes)} read and written in any "
+        f"{controls.window_seconds:g} s window{limit}; paused {controls.paused_seconds:.1f} s"
+    )
+    if last is not None:
+        state = "not at the threshold" if last.left_bytes else "everything closed is staged"
+        state = "ready" if report.ready else "stopped early" if report.stopped else state
+        lines.append(f"{state}: {human_bytes(last.left_bytes)} left in closed segments.")
+    if any(d.refused for p in report.passes for d in p.log_dirs):
+        lines.append(
+            "Some segments were refused (above, with file and byte position): plan will refuse them too. Repair or "
+            "leave out their partitions (--topics) before the cut-over."
+        )
+    lines.append(
+        "Staged segments are used by the cut-over (stop the broker cleanly, then plan and execute) only where their "
+        "sources are unchanged; run prestage again to catch up on what changed."
+    )
+    return "\n".join(lines)

@@ -1,0 +1,311 @@
+"""Pre-stage passes over a running broker's log dirs: every closed segment (never a partition's highest base
+offset: Kafka appends to it) whose staging is missing or stale is staged; staging whose source is gone is removed.
+
+A pass first sweeps the staging tree: a partition dir gone from the log dir (deleted, renamed ``-delete``, moved to
+another log dir) and a segment gone from its partition (retention or the cleaner renamed it ``.deleted``) lose their
+staging, record first, and nothing is ever staged again for a name that is gone. Then, per closed segment, a record
+whose source and staged files still have their recorded identities is kept (stat only: the edge digest is read at
+the cut-over, where it matters); anything else is staged again. After the pass a stat-only look says what is left:
+the bytes of closed segments with no usable staging (rolled, replaced or rejected during the pass) and the active
+segments' bytes, which only the cut-over can convert.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from migrate.errors import LocatedError, LogDirAccessError, MalformedLogDirFileError, MigrateError
+from migrate.kafka.layout import Partition, inspect_log_dir
+from migrate.kafka.lock import lock_holder
+from migrate.kafka.properties import leader_epoch_entries
+from migrate.model import ConvertOptions
+from migrate.prestage.controls import Aborted, Controls
+from migrate.prestage.identity import FileIdentity
+from migrate.prestage.location import refuse_overlap, staging_root
+from migrate.prestage.record import RECORD_RE, StagedSegment, judge_staged, read_record, record_path
+from migrate.prestage.stage import StageOutcome, StageResult, StagingWriteError, discard, stage_segment
+
+_OURS = re.compile(r"^(\d{20})(\.log|\.index|\.timeindex|\.prestaged\.json)$|^\.\d{20}\.prestaged\.json\.partial$")
+
+
+@dataclass(frozen=True)
+class PrestageRequest:
+    log_dirs: tuple[str, ...]
+    options: ConvertOptions = field(default_factory=ConvertOptions)
+    staging_dirs: tuple[str, ...] = ()  # one per log dir; empty: each log dir's default
+    topics: str | None = None  # regex over topic names
+    leader_epoch: int | None = None  # None: per partition, the first entry of its leader-epoch-checkpoint (as plan)
+    passes: int = 1
+    threshold_bytes: int | None = None  # stop repeating once this little is left to stage
+
+
+@dataclass
+class LogDirPass:
+    log_dir: str
+    staging_root: str
+    lock_holder: int | None  # the pid holding Kafka's .lock (0: held, pid unknown); None: no broker holds it
+    staged: int = 0
+    staged_source_bytes: int = 0
+    staged_bytes: int = 0
+    unchanged: int = 0  # already in the target format: recorded, nothing staged
+    kept: int = 0  # staged by an earlier pass and still usable
+    removed: int = 0  # staging dropped because its source is gone
+    rejected: list[str] = field(default_factory=list)  # changed while read: staged again by the next pass
+    refused: list[str] = field(default_factory=list)  # bytes that cannot be converted (plan will refuse them too)
+    left_bytes: int = 0  # closed segments without usable staging after the pass
+    active_bytes: int = 0  # the partitions' highest segments: converted at the cut-over
+
+
+@dataclass
+class PassReport:
+    number: int
+    log_dirs: list[LogDirPass]
+    seconds: float = 0.0
+    io_bytes: int = 0  # read and written through the throttle during the pass
+
+    @property
+    def left_bytes(self) -> int:
+        return sum(d.left_bytes for d in self.log_dirs)
+
+
+@dataclass
+class PrestageReport:
+    passes: list[PassReport] = field(default_factory=list)
+    ready: bool = False  # the threshold was reached
+    stopped: str = ""  # why the run stopped early (abort file, a write error)
+    max_window_bytes: int = 0  # the most bytes read and written within any throttle window
+
+    @property
+    def ok(self) -> bool:
+        return not self.stopped and not any(d.refused for p in self.passes for d in p.log_dirs)
+
+
+@dataclass(frozen=True)
+class _Target:
+    log_dir: Path
+    root: Path
+
+
+def run_prestage(
+    request: PrestageRequest, controls: Controls, on_pass: Callable[[PassReport], None] | None = None
+) -> PrestageReport:
+    """Pass after pass (at most ``request.passes``; fewer once ``threshold_bytes`` is reached), until done, aborted or
+    a write into the staging tree fails. Refuses (StagingPlaceError) a staging place Kafka would trip over."""
+    targets = resolve_targets(request)
+    report = PrestageReport()
+    refused: dict[str, FileIdentity] = {}  # sources refused in this run: not read again while unchanged
+    topic_re = re.compile(request.topics) if request.topics else None
+    for number in range(1, request.passes + 1):
+        started, io_before = time.monotonic(), controls.total
+        current = PassReport(number, [])
+        report.passes.append(current)
+        try:
+            for target in targets:
+                _one_log_dir(target, request, controls, topic_re, refused, current)
+        except Aborted as exc:
+            report.stopped = str(exc)
+        except StagingWriteError as exc:
+            report.stopped = write_error_text(exc, targets)
+        except OSError as exc:  # reading a source: the disk under the broker reports an error
+            report.stopped = (
+                f"cannot read {exc.filename or 'a segment'}: {exc.strerror or exc}. Nothing was written in the log "
+                "dirs; the broker reads the same disk: check it (dmesg, SMART) before running prestage again."
+            )
+        current.seconds = time.monotonic() - started
+        current.io_bytes = controls.total - io_before
+        if on_pass is not None:
+            on_pass(current)
+        if report.stopped:
+            break
+        if request.threshold_bytes is not None and current.left_bytes <= request.threshold_bytes:
+            report.ready = True
+            break
+    report.max_window_bytes = controls.max_window_bytes()
+    return report
+
+
+def resolve_targets(request: PrestageRequest) -> list[_Target]:
+    if request.staging_dirs and len(request.staging_dirs) != len(request.log_dirs):
+        raise MigrateError(
+            f"--staging-dir names {len(request.staging_dirs)} places for {len(request.log_dirs)} log dirs: give one "
+            "per log dir, in the order of --log-dirs, or none for the defaults"
+        )
+    targets = []
+    for i, raw in enumerate(request.log_dirs):
+        override = request.staging_dirs[i] if request.staging_dirs else None
+        root = staging_root(raw, override)
+        targets.append(_Target(Path(os.path.realpath(raw)), root))
+    refuse_overlap([t.log_dir for t in targets], [t.root for t in targets])
+    return targets
+
+
+def _one_log_dir(
+    target: _Target,
+    request: PrestageRequest,
+    controls: Controls,
+    topic_re: re.Pattern[str] | None,
+    refused: dict[str, FileIdentity],
+    current: PassReport,
+) -> None:
+    try:
+        holder = lock_holder(target.log_dir)
+    except LogDirAccessError:
+        holder = 0
+    done = LogDirPass(str(target.log_dir), str(target.root), holder)
+    current.log_dirs.append(done)  # a pass stopped half-way still reports what it did
+    partitions = {p.name: p for p in live_partitions(target.log_dir)}
+    done.removed += sweep(target.root, partitions)
+    try:
+        _stage_partitions(target, request, controls, topic_re, refused, partitions, done)
+    finally:
+        done.left_bytes, done.active_bytes = what_is_left(target, request, topic_re)
+
+
+def _stage_partitions(
+    target: _Target,
+    request: PrestageRequest,
+    controls: Controls,
+    topic_re: re.Pattern[str] | None,
+    refused: dict[str, FileIdentity],
+    partitions: dict[str, Partition],
+    done: LogDirPass,
+) -> None:
+    wanted = [p for p in partitions.values() if topic_re is None or topic_re.fullmatch(p.topic)]
+    for part in wanted:
+        if not part.segments:
+            continue
+        options = _options_for(part, request)
+        staging = target.root / part.name
+        for seg in part.segments[:-1]:
+            if not seg.size:
+                continue
+            previous = _record(staging, seg.base_offset)
+            if previous is not None and judge_staged(previous, seg.path, options, edges=False).usable:
+                done.kept += 1
+                continue
+            if refused.get(str(seg.path)) == FileIdentity.at(seg.path):
+                continue
+            try:
+                staging.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise StagingWriteError(exc.errno, exc.strerror, str(staging)) from exc
+            try:
+                outcome = stage_segment(seg.path, staging, options, controls, target.log_dir)
+            except LocatedError as exc:  # the conversion did not verify: as refused as bad bytes
+                outcome = StageOutcome(StageResult.REFUSED, str(seg.path), problem=str(exc))
+            if outcome.result == StageResult.STAGED:
+                done.staged += 1
+                done.staged_source_bytes += outcome.source_bytes
+                done.staged_bytes += outcome.staged_bytes
+            elif outcome.result == StageResult.UNCHANGED:
+                done.unchanged += 1
+            elif outcome.result == StageResult.REJECTED:
+                done.rejected.append(outcome.problem)
+            else:
+                done.refused.append(outcome.problem)
+                identity = FileIdentity.at(seg.path)
+                if identity is not None:
+                    refused[str(seg.path)] = identity
+
+
+def live_partitions(log_dir: Path, attempts: int = 5) -> list[Partition]:
+    """The log dir's live partitions. The broker renames partition dirs (``-delete``, ``-future``) and segments
+    (``.deleted``) while they are listed: a name that vanished between the listing and its read means a new look."""
+    for attempt in range(attempts):
+        try:
+            return inspect_log_dir(log_dir).partitions
+        except FileNotFoundError:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(0.05)
+    return []
+
+
+def _options_for(part: Partition, request: PrestageRequest) -> ConvertOptions:
+    """The partition's options as ``plan`` would set them: the leader epoch from its checkpoint's first entry."""
+    if request.leader_epoch is not None:
+        return request.options.for_partition(request.leader_epoch)
+    try:
+        epochs = leader_epoch_entries(part.path)
+    except (OSError, MalformedLogDirFileError):
+        epochs = []  # being rewritten by the broker right now: the cut-over compares epochs anyway
+    return request.options.for_partition(epochs[0][0] if epochs else 0)
+
+
+def _record(staging: Path, base_offset: int) -> StagedSegment | None:
+    path = record_path(staging, base_offset)
+    try:
+        return StagedSegment(read_record(path), path)
+    except (MigrateError, ValueError):
+        return None
+
+
+def sweep(root: Path, partitions: dict[str, Partition]) -> int:
+    """Remove the staging whose source is gone, and files no record vouches for (a run killed mid-segment); returns
+    how many staged segments were removed. Only names this tool writes are touched."""
+    if not root.is_dir():
+        return 0
+    removed = 0
+    for staging in sorted(p for p in root.iterdir() if p.is_dir()):
+        part = partitions.get(staging.name)
+        bases = {s.base_offset for s in part.segments} if part is not None else set()
+        names = sorted(os.listdir(staging))
+        vouched: set[int] = set()
+        for name in names:
+            m = RECORD_RE.match(name)
+            if m is None:
+                continue
+            base = int(m.group(1))
+            if base not in bases:
+                discard(staging, base)
+                removed += 1
+            else:
+                vouched.add(base)
+        for name in names:
+            m = _OURS.match(name)
+            if m is not None and (m.group(1) is None or int(m.group(1)) not in vouched):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(staging / name)
+        if part is None:
+            with contextlib.suppress(OSError):
+                staging.rmdir()  # anything left in it is not ours: kept, and the dir with it
+    return removed
+
+
+def what_is_left(target: _Target, request: PrestageRequest, topic_re: re.Pattern[str] | None) -> tuple[int, int]:
+    """(bytes of closed segments without usable staging, bytes of the active segments), by stat alone."""
+    left = active = 0
+    for part in live_partitions(target.log_dir):
+        if not part.segments or (topic_re is not None and not topic_re.fullmatch(part.topic)):
+            continue
+        active += part.segments[-1].size
+        options = _options_for(part, request)
+        for seg in part.segments[:-1]:
+            staged = _record(target.root / part.name, seg.base_offset)
+            if seg.size and (staged is None or not judge_staged(staged, seg.path, options, edges=False).usable):
+                left += seg.size
+    return left, active
+
+
+def write_error_text(exc: OSError, targets: list[_Target]) -> str:
+    """An operator's message for a failed write into a staging tree (ENOSPC, EIO, EROFS)."""
+    where = exc.filename or ", ".join(str(t.root) for t in targets)
+    roots = [t.root for t in targets if str(where).startswith(str(t.root))] or [t.root for t in targets]
+    usage = []
+    for root in roots:
+        with contextlib.suppress(OSError):
+            total = shutil.disk_usage(root)
+            usage.append(f"{root}: {total.free} bytes free of {total.total}")
+    return (
+        f"cannot write the staging tree: {exc.strerror or exc} at {where}. The partial staged files of the segment in "
+        "progress were removed and the log dirs were not touched; segments staged before are kept. Free space on "
+        f"that filesystem ({'; '.join(usage) or 'unknown'}), or remove its staging tree to give the space back (the "
+        "cut-over then converts everything), then run prestage again."
+    )
