@@ -109,7 +109,8 @@ start = time.perf_counter()
 from migrate import pipeline
 from migrate.engines.dask import DaskEngine
 from migrate.model import ConvertOptions
-from migrate.planning.plan import PlanRequest, build_plan, write_plan
+from migrate.planning.plan import build_plan, write_plan
+from migrate.planning.request import PlanRequest
 log_dir, digest, plan_path = sys.argv[1], sys.argv[2], sys.argv[3]
 plan = build_plan(PlanRequest(log_dirs=(log_dir,), options=ConvertOptions(digest=digest)))
 write_plan(plan, plan_path)
@@ -151,7 +152,8 @@ import json, os, resource, sys, time
 from migrate import pipeline
 from migrate.engines.dask import DaskEngine
 from migrate.model import ConvertOptions
-from migrate.planning.plan import PlanRequest, build_plan, write_plan
+from migrate.planning.plan import build_plan, write_plan
+from migrate.planning.request import PlanRequest
 log_dir, workers, digest, plan_path, segment, cache = sys.argv[1], int(sys.argv[2]), *sys.argv[3:7]
 plan = build_plan(PlanRequest(log_dirs=(log_dir,), options=ConvertOptions(digest=digest)))
 write_plan(plan, plan_path)

@@ -23,7 +23,8 @@ from gen_legacy import message_size, write_log_dir
 
 from migrate import pipeline
 from migrate.model import ConvertOptions
-from migrate.planning.plan import PlanRequest, build_plan
+from migrate.planning.plan import build_plan
+from migrate.planning.request import PlanRequest
 
 
 def run(plan, engine, workers: int, label: str) -> dict:

@@ -29,7 +29,8 @@ from gen_legacy import segment_bytes
 
 from migrate import pipeline
 from migrate.demo.legacy_logdir import PartitionFiles, write_broker_files
-from migrate.planning.plan import PlanRequest, build_plan, write_plan
+from migrate.planning.plan import build_plan, write_plan
+from migrate.planning.request import PlanRequest
 from migrate.reports.scan import scan_log_dirs
 
 SEGMENT_MTIME_NS = 1_500_000_000 * 10**9

@@ -6,11 +6,54 @@ offset) so that the message alone tells an operator what is wrong, where, and wh
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
-if TYPE_CHECKING:
-    from migrate.model import PlanProblem
+
+class ProblemKind(str, enum.Enum):
+    """What a refusal is about: one member per check of the plan's table (``migrate.planning.checks``); a segment's
+    bytes refused by a LocatedError keep that error's kind (corrupt, unsupported, refused, ...)."""
+
+    NOT_A_LOG_DIR = "not-a-log-dir"
+    LOG_DIR_LOCKED = "log-dir-locked"
+    UNCLEAN_SHUTDOWN = "unclean-shutdown"
+    MIGRATION_IN_PROGRESS = "migration-in-progress"
+    UNFINISHED_MIGRATION = "unfinished-migration"
+    STRAY_FILES = "stray-files"
+    IO_ERROR = "io-error"
+    ERROR = "error"
+    CORRUPT = "corrupt"
+    UNSUPPORTED = "unsupported"
+    REFUSED = "refused"
+    TRUNCATED_TAIL = "truncated-tail"
+    SOURCE_CHANGED = "source-changed"
+    DAMAGED_TAIL = "damaged-tail"
+    NO_SPACE = "no-space"
+    COMPACT_NEEDS_V2 = "compact-needs-v2"
+    COMPACT_OPTIONS_ALONE = "compact-options-alone"
+    BROKER_CLAIMED_TWICE = "broker-claimed-twice"
+    BROKER_REFUSED = "broker-refused"
+    CLUSTERS_DIFFER = "clusters-differ"
+    BROKER_WITHOUT_WORKER = "broker-without-worker"
+    NO_WORKERS = "no-workers"
+    BROKER_OPTIONS_DIFFER = "broker-options-differ"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class PlanProblem:
+    """One reason ``plan`` refuses: ``message`` is the operator's whole line (what, where, what to do), ``advice``
+    the what-to-do part alone, and the place is given as fields where there is one."""
+
+    kind: ProblemKind
+    message: str
+    advice: str = ""
+    path: str | None = None
+    position: int | None = None
+    offset: int | None = None
 
 
 class MigrateError(Exception):

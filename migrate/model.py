@@ -35,14 +35,11 @@ import types
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from migrate.codec import enum_member, from_json, json_schema, to_json
 from migrate.errors import ModelError
 from migrate.kafka.names import parse_partition_dir_name, segment_name
-
-if TYPE_CHECKING:  # a range's working record, which only the join reads
-    from migrate.segment.ranges import RangePart
 
 PLAN_VERSION = 2
 DEFAULT_INDEX_INTERVAL_BYTES = 4096  # Kafka's index.interval.bytes default
@@ -690,51 +687,6 @@ def _os_error_text(exc: OSError) -> str:
     return f"{what}{where}. {advice}"
 
 
-class ProblemKind(str, enum.Enum):
-    """What a refusal is about: one member per check of the plan's table (``migrate.planning.checks``); a segment's
-    bytes refused by a LocatedError keep that error's kind (corrupt, unsupported, refused, ...)."""
-
-    NOT_A_LOG_DIR = "not-a-log-dir"
-    LOG_DIR_LOCKED = "log-dir-locked"
-    UNCLEAN_SHUTDOWN = "unclean-shutdown"
-    MIGRATION_IN_PROGRESS = "migration-in-progress"
-    UNFINISHED_MIGRATION = "unfinished-migration"
-    STRAY_FILES = "stray-files"
-    IO_ERROR = "io-error"
-    ERROR = "error"
-    CORRUPT = "corrupt"
-    UNSUPPORTED = "unsupported"
-    REFUSED = "refused"
-    TRUNCATED_TAIL = "truncated-tail"
-    SOURCE_CHANGED = "source-changed"
-    DAMAGED_TAIL = "damaged-tail"
-    NO_SPACE = "no-space"
-    COMPACT_NEEDS_V2 = "compact-needs-v2"
-    COMPACT_OPTIONS_ALONE = "compact-options-alone"
-    BROKER_CLAIMED_TWICE = "broker-claimed-twice"
-    BROKER_REFUSED = "broker-refused"
-    CLUSTERS_DIFFER = "clusters-differ"
-    BROKER_WITHOUT_WORKER = "broker-without-worker"
-    NO_WORKERS = "no-workers"
-    BROKER_OPTIONS_DIFFER = "broker-options-differ"
-
-    def __str__(self) -> str:
-        return self.value
-
-
-@dataclass(frozen=True)
-class PlanProblem:
-    """One reason ``plan`` refuses: ``message`` is the operator's whole line (what, where, what to do), ``advice``
-    the what-to-do part alone, and the place is given as fields where there is one."""
-
-    kind: ProblemKind
-    message: str
-    advice: str = ""
-    path: str | None = None
-    position: int | None = None
-    offset: int | None = None
-
-
 class Outcome(str, enum.Enum):
     VERIFIED = "verified"
     UNCHANGED = "unchanged"
@@ -832,6 +784,33 @@ class PrepareReport:
     resumed: bool
     reset_segments: int = 0  # failed, refused or lost-staging segments planned again
     restored_partitions: int = 0  # partitions a crashed rollback had begun, finished before migrating again
+
+
+@dataclass
+class RangePart:
+    """One range of a segment, converted and verified by its own task: where its entries are, its part file, and
+    what the join needs. ``outcome`` VERIFIED: usable; REFUSED/FAILED with ``problem``; SKIPPED: not attempted."""
+
+    index: int
+    count: int
+    nominal_start: int
+    nominal_end: int
+    log_dir: str = ""
+    partition: str = ""
+    outcome: Outcome = Outcome.VERIFIED
+    problem: Problem | None = None
+    start: int | None = None  # where its first entry starts; None: no entry start found near its nominal start
+    stop: int = 0  # file position after its last entry: the next range must start exactly here
+    at_end: bool = False  # it read to the end of the file (its last complete entry, and a listed tail)
+    changed: bool = False  # some entry was rewritten
+    result: SegmentResult | None = None  # of this range alone; outputs[".log"] is the part file
+    batches: str = ""  # its batches' (size, last offset, max timestamp) as native int64 triples
+    head: bytes = b""  # the part file's first 12 bytes (offset and size of its first batch)
+    convert_seconds: float = 0.0
+    verify_seconds: float = 0.0
+    files: list[str] = field(default_factory=list)  # everything it wrote, for cleanup
+    output: tuple[int, int] | None = None  # its place in the joined file, when the plan knew it (ByteRange.output)
+    in_place: bool = False  # its converted bytes are at ``output`` in the joined file, exactly as the plan said
 
 
 @dataclass(frozen=True)

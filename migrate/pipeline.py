@@ -25,6 +25,7 @@ from migrate.model import (
     LogDirStatus,
     Outcome,
     Plan,
+    RangePart,
     ReplicaDigest,
     ReplicaRange,
     RollbackReport,
@@ -39,7 +40,6 @@ from migrate.model import (
 from migrate.planning.cluster import replicas
 from migrate.run.run_lock import RunLock
 from migrate.run.state import StateStore
-from migrate.segment.ranges import RangePart
 from migrate.stages.compact import compact_partition
 from migrate.stages.convert import convert_task
 from migrate.stages.finalize import finalize_log_dir, forget_log_dir, set_dir_mtime, state_snapshot

@@ -12,7 +12,8 @@ from pathlib import Path
 from conftest import REPO
 
 from migrate.model import ExecuteReport, PartitionState, Plan
-from migrate.planning.plan import PlanRequest, build_plan, write_plan
+from migrate.planning.plan import build_plan, write_plan
+from migrate.planning.request import PlanRequest
 from migrate.reports.scan import scan_log_dirs
 from migrate.run.faults import CRASH_EXIT
 from migrate.run.workspace import FENCE_NAME

@@ -19,8 +19,9 @@ from runs import snapshot
 
 from migrate.cli import main
 from migrate.format.entries import walk_entries
-from migrate.planning.cluster import BrokerSurvey, ClusterPlanRefusedError, merge
+from migrate.planning.cluster import ClusterPlanRefusedError, merge
 from migrate.planning.plan import load_plan
+from migrate.planning.request import BrokerSurvey
 
 pytestmark = pytest.mark.slow
 SUMMARIES = expected_summaries()

@@ -29,7 +29,8 @@ from migrate.model import (
     TimestampPolicy,
     load_plan_json,
 )
-from migrate.planning.plan import PlanRefusedError, PlanRequest, build_plan
+from migrate.planning.plan import PlanRefusedError, build_plan
+from migrate.planning.request import PlanRequest
 from migrate.run.workspace import work_dir
 from migrate.segment.convert import convert_segment
 from migrate.segment.verify import verify_segment

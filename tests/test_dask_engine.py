@@ -22,7 +22,8 @@ from migrate import pipeline
 from migrate.engines import StageCall
 from migrate.engines.dask import LOCAL_CLUSTER_PERIODS, DaskEngine, _local_cluster_periods, worth_workers
 from migrate.model import DigestAlgorithm, Stage
-from migrate.planning.plan import PlanRequest, build_plan
+from migrate.planning.plan import build_plan
+from migrate.planning.request import PlanRequest
 
 PROBE = Stage.SURVEY  # any stage: it only names the probes' Dask tasks
 

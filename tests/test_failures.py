@@ -25,7 +25,8 @@ from migrate.engines import SerialEngine
 from migrate.errors import RunLockedError
 from migrate.format.entries import walk_entries
 from migrate.model import PartitionState
-from migrate.planning.plan import PlanRefusedError, PlanRequest, build_plan
+from migrate.planning.plan import PlanRefusedError, build_plan
+from migrate.planning.request import PlanRequest
 from migrate.run.faults import FAIL_ENV
 from migrate.run.run_lock import RunLock
 from migrate.run.workspace import FENCE_NAME
@@ -249,7 +250,7 @@ def test_an_immutable_segment_fails_its_partition_and_the_others_migrate(broker,
 
 @pytest.mark.parametrize("range_bytes", [None, 3000], ids=["whole-segments", "ranges"])
 def test_messages_appended_after_conversion_fail_the_partition_and_are_never_lost(broker, tmp_path, range_bytes):
-    from migrate.segment.ranges import RangePart
+    from migrate.model import RangePart
     from migrate.stages.convert import convert_task
     from migrate.stages.join import join_segment
     from migrate.stages.prepare import prepare_log_dir

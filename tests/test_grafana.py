@@ -13,7 +13,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from migrate import pipeline
 from migrate.engines.dask import DaskEngine
-from migrate.planning.plan import PlanRequest, build_plan
+from migrate.planning.plan import build_plan
+from migrate.planning.request import PlanRequest
 
 DASHBOARD = REPO / "dashboards" / "kafka-log-migrate.grafana.json"
 METRIC = re.compile(r"\b(?:kafka_log_migrate|dask)_[a-z0-9_]+\b")

@@ -125,7 +125,8 @@ def test_plans_the_code_writes_validate_against_the_schema(tmp_path):
     from kafka_layout import make_broker_logdir
 
     from migrate.model import dump_plan_json
-    from migrate.planning.plan import PlanRequest, build_plan
+    from migrate.planning.plan import build_plan
+    from migrate.planning.request import PlanRequest
 
     log_dir = make_broker_logdir(tmp_path, partitions=["plain-v0-0", "lz4-v1-1"])
     for options in (ConvertOptions(), ConvertOptions(target_magic=1, timestamps="none", compression="gzip")):

@@ -25,7 +25,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from migrate import pipeline
 from migrate.engines.dask import DaskEngine
 from migrate.model import ExecuteReport, Outcome, PartitionState, Plan, Problem, SegmentOutcome
-from migrate.planning.plan import PlanRequest, build_plan
+from migrate.planning.plan import build_plan
+from migrate.planning.request import PlanRequest
 from migrate.stages import convert as convert_stage
 from migrate.watch.events import SegmentFinished
 

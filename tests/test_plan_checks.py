@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from kafka_layout import make_broker_logdir
 
-from migrate.errors import ExecuteRefusedError
-from migrate.model import ProblemKind
+from migrate.errors import ExecuteRefusedError, ProblemKind
 from migrate.planning.checks import CHECKS, Scope, recheck_log_dir
-from migrate.planning.plan import PlanRefusedError, PlanRequest, build_plan
+from migrate.planning.plan import PlanRefusedError, build_plan
+from migrate.planning.request import PlanRequest
 from migrate.run.workspace import FENCE_NAME
 
 

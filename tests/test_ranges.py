@@ -36,7 +36,8 @@ from migrate.model import (
     dump_plan_json,
     load_plan_json,
 )
-from migrate.planning.plan import PlanRequest, build_plan, make_tasks, write_plan
+from migrate.planning.plan import build_plan, make_tasks, write_plan
+from migrate.planning.request import PlanRequest
 from migrate.run.faults import CRASH_ENV, CRASH_EXIT
 from migrate.segment.convert import convert_segment
 from migrate.segment.ranges import RangeRefusedError

@@ -13,7 +13,8 @@ from kafka_layout import lock_held_by_other_process, make_broker_logdir
 from migrate import pipeline
 from migrate.cli import build_parser, main
 from migrate.model import Outcome, Plan, SegmentOutcome
-from migrate.planning.plan import PlanRequest, build_plan, load_plan
+from migrate.planning.plan import build_plan, load_plan
+from migrate.planning.request import PlanRequest
 from migrate.watch.runlog import Progress, human_seconds
 
 STAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z ")

@@ -17,7 +17,8 @@ from migrate import pipeline
 from migrate.engines.dask import DaskEngine
 from migrate.engines.spark import SparkEngine
 from migrate.model import PartitionState
-from migrate.planning.plan import PlanRequest, build_plan
+from migrate.planning.plan import build_plan
+from migrate.planning.request import PlanRequest
 from migrate.run.state import StateStore
 from migrate.run.workspace import FENCE_NAME
 

@@ -10,7 +10,8 @@ from migrate import pipeline
 from migrate.commands.output import note
 from migrate.demo.generate import write_demo_logdir
 from migrate.engines import SerialEngine
-from migrate.planning.plan import PlanRequest, build_plan, write_plan
+from migrate.planning.plan import build_plan, write_plan
+from migrate.planning.request import PlanRequest
 from migrate.reports.scan import scan_log_dirs
 
 

@@ -7,8 +7,9 @@ import argparse
 from migrate import pipeline
 from migrate.codec import to_json
 from migrate.commands.engine import add_engine_options, load_plan_for, make_engine
+from migrate.engines.watched import WatchedEngine
 from migrate.model import LogDirStatus
-from migrate.watch.runlog import WatchedEngine, result
+from migrate.watch.runlog import result
 
 
 def register(sub: argparse._SubParsersAction) -> None:

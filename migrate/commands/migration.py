@@ -9,6 +9,7 @@ from migrate import pipeline
 from migrate.codec import to_json
 from migrate.commands.engine import add_cluster_options, add_engine_options, load_plan_for, make_engine, parse_brokers
 from migrate.compaction.rules import CompactionRule
+from migrate.engines.watched import WatchedEngine
 from migrate.errors import MigrateError
 from migrate.model import (
     DEFAULT_MAX_MESSAGE_BYTES,
@@ -20,9 +21,10 @@ from migrate.model import (
     Plan,
     TimestampPolicy,
 )
-from migrate.planning.plan import PlanRequest, build_plan, write_plan
+from migrate.planning.plan import build_plan, write_plan
+from migrate.planning.request import PlanRequest
 from migrate.units import human_bytes, parse_duration_ms, parse_memory_bytes
-from migrate.watch.runlog import Progress, WatchedEngine, note, output, result
+from migrate.watch.runlog import Progress, note, output, result
 
 EXIT_VERIFY_FAILED = 3
 

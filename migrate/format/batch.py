@@ -38,7 +38,7 @@ from __future__ import annotations
 import dataclasses
 import struct
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar
+from typing import Protocol, TypeVar
 
 import numpy as np
 
@@ -49,10 +49,15 @@ from migrate.format.checksums import crc32c
 from migrate.format.records import NO_TIMESTAMP, BatchColumns, Compression, Record, RecordColumns, TimestampType
 from migrate.format.varint import decode_varint, encode_varint, varint_sizes
 
-if TYPE_CHECKING:
-    from migrate.format.entries import EntryVisitor
-
 T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+
+
+class V2BatchVisitor(Protocol[T_co]):
+    """The v2 part of ``migrate.format.entries.EntryVisitor``: what a caller does with a v2 batch."""
+
+    def v2_batch(self, batch: V2Batch) -> T_co: ...
+
 
 MAGIC = 2
 RECORD_BATCH_OVERHEAD = 61
@@ -147,7 +152,7 @@ class V2Batch:
     def delete_horizon_ms(self) -> int | None:
         return self.base_timestamp if self.attributes & DELETE_HORIZON_BIT else None
 
-    def accept(self, visitor: EntryVisitor[T]) -> T:
+    def accept(self, visitor: V2BatchVisitor[T]) -> T:
         return visitor.v2_batch(self)
 
     def record_position(self, index: int) -> int:

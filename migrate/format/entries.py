@@ -37,15 +37,9 @@ Entry = legacy.LegacyRun | legacy.LegacyWrapper | v2.V2Batch
 T_co = TypeVar("T_co", covariant=True)
 
 
-class EntryVisitor(Protocol[T_co]):
+class EntryVisitor(legacy.LegacyVisitor[T_co], v2.V2BatchVisitor[T_co], Protocol[T_co]):
     """What a caller does with each kind of entry, for ``entry.accept(visitor)``: each kind calls its own method, so
     callers never ask an entry what it is (as Kafka's ``RecordBatch`` answers for itself to ``LogSegment``)."""
-
-    def legacy_run(self, run: legacy.LegacyRun) -> T_co: ...
-
-    def legacy_wrapper(self, wrapper: legacy.LegacyWrapper) -> T_co: ...
-
-    def v2_batch(self, batch: v2.V2Batch) -> T_co: ...
 
 
 _SIZE = struct.Struct(">i")

@@ -29,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 import struct
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar
+from typing import Protocol, TypeVar
 
 import numpy as np
 
@@ -39,10 +39,17 @@ from migrate.format.buffers import as_u8, gather_be, int64_column
 from migrate.format.checksums import crc32, crc32_ranges
 from migrate.format.records import NO_TIMESTAMP, BatchColumns, Compression, Record, RecordColumns, TimestampType
 
-if TYPE_CHECKING:
-    from migrate.format.entries import EntryVisitor
-
 T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+
+
+class LegacyVisitor(Protocol[T_co]):
+    """The legacy part of ``migrate.format.entries.EntryVisitor``: what a caller does with each legacy kind."""
+
+    def legacy_run(self, run: LegacyRun) -> T_co: ...
+
+    def legacy_wrapper(self, wrapper: LegacyWrapper) -> T_co: ...
+
 
 LOG_OVERHEAD = 12
 CRC_OFFSET = 12  # within an entry: after offset and size
@@ -126,7 +133,7 @@ class LegacyRun(_LegacyEntry):
         """Every record, row-wise, each at its own message's position (slow path: tests, dump, small data)."""
         return self.records.rows(self.timestamp_types(), self.positions)
 
-    def accept(self, visitor: EntryVisitor[T]) -> T:
+    def accept(self, visitor: LegacyVisitor[T]) -> T:
         return visitor.legacy_run(self)
 
     def record_position(self, index: int) -> int:
@@ -198,7 +205,7 @@ class LegacyWrapper(_LegacyEntry):
         """Every record, row-wise, at the wrapper's position (slow path: tests, dump, small data)."""
         return self.records.rows(self.timestamp_type, self.position)
 
-    def accept(self, visitor: EntryVisitor[T]) -> T:
+    def accept(self, visitor: LegacyVisitor[T]) -> T:
         return visitor.legacy_wrapper(self)
 
     def record_position(self, index: int) -> int:

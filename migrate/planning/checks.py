@@ -20,19 +20,16 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from migrate.errors import ExecuteRefusedError, LocatedError, LogDirLockedError
+from migrate.errors import ExecuteRefusedError, LocatedError, LogDirLockedError, PlanProblem, ProblemKind
 from migrate.kafka.layout import Partition, inspect_log_dir, validate_log_dir_path
 from migrate.kafka.lock import lock_holder
 from migrate.kafka.properties import has_clean_shutdown
-from migrate.model import FilesystemSpace, LogDirPlan, PlanProblem, ProblemKind, TailDrop
+from migrate.model import FilesystemSpace, LogDirPlan, TailDrop
+from migrate.planning.request import BrokerSurvey, PlanRequest
 from migrate.run.workspace import fence_path, other_states
 from migrate.segment.profile import SegmentProfile, check_segment, valid_entry_after
-
-if TYPE_CHECKING:
-    from migrate.planning.cluster import BrokerSurvey
-    from migrate.planning.plan import PlanRequest
 
 # A torn write leaves a prefix of one entry; a "tail" longer than any entry Kafka would have accepted is damage.
 TORN_TAIL_SCAN_BYTES = 4 << 20

@@ -15,27 +15,15 @@ from __future__ import annotations
 
 import dataclasses
 import socket
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
-from migrate.errors import ClusterPlanRefusedError, MigrateError, PlanRefusedError
+from migrate.errors import ClusterPlanRefusedError, MigrateError, PlanProblem, PlanRefusedError, ProblemKind
 from migrate.kafka.properties import _java_properties, read_meta_properties
-from migrate.model import Estimates, LogDirPlan, Plan, PlanProblem, ProblemKind, Stage, TaskPlan
+from migrate.model import Estimates, LogDirPlan, Plan, Stage, TaskPlan
 from migrate.planning.checks import ClusterSubject, Scope, judge
-from migrate.planning.plan import PlanRequest, build_plan
-
-
-@dataclass(frozen=True)
-class BrokerSurvey:
-    """What one broker's worker found: its identity, and its own plan or why it refused to plan."""
-
-    worker: str
-    host: str
-    broker_id: int | None
-    cluster_id: str | None
-    log_dirs: tuple[str, ...]
-    plan: Plan | None = None
-    refusal: str | None = None
+from migrate.planning.plan import build_plan
+from migrate.planning.request import BrokerSurvey, PlanRequest
 
 
 def log_dirs_of(broker_config: str | Path) -> tuple[str, ...]:

@@ -29,13 +29,11 @@ from migrate import __version__
 from migrate.compaction.facts import SegmentSource
 from migrate.compaction.pass_one import plan_compaction
 from migrate.compaction.rules import CompactionRule, Settings
-from migrate.errors import LocatedError, MigrateError, PlanRefusedError
+from migrate.errors import LocatedError, MigrateError, PlanProblem, PlanRefusedError
 from migrate.kafka.layout import Partition, free_bytes, inspect_log_dir
 from migrate.kafka.properties import leader_epoch_entries, read_meta_properties
 from migrate.model import (
     DEFAULT_RANGE_BYTES,
-    DEFAULT_TASK_BYTES,
-    DEFAULT_TASK_SEGMENTS,
     PLAN_VERSION,
     ByteRange,
     CompactionPlan,
@@ -45,13 +43,13 @@ from migrate.model import (
     LogDirPlan,
     PartitionPlan,
     Plan,
-    PlanProblem,
     RangeCut,
     SegmentPlan,
     SegmentRef,
     TaskPlan,
 )
 from migrate.planning.checks import CompactionAttempt, LogDirSubject, Scope, SegmentSubject, judge
+from migrate.planning.request import PlanRequest
 from migrate.segment.profile import SegmentProfile, profile_segment
 
 # Growth of one uncompressed legacy message rewritten as a single-record v2 batch: 61 bytes of batch header and
@@ -59,31 +57,6 @@ from migrate.segment.profile import SegmentProfile, profile_segment
 V2_GROWTH_PER_MESSAGE = {0: 42, 1: 34}
 V2_GROWTH_PER_WRAPPER = 64
 SPACE_MARGIN = 1.05
-
-
-@dataclass(frozen=True)
-class PlanRequest:
-    log_dirs: tuple[str, ...]
-    options: ConvertOptions = field(default_factory=ConvertOptions)
-    topics: str | None = None  # regex over topic names
-    leader_epoch: int | None = None  # None: per partition, from its leader-epoch-checkpoint
-    host_map: tuple[tuple[str, str], ...] = ()  # (log dir, host) pairs
-    allow_unclean: bool = False
-    check: bool = False  # plan --check: read every entry deeply before anything is touched
-    task_bytes: int = DEFAULT_TASK_BYTES
-    task_segments: int = DEFAULT_TASK_SEGMENTS
-    free_bytes_cap: int | None = None  # tests and --assume-free-bytes: pretend the disk has at most this much free
-    compact: tuple[CompactionRule, ...] = ()  # --compact: the first rule whose regex matches a topic applies to it
-    drop_tombstones_older_than_ms: int | None = None  # --drop-tombstones-older-than (compacted partitions only)
-    compact_memory_limit: int | None = None  # --compact-memory-limit: pass one's state per partition, at most
-    range_bytes: int | None = DEFAULT_RANGE_BYTES  # --range-bytes: larger segments convert in ranges; None: never
-
-    def compaction_rule(self, topic: str) -> CompactionRule | None:
-        return next((r for r in self.compact if r.matches(topic)), None)
-
-    def host_of(self, raw: str, resolved: Path) -> str | None:
-        hosts = dict(self.host_map)
-        return hosts.get(raw) or hosts.get(str(resolved))
 
 
 def estimated_output_bytes(profile: SegmentProfile) -> int:

@@ -48,7 +48,8 @@ from migrate.errors import MigrateError, PlanRefusedError
 from migrate.kafka.layout import validate_log_dir_path
 from migrate.kafka.lock import lock_holder
 from migrate.model import LogDirPhase, PartitionState, Plan
-from migrate.planning.plan import PlanRequest, build_plan, load_plan, write_plan
+from migrate.planning.plan import build_plan, load_plan, write_plan
+from migrate.planning.request import PlanRequest
 from migrate.rehearse.copy import COPY_MARKER, copy_log_dir, copy_method_words, copy_targets
 from migrate.rehearse.fingerprint import compare_fingerprints, dereferenced, fingerprint_tree
 from migrate.rehearse.readers import ORACLE_READER, disagreements, judge_after, read_partitions, scan_verdict

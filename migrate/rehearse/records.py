@@ -9,12 +9,12 @@ import time
 from dataclasses import dataclass, field
 
 from migrate.compaction.rules import CompactionRule
+from migrate.errors import PlanProblem
 from migrate.model import (
     DEFAULT_RANGE_BYTES,
     ConvertOptions,
     LeaveReport,
     PartitionStatus,
-    PlanProblem,
     Problem,
     SegmentTotals,
     StageError,

@@ -149,20 +149,12 @@ def build_report(state: RehearsalState, paths: RehearsalPaths) -> RehearsalRepor
     )
 
 
-def render_html(report: RehearsalReport, json_path: Path) -> Path | None:
-    """The HTML rehearsal report beside the JSON one: the hook for the HTML run report
-    (``migrate/reports/run_report.py``, being built separately). Its contract:
-    ``migrate.reports.run_report.render_rehearsal(report_json: dict) -> str`` (a whole HTML page); until a module
-    offers it, no HTML is written and the JSON report says so (``html_report`` is null)."""
-    try:
-        from migrate.reports import run_report
-    except ImportError:
-        return None
-    render = getattr(run_report, "render_rehearsal", None)
-    if render is None:
-        return None
+def render_html(report: RehearsalReport, json_path: Path) -> Path:
+    """The HTML rehearsal report beside the JSON one (``migrate.reports.report_page``)."""
+    from migrate.reports.report_page import render_rehearsal  # its templates: only when a page is asked for
+
     target = json_path.with_suffix(".html")
-    write_atomically(target, render(to_json(report)))
+    write_atomically(target, render_rehearsal(to_json(report)))
     return target
 
 
@@ -170,6 +162,6 @@ def write_report(state: RehearsalState, paths: RehearsalPaths, html: bool = Fals
     report = build_report(state, paths)
     if html:
         page = render_html(report, paths.report)
-        report = dataclasses.replace(report, html_report=str(page) if page else None)
+        report = dataclasses.replace(report, html_report=str(page))
     write_atomically(paths.report, json.dumps(to_json(report), indent=1) + "\n")
     return report

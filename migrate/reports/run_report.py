@@ -413,11 +413,3 @@ def summary_json(summary: Summary) -> dict[str, Any]:
     body["growth"] = summary.growth
     body["throughput_bytes_per_second"] = summary.throughput
     return body
-
-
-def render_rehearsal(report: dict[str, Any]) -> str:
-    """The canary rehearsal's page: ``migrate.reports.report_page.render_rehearsal``, found here by the rehearsal
-    driver's hook (which looks for it in this module)."""
-    from migrate.reports.report_page import render_rehearsal as render
-
-    return render(report)

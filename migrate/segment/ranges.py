@@ -48,7 +48,7 @@ import json
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
@@ -58,7 +58,7 @@ from migrate.errors import CorruptRecordError, LocatedError, SegmentRefusedError
 from migrate.format.digest import LogDigest, composite
 from migrate.format.records import BatchColumns
 from migrate.kafka.names import segment_name
-from migrate.model import MAX_SEGMENT_BYTES, ConversionStatus, Outcome, Problem, SegmentResult, SegmentTask
+from migrate.model import MAX_SEGMENT_BYTES, ConversionStatus, Outcome, Problem, RangePart, SegmentResult, SegmentTask
 from migrate.segment.convert import (
     SUFFIXES,
     check_planned,
@@ -74,33 +74,6 @@ from migrate.segment.verify import read_back
 _WRITE_BUFFER = 1 << 20
 _BATCH_ROW = 3  # int64s per batch in a part's batch file: size, last offset, max timestamp
 _BATCH_ROWS_PER_READ = 1 << 18  # the join reads a part's batches this many at a time (6 MiB)
-
-
-@dataclass
-class RangePart:
-    """One range of a segment, converted and verified by its own task: where its entries are, its part file, and
-    what the join needs. ``outcome`` VERIFIED: usable; REFUSED/FAILED with ``problem``; SKIPPED: not attempted."""
-
-    index: int
-    count: int
-    nominal_start: int
-    nominal_end: int
-    log_dir: str = ""
-    partition: str = ""
-    outcome: Outcome = Outcome.VERIFIED
-    problem: Problem | None = None
-    start: int | None = None  # where its first entry starts; None: no entry start found near its nominal start
-    stop: int = 0  # file position after its last entry: the next range must start exactly here
-    at_end: bool = False  # it read to the end of the file (its last complete entry, and a listed tail)
-    changed: bool = False  # some entry was rewritten
-    result: SegmentResult | None = None  # of this range alone; outputs[".log"] is the part file
-    batches: str = ""  # its batches' (size, last offset, max timestamp) as native int64 triples
-    head: bytes = b""  # the part file's first 12 bytes (offset and size of its first batch)
-    convert_seconds: float = 0.0
-    verify_seconds: float = 0.0
-    files: list[str] = field(default_factory=list)  # everything it wrote, for cleanup
-    output: tuple[int, int] | None = None  # its place in the joined file, when the plan knew it (ByteRange.output)
-    in_place: bool = False  # its converted bytes are at ``output`` in the joined file, exactly as the plan said
 
 
 class RangeRefusedError(Exception):

@@ -26,6 +26,7 @@ from migrate.model import (
     PartitionState,
     Plan,
     Problem,
+    RangePart,
     RangeProgress,
     SegmentOutcome,
     SegmentState,
@@ -37,7 +38,7 @@ from migrate.run.state import StateStore
 from migrate.run.workspace import segment_file, staging_dir, sync_filesystem
 from migrate.segment.compacted import load_survivors
 from migrate.segment.convert import convert_segment
-from migrate.segment.ranges import RangePart, convert_range
+from migrate.segment.ranges import convert_range
 from migrate.segment.verify import verify_segment
 from migrate.stages.common import WORKABLE, locate
 from migrate.stages.compact import survivors_path

@@ -13,11 +13,20 @@ import time
 import traceback
 
 from migrate.errors import LocatedError, StateWriteError
-from migrate.model import ConversionStatus, ConvertTaskResult, Outcome, Plan, Problem, SegmentOutcome, SegmentState
+from migrate.model import (
+    ConversionStatus,
+    ConvertTaskResult,
+    Outcome,
+    Plan,
+    Problem,
+    RangePart,
+    SegmentOutcome,
+    SegmentState,
+)
 from migrate.run import faults
 from migrate.run.state import StateStore
 from migrate.run.workspace import sync_filesystem
-from migrate.segment.ranges import RangePart, RangeRefusedError, discard, join_parts, remove_range_files
+from migrate.segment.ranges import RangeRefusedError, discard, join_parts, remove_range_files
 from migrate.stages.common import WORKABLE, locate
 from migrate.stages.convert import segment_task, steady_allocator
 from migrate.watch import progress

@@ -10,7 +10,6 @@ collector (``migrate.watch.prometheus``) when it starts and unregisters it when 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from typing import Any
 
 from distributed.diagnostics.plugin import SchedulerPlugin
@@ -20,7 +19,7 @@ from migrate.errors import ModelError
 from migrate.model import Stage
 from migrate.watch.events import PlanAnnounced, SegmentFinished, decode_run_event
 from migrate.watch.prometheus import MigrationCollector, register_collector, unregister_collector
-from migrate.watch.tally import RunProgress
+from migrate.watch.tally import RunProgress, TaskCounts
 
 logger = logging.getLogger(__name__)
 
@@ -34,12 +33,6 @@ def stage_of(key: Any) -> Stage | None:
     name = key if isinstance(key, str) else str(key)
     stage, dash, _ = name.rpartition("-")
     return _STAGE_OF_NAME.get(stage) if dash else None
-
-
-@dataclass
-class TaskCounts:
-    done: int = 0
-    erred: int = 0
 
 
 class MigrationPlugin(SchedulerPlugin):

@@ -12,13 +12,21 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from migrate import __version__
-from migrate.watch.tally import RATE_WINDOW_SECONDS, Figures
+from migrate.model import Stage
+from migrate.watch.tally import RATE_WINDOW_SECONDS, Figures, RunProgress, TaskCounts
 
-if TYPE_CHECKING:
-    from migrate.watch.plugin import MigrationPlugin
+
+class WatchedRuns(Protocol):
+    """What the collector reads of the scheduler plugin (``migrate.watch.plugin.MigrationPlugin``)."""
+
+    runs: dict[str, RunProgress]
+    tasks: dict[Stage, TaskCounts]
+
+    def current_run(self) -> RunProgress | None: ...
+
 
 logger = logging.getLogger(__name__)
 
@@ -26,7 +34,7 @@ logger = logging.getLogger(__name__)
 class MigrationCollector:
     """Prometheus metrics built from the plugin's state at each scrape (no counter lives between scrapes)."""
 
-    def __init__(self, plugin: MigrationPlugin) -> None:
+    def __init__(self, plugin: WatchedRuns) -> None:
         self.plugin = plugin
 
     def collect(self) -> Iterator[Any]:
@@ -107,7 +115,7 @@ class MigrationCollector:
         yield from (partitions, planned_segments, planned_bytes, info, rate, eta)
 
 
-def register_collector(plugin: MigrationPlugin) -> MigrationCollector | None:
+def register_collector(plugin: WatchedRuns) -> MigrationCollector | None:
     try:
         from prometheus_client import REGISTRY
     except ImportError:  # /metrics then says Prometheus is not available; /migration still works

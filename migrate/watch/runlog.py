@@ -14,9 +14,9 @@ fed as segments finish (the serial engine's ``on_segment``; on Dask, the client'
 segment events) and, after each stage, by the outcomes the stage returned, so an engine without a live feed (Spark)
 still advances it; a segment counts once however it arrives.
 
-``WatchedEngine`` wraps an engine: each stage is logged with its duration and errors, the progress line names it,
-and every call runs inside ``Traced``, which logs the traceback of an unexpected exception where it happens (the
-worker's records travel to the run log) before the engine reports the error as a message.
+``migrate.engines.watched.WatchedEngine`` feeds it: each stage is logged with its duration and errors, the
+progress line names it, and an unexpected exception's traceback is logged where it happens (the worker's records
+travel to the run log) before the engine reports the error as a message.
 """
 
 from __future__ import annotations
@@ -28,12 +28,10 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TextIO
 
 from migrate import __version__
-from migrate.engines import CallResult, Engine, StageCall
 from migrate.errors import MigrateError
 from migrate.model import ConvertTaskResult, Plan, RangeProgress, SegmentOutcome, Stage
 from migrate.units import human_bytes
@@ -281,7 +279,7 @@ class Progress:
                 self.seen.add(key)
             self.fold.segment(segment_event(o, self.plan))
 
-    def outcomes(self, stage: Stage, results: list[CallResult]) -> None:
+    def outcomes(self, stage: Stage, results: list[Any]) -> None:
         """A convert or join stage's returned outcomes: what a live feed missed (Spark has none; skipped segments
         are not fed). The stage says what its results are (one result record per stage)."""
         if stage not in (Stage.CONVERT, Stage.JOIN):
@@ -345,64 +343,6 @@ class Progress:
             self._thread.join()
         self.stage("finished")
         self.tick(final=True)
-
-
-# --- engines, watched -------------------------------------------------------------------------------------------
-
-logger = logging.getLogger("migrate.run")
-
-
-@dataclass(frozen=True)
-class Traced:
-    """A stage function that logs an unexpected exception's traceback where it happens, then raises it on (the
-    engine reports it as a message). A refusal (MigrateError) says everything in its message."""
-
-    fn: Callable[..., Any]
-    stage: str
-
-    def __call__(self, *args: Any) -> Any:
-        try:
-            return self.fn(*args)
-        except MigrateError:
-            raise
-        except Exception:
-            logging.getLogger("migrate.stages").exception("unexpected error in stage %s", self.stage)
-            raise
-
-
-class WatchedEngine:
-    """``engine``, with each stage logged (calls, seconds, errors), named on the progress line, and traced."""
-
-    def __init__(self, engine: Engine, progress: Progress | None = None) -> None:
-        self.engine = engine
-        self.name = engine.name
-        self.progress = progress
-
-    def map(self, stage: Stage, fn: Callable[..., Any], calls: list[StageCall]) -> list[CallResult]:
-        if self.progress is not None:
-            self.progress.stage(stage)
-        logger.info("stage %s: %d call(s)", stage, len(calls))
-        started = time.perf_counter()
-        results = self.engine.map(stage, Traced(fn, stage), calls)
-        failed = [r for r in results if not r.ok]
-        logger.info(
-            "stage %s: %d of %d call(s) ok in %.1f s",
-            stage,
-            len(results) - len(failed),
-            len(results),
-            time.perf_counter() - started,
-        )
-        for r in failed:
-            logger.warning("stage %s: %s: %s", stage, r.error_type or "error", r.error)
-        if self.progress is not None:
-            self.progress.outcomes(stage, results)
-        return results
-
-    def close(self) -> None:
-        self.engine.close()
-
-    def __getattr__(self, name: str) -> Any:  # dashboard_link and the like
-        return getattr(self.engine, name)
 
 
 def result(data: Any, as_json: bool, text: str) -> None:

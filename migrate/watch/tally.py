@@ -458,3 +458,9 @@ _ATTENTION = {
 def _attention(p: PartitionProgress) -> tuple[int, str, str]:
     """Partitions that need a look first: failed, then in progress, then the rest."""
     return (_ATTENTION.get(p.state, 9), p.log_dir, p.name)
+
+
+@dataclass
+class TaskCounts:
+    done: int = 0
+    erred: int = 0
