@@ -134,3 +134,13 @@ def test_a_plan_pinned_to_other_hosts_is_refused_at_once_without_a_scheduler(tmp
         assert "pins its log dirs to 10.9.9.9" in err and "--scheduler ADDRESS" in err, err
     assert snapshot(log_dir) == before
     assert not list(log_dir.glob(".kafka-log-migrate-*.db"))  # nothing left behind that blocks the next plan
+
+
+def test_the_dashboard_line_says_when_the_asked_port_was_taken():
+    from migrate.commands.engine import dashboard_line
+
+    moved = dashboard_line("http://127.0.0.1:40123/status", "http://127.0.0.1:40123/migration", "127.0.0.1:8787")
+    assert moved.endswith("port 8787 was taken, so the dashboard listens on 40123")
+    kept = dashboard_line("http://127.0.0.1:8787/status", "http://127.0.0.1:8787/migration", "127.0.0.1:8787")
+    assert "taken" not in kept and kept.startswith("Dask dashboard: http://127.0.0.1:8787/status")
+    assert "taken" not in dashboard_line("http://127.0.0.1:40123/status", "x", "127.0.0.1:0")  # any port asked

@@ -113,3 +113,17 @@ def test_ranges_and_their_joins_on_spark_give_the_bytes_of_a_whole_run(spark, tm
     assert report.ok, (report.errors, report.problems)
     assert_scan_agrees(plan, report)
     assert segment_bytes(log_dir) == segment_bytes(whole_dir)
+
+
+def test_a_local_spark_listens_on_loopback_only(spark):
+    """On a broker host the driver's ports (and its UI, which can kill the job) must not face the network."""
+    import psutil
+
+    java = [
+        c.laddr.ip
+        for p in psutil.process_iter(["name"])
+        if p.info["name"] == "java"
+        for c in p.net_connections(kind="inet")
+        if c.status == psutil.CONN_LISTEN
+    ]
+    assert java and all(ip in ("127.0.0.1", "::ffff:127.0.0.1", "::1") for ip in java), java

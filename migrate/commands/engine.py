@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import urllib.parse
 from collections.abc import Callable
 
 from migrate.engines import Engine, SerialEngine
@@ -110,6 +111,17 @@ def refuse_unreachable_hosts(plan: Plan) -> None:
         )
 
 
+def dashboard_line(link: str, migration_link: str, asked: str) -> str:
+    """Where the dashboard is; where Dask had to move it off the port asked for (taken by another process), say so
+    on the terminal, not only in the run log: an operator opening the asked port would see someone else's page."""
+    line = f"Dask dashboard: {link} (the migration's own page: {migration_link})"
+    wanted = asked.rsplit(":", 1)[-1] if asked else ""
+    got = urllib.parse.urlsplit(link).port
+    if wanted.isdigit() and int(wanted) != 0 and got is not None and got != int(wanted):
+        line += f"; port {wanted} was taken, so the dashboard listens on {got}"
+    return line
+
+
 def make_engine(
     args: argparse.Namespace, on_segment: Callable[[progress.Event], None] | None = None, plan: Plan | None = None
 ) -> tuple[Engine, str]:
@@ -144,6 +156,8 @@ def make_engine(
         progress=False if on_segment is not None else None,
         on_segment=on_segment,
         # printed once the cluster answers: meanwhile this host's first tasks already run here
-        on_ready=lambda e: note(f"Dask dashboard: {e.dashboard_link} (the migration's own page: {e.migration_link})"),
+        on_ready=lambda e: note(
+            dashboard_line(e.dashboard_link, e.migration_link, getattr(args, "dashboard_address", ""))
+        ),
     )
     return engine, accelerator

@@ -47,6 +47,10 @@ class SparkEngine:
             from pyspark.sql import SparkSession
         except ImportError as exc:
             raise MigrateError(f"--engine spark needs PySpark, which is not installed: {INSTALL_HINT}") from exc
+        if master.startswith("local"):
+            # Spark's web UI binds to SPARK_LOCAL_IP, else every address: on a broker host its UI (which shows the
+            # job and can kill it) must not face the network unless the operator says so by setting it
+            os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
         self.master = master
