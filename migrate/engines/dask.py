@@ -21,7 +21,9 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import multiprocessing.forkserver
 import os
+import signal
 import sys
 import threading
 import time
@@ -91,6 +93,24 @@ def _worker_preload() -> list[str]:
     """The operator's worker preloads (Dask's ``distributed.worker.preload``), then ``WORKER_PRELOAD``. In the worker,
     not in the forkserver it forks from: there the package would keep the switches (``accel``) of that moment."""
     return [*dask.config.get("distributed.worker.preload"), WORKER_PRELOAD]
+
+
+def _forkserver_deaf_to_ctrl_c() -> None:
+    """Start the forkserver a LocalCluster's workers fork from with SIGINT ignored, so that they inherit it ignored.
+
+    A terminal sends Ctrl-C's SIGINT to its whole foreground process group, which holds those workers: they died
+    mid-task or mid-start with tracebacks of their own, and the driver waited out Dask's 120 s for workers that would
+    never arrive. The driver alone owns Ctrl-C: it stops the run (every partition is left wholly old or wholly new, as
+    after any crash) and closes the cluster, which stops the workers. A process started with SIGINT ignored keeps it
+    ignored (CPython installs its KeyboardInterrupt handler only over the default), and the forkserver gives its
+    children the disposition it started with. Only the main thread may set a handler: elsewhere this does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        multiprocessing.forkserver.ensure_running()
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _process_workers() -> dict[str, Any]:
@@ -192,6 +212,8 @@ class DaskEngine:
             self._start(lambda: Client(scheduler, security=security), remote=True)
         else:
             dask.config.set(_local_cluster_periods())  # before the cluster: its workers get this process's config
+            if processes:
+                _forkserver_deaf_to_ctrl_c()
             local = lambda: LocalCluster(  # noqa: E731
                 n_workers=0 if self._workers_on_demand else self._n_workers,
                 threads_per_worker=1,
@@ -412,6 +434,7 @@ class DaskEngine:
                 self.client.unsubscribe_topic(topic)
             if self.cluster is None:
                 self.client.unregister_worker_plugin(ForwardWorkerLogs.name)
-        self.client.close()
+        if self._client is not None:
+            self._client.close()
         if self.cluster is not None:
             self.cluster.close()
