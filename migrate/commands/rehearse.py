@@ -156,13 +156,13 @@ def run(args: argparse.Namespace) -> int:
                     "note: --resume continues with the log dirs, copy and plan options recorded in "
                     f"{paths.state}; --log-dirs and --on-copy are ignored"
                 )
-            report = rehearse.resume(paths, engine_factory, force=args.force)
+            report = rehearse.resume(paths, engine_factory, force=args.force, on_event=_say)
         else:
             try:
                 config = config_from_args(args)
             except ValueError as exc:
                 args.usage_error(str(exc))
-            report = rehearse.start(config, paths, engine_factory)
+            report = rehearse.start(config, paths, engine_factory, on_event=_say)
     except KeyboardInterrupt:
         note(
             f"kafka-log-migrate: interrupted; the rehearsal's state is in {paths.state}. Run `kafka-log-migrate "
@@ -172,6 +172,10 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_INTERRUPTED
     emit(to_json(report), args.json, report_text(report))
     return EXIT_OK if report.ok else EXIT_FAILURE
+
+
+def _say(event: str) -> None:
+    note(f"rehearse: {event}")
 
 
 def report_text(report: RehearsalReport) -> str:

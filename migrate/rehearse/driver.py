@@ -171,11 +171,13 @@ class Rehearsal:
         paths: RehearsalPaths,
         engine_factory: EngineFactory,
         after_step: AfterStep | None = None,
+        on_event: Callable[[str], None] | None = None,
     ) -> None:
         self.state = state
         self.paths = paths
         self.engine_factory = engine_factory
         self.after_step = after_step
+        self.on_event = on_event
         self._engine: Engine | None = None
         self.accelerator = ""
 
@@ -199,16 +201,16 @@ class Rehearsal:
             record = self.state.step(name)
             if record is not None and not rerun:
                 if record.status == StepStatus.RUNNING:
-                    self.state.event(
+                    self.event(
                         f"step {name} was running when the process ended (killed or crashed; started {record.started}, "
                         f"attempt {record.attempts}): resuming it"
                     )
                     rerun = True
                 elif record.status == StepStatus.INTERRUPTED:
-                    self.state.event(f"step {name} was interrupted by Ctrl-C: resuming it")
+                    self.event(f"step {name} was interrupted by Ctrl-C: resuming it")
                     rerun = True
                 elif record.status == StepStatus.FAILED and name == "rollback":
-                    self.state.event(
+                    self.event(
                         "rollback failed last time: trying it again"
                         + (" with --force" if self.state.config.force else "")
                     )
@@ -232,7 +234,7 @@ class Rehearsal:
         attempts = previous.attempts + 1 if previous is not None else 1
         started = now()
         self.state.set_step(StepRecord(name, StepStatus.RUNNING, started, attempts=attempts))
-        self.state.event(f"step {name} started" + (f" (attempt {attempts})" if attempts > 1 else ""))
+        self.event(f"step {name} started" + (f" (attempt {attempts})" if attempts > 1 else ""))
         self.save()
         clock = time.perf_counter()
         status, message, done_bytes = StepStatus.PASSED, "", 0
@@ -245,7 +247,7 @@ class Rehearsal:
             self.state.set_step(
                 StepRecord(name, StepStatus.INTERRUPTED, started, seconds, attempts, message="interrupted by Ctrl-C")
             )
-            self.state.event(f"step {name} interrupted by Ctrl-C after {seconds} s")
+            self.event(f"step {name} interrupted by Ctrl-C after {seconds} s")
             self.save()
             raise
         except Exception as exc:  # a bug or an I/O error: still roll back and compare, and say what it was
@@ -253,7 +255,7 @@ class Rehearsal:
         seconds = round(time.perf_counter() - clock, 3)
         rate = done_bytes / seconds if done_bytes and seconds > 0 else None
         self.state.set_step(StepRecord(name, status, started, seconds, attempts, done_bytes, rate, message))
-        self.state.event(
+        self.event(
             f"step {name} {status.value} in {seconds} s" + (f": {message}" if status != StepStatus.PASSED else "")
         )
         self.save()
@@ -261,6 +263,13 @@ class Rehearsal:
         if self.after_step is not None:
             self.after_step(name, self.state)
         return status
+
+    def event(self, text: str) -> None:
+        """A line of the rehearsal's history, also shown to the operator as it happens (a rehearsal runs for minutes:
+        piped or not, the terminal must not stay silent that long)."""
+        self.state.event(text)
+        if self.on_event is not None:
+            self.on_event(text)
 
     def save(self) -> None:
         save_state(self.state, self.paths)
@@ -635,6 +644,7 @@ def start(
     paths: RehearsalPaths,
     engine_factory: EngineFactory,
     after_step: AfterStep | None = None,
+    on_event: Callable[[str], None] | None = None,
 ) -> RehearsalReport:
     """A new rehearsal; refused while an unfinished one is recorded at ``paths``."""
     if paths.state.exists():
@@ -649,7 +659,7 @@ def start(
     state = new_state(config, paths)
     paths.report.parent.mkdir(parents=True, exist_ok=True)
     state.event(f"rehearsal {state.id} started on {state.host}: log dirs {', '.join(config.log_dirs)}")
-    return Rehearsal(state, paths, engine_factory, after_step).run()
+    return Rehearsal(state, paths, engine_factory, after_step, on_event).run()
 
 
 def resume(
@@ -657,6 +667,7 @@ def resume(
     engine_factory: EngineFactory,
     force: bool = False,
     after_step: AfterStep | None = None,
+    on_event: Callable[[str], None] | None = None,
 ) -> RehearsalReport:
     """Continue the rehearsal recorded at ``paths`` from where it stopped (a finished one is only reported)."""
     if not paths.state.exists():
@@ -671,4 +682,4 @@ def resume(
     if force and not state.config.force:
         state.config = dataclasses.replace(state.config, force=True)
     state.event(f"resumed on {socket.gethostname()}" + (" with --force" if force else ""))
-    return Rehearsal(state, paths, engine_factory, after_step).run()
+    return Rehearsal(state, paths, engine_factory, after_step, on_event).run()
