@@ -248,3 +248,16 @@ def test_a_period_the_operator_configured_is_kept():
                 "distributed.admin.system-monitor.interval": "1s",
                 "distributed.worker.profile.interval": "100ms",
             }
+
+
+def test_workers_that_do_not_start_are_reported_as_what_to_do_not_as_a_bug():
+    from migrate.engines.dask import _not_started
+    from migrate.errors import MigrateError
+
+    cause = RuntimeError("Nanny failed to start")
+    error = _not_started(cause, "the 2 Dask worker(s) did not start")
+    assert isinstance(error, MigrateError) and error.__cause__ is cause
+    assert str(error).startswith("the 2 Dask worker(s) did not start: RuntimeError: Nanny failed to start.")
+    assert "--engine serial" in str(error) and "bug" not in str(error)
+    interrupt = KeyboardInterrupt()
+    assert _not_started(interrupt, "x") is interrupt  # Ctrl-C stays Ctrl-C: exit 130, not an error

@@ -34,6 +34,7 @@ import dask
 from distributed import Client, LocalCluster, as_completed
 
 from migrate.engines import CallResult, StageCall
+from migrate.errors import MigrateError
 from migrate.format import accel
 from migrate.model import DigestAlgorithm, Plan, Stage
 from migrate.run import faults
@@ -111,6 +112,21 @@ def _forkserver_deaf_to_ctrl_c() -> None:
         multiprocessing.forkserver.ensure_running()
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def _not_started(exc: BaseException, what: str) -> BaseException:
+    """What to tell the operator when the cluster or its workers do not come up (a worker killed while starting, no
+    memory, a port taken): not a bug report, but what happened and what to do. An interrupt or a refusal stays what
+    it is."""
+    if isinstance(exc, (KeyboardInterrupt, MigrateError)) or not isinstance(exc, Exception):
+        return exc
+    error = MigrateError(
+        f"{what}: {type(exc).__name__}: {exc}. Nothing was left half done (every partition is wholly old or wholly "
+        "new); the run log has Dask's own messages. Check the host's memory (dmesg for the OOM killer) and run the "
+        "same command again, or run it with --engine serial, which needs no workers."
+    )
+    error.__cause__ = exc
+    return error
 
 
 def _process_workers() -> dict[str, Any]:
@@ -247,7 +263,7 @@ class DaskEngine:
             if not self._workers_on_demand:  # up with the cluster (remote: they are the cluster's business)
                 self._workers_up.set()
         except BaseException as exc:  # reported by the first call that needs the cluster
-            self._start_error = exc
+            self._start_error = _not_started(exc, "the Dask cluster did not start")
             self._workers_up.set()
         finally:
             self._ready.set()
@@ -274,7 +290,7 @@ class DaskEngine:
             self.cluster.scale(self._n_workers)
             client.wait_for_workers(self._n_workers, timeout=120)
         except BaseException as exc:  # reported by the first call that needs the workers
-            self._start_error = exc
+            self._start_error = _not_started(exc, f"the {self._n_workers} Dask worker(s) did not start")
         finally:
             self._workers_up.set()
 
