@@ -29,7 +29,7 @@ ALLOWED = {
     "watch": {"codec", "errors", "model", "units"},
     "stages": {"compaction", "errors", "format", "kafka", "model", "planning", "run", "segment", "watch"},
     "engines": {"errors", "format", "model", "run", "watch"},
-    "prestage": {"codec", "errors", "kafka", "model", "segment", "units"},
+    "prestage": {"codec", "errors", "kafka", "model", "run", "segment", "units"},
 }
 TOP = {"commands", "cli", "monitor"}  # nothing imports these but the command line itself (and the preload's face)
 

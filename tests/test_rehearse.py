@@ -367,7 +367,8 @@ def test_a_rehearsal_killed_mid_step_is_finished_by_resume(small, tmp_path, poin
     assert killed.returncode == CRASH_EXIT, killed.stderr[-2000:]
     running = "rollback" if "rollback" in point else "execute"
     # piped, the operator still sees each step as it starts and ends, not a minute of silence
-    assert f"rehearse: step {running} started" in killed.stderr and "rehearse: step fingerprint passed in" in killed.stderr
+    assert f"rehearse: step {running} started" in killed.stderr
+    assert "rehearse: step fingerprint passed in" in killed.stderr
     report = json.loads(out.read_text())
     assert report["verdict"] == f"INCOMPLETE: step {running} was running when the process ended"
     assert "rehearse --resume" in report["next_steps"] and "rollback --plan" in report["next_steps"]

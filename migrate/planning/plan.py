@@ -50,6 +50,7 @@ from migrate.model import (
 )
 from migrate.planning.checks import CompactionAttempt, LogDirSubject, Scope, SegmentSubject, judge
 from migrate.planning.request import PlanRequest
+from migrate.run.workspace import write_durably
 from migrate.segment.profile import SegmentProfile, profile_segment
 
 # Growth of one uncompressed legacy message rewritten as a single-record v2 batch: 61 bytes of batch header and
@@ -370,7 +371,4 @@ def load_plan(path: str | Path) -> Plan:
 def write_plan(plan: Plan, path: str | Path) -> None:
     from migrate.model import dump_plan_json
 
-    target = Path(path)
-    partial = target.with_name(target.name + ".partial")
-    partial.write_text(dump_plan_json(plan))
-    os.replace(partial, target)
+    write_durably(path, dump_plan_json(plan))

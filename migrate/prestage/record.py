@@ -28,6 +28,7 @@ from migrate.kafka.names import segment_name
 from migrate.model import ConvertOptions, SegmentResult
 from migrate.prestage.identity import EdgeDigest, FileIdentity
 from migrate.prestage.location import default_staging_root
+from migrate.run.workspace import write_durably
 
 RECORD_VERSION = 1
 RECORD_SUFFIX = ".prestaged.json"
@@ -69,19 +70,7 @@ def record_path(partition_staging: Path, base_offset: int) -> Path:
 
 def write_record(path: Path, record: StagedRecord) -> None:
     """Durably: a temporary file fsynced, renamed over ``path``, the directory fsynced."""
-    partial = path.with_name(f".{path.name}.partial")
-    data = (json.dumps(to_json(record), indent=1, sort_keys=True) + "\n").encode()
-    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    except BaseException:
-        os.close(fd)
-        partial.unlink(missing_ok=True)
-        raise
-    os.close(fd)
-    os.replace(partial, path)
-    fsync_dir(path.parent)
+    write_durably(path, json.dumps(to_json(record), indent=1, sort_keys=True) + "\n", hidden=True)
 
 
 def read_record(path: Path) -> StagedRecord:

@@ -76,10 +76,10 @@ from migrate.rehearse.report import (
     finished,
     load_state,
     save_state,
-    write_atomically,
     write_report,
 )
 from migrate.run import faults
+from migrate.run.workspace import write_durably
 from migrate.units import human_bytes
 
 
@@ -328,7 +328,7 @@ def copy_step(run: Rehearsal) -> tuple[int, str]:
                 "then rehearse again."
             )
     dest.mkdir(parents=True, exist_ok=True)
-    write_atomically(marker, run.state.id + "\n")
+    write_durably(marker, run.state.id + "\n")
     run.state.targets = tuple(map(str, targets))
     run.save()  # the targets are known before any file exists there
     copies = [copy_log_dir(src, dst) for src, dst in zip(config.log_dirs, targets)]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,17 +13,7 @@ from migrate.errors import MigrateError
 from migrate.rehearse.projection import project
 from migrate.rehearse.readers import ORACLE_READER
 from migrate.rehearse.records import REHEARSAL_VERSION, RehearsalReport, RehearsalState, StepStatus, now, step_names
-from migrate.run.workspace import fsync_dir
-
-
-def write_atomically(path: Path, text: str) -> None:
-    partial = path.with_name(path.name + ".partial")
-    with open(partial, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(partial, path)
-    fsync_dir(path.parent)
+from migrate.run.workspace import write_durably
 
 
 @dataclass(frozen=True)
@@ -55,7 +44,7 @@ def load_state(path: Path) -> RehearsalState:
 
 
 def save_state(state: RehearsalState, paths: RehearsalPaths) -> None:
-    write_atomically(paths.state, json.dumps(to_json(state), separators=(",", ":")) + "\n")
+    write_durably(paths.state, json.dumps(to_json(state), separators=(",", ":")) + "\n")
 
 
 def finished(state: RehearsalState) -> bool:
@@ -154,7 +143,7 @@ def render_html(report: RehearsalReport, json_path: Path) -> Path:
     from migrate.reports.report_page import render_rehearsal  # its templates: only when a page is asked for
 
     target = json_path.with_suffix(".html")
-    write_atomically(target, render_rehearsal(to_json(report)))
+    write_durably(target, render_rehearsal(to_json(report)))
     return target
 
 
@@ -163,5 +152,5 @@ def write_report(state: RehearsalState, paths: RehearsalPaths, html: bool = Fals
     if html:
         page = render_html(report, paths.report)
         report = dataclasses.replace(report, html_report=str(page))
-    write_atomically(paths.report, json.dumps(to_json(report), indent=1) + "\n")
+    write_durably(paths.report, json.dumps(to_json(report), indent=1) + "\n")
     return report

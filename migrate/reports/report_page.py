@@ -12,7 +12,6 @@ equal everywhere are drawn as one, and a chart whose bars would all be the same 
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ import pyarrow as pa
 
 from migrate import __version__
 from migrate.reports.run_report import Summary, growth_text, summarize, table_metadata
+from migrate.run.workspace import write_durably
 from migrate.units import human_bytes
 
 SCROLL_ROWS = 25  # a table with more rows scrolls within about that many rows' height
@@ -370,9 +370,7 @@ def render_html(table: pa.Table, summary: Summary | None = None) -> str:
 
 def write_html(text: str, path: str | Path) -> Path:
     target = Path(path)
-    partial = target.with_name(target.name + ".partial")
-    partial.write_text(text, encoding="utf-8")
-    os.replace(partial, target)
+    write_durably(target, text)
     return target
 
 

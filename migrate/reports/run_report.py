@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -31,6 +30,7 @@ from migrate.codec import from_json, to_json
 from migrate.engines import Engine, StageCall
 from migrate.model import EventKind, Plan, Problem, SegmentResult, SegmentState, Stage
 from migrate.run.state import StateStore
+from migrate.run.workspace import durable_file
 from migrate.units import human_bytes
 
 SEGMENT_EVENTS = (
@@ -266,9 +266,8 @@ def build_table(plan: Plan, rows: list[StateRows], plan_path: str | Path | None 
 
 def write_parquet(table: pa.Table, path: str | Path) -> Path:
     target = Path(path)
-    partial = target.with_name(target.name + ".partial")
-    pq.write_table(table, partial)
-    os.replace(partial, target)
+    with durable_file(target) as f:
+        pq.write_table(table, f)
     return target
 
 

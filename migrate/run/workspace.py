@@ -134,12 +134,13 @@ def fsync_dir(path: str | Path) -> None:
 
 
 @contextlib.contextmanager
-def durable_file(path: str | Path) -> Iterator[BinaryIO]:
-    """A file written whole or not at all: written as ``<name>.partial``, fsynced, renamed over ``path``, and the
-    directory fsynced, so that after a crash at any point the name holds the old content or the new, never a torn
-    one, and the rename itself survives a power loss. Nothing is renamed if the body raises."""
+def durable_file(path: str | Path, hidden: bool = False) -> Iterator[BinaryIO]:
+    """A file written whole or not at all: written as ``<name>.partial`` (``.<name>.partial`` when ``hidden``), fsynced,
+    renamed over ``path``, and the directory fsynced, so that after a crash at any point the name holds the old
+    content or the new, never a torn one, and the rename itself survives a power loss. Nothing is renamed if the body
+    raises."""
     target = Path(path)
-    partial = target.with_name(target.name + ".partial")
+    partial = target.with_name(f".{target.name}.partial" if hidden else f"{target.name}.partial")
     try:
         with open(partial, "wb") as f:
             yield f
@@ -153,9 +154,9 @@ def durable_file(path: str | Path) -> Iterator[BinaryIO]:
     fsync_dir(target.parent)
 
 
-def write_durably(path: str | Path, data: bytes | str) -> None:
+def write_durably(path: str | Path, data: bytes | str, hidden: bool = False) -> None:
     """``data`` (text as UTF-8) at ``path`` through ``durable_file``."""
-    with durable_file(path) as f:
+    with durable_file(path, hidden) as f:
         f.write(data.encode() if isinstance(data, str) else data)
 
 

@@ -480,6 +480,7 @@ def _read_record(task: SegmentTask, index: int, run: str) -> Placement | None:
 
 
 def _write_record(task: SegmentTask, index: int, run: str, record: Placement) -> None:
+    # whole or absent, not durable: a placement lives as long as its run's staging, and the join checks every byte
     path = _record_path(task, index, run)
     partial = path.with_name(path.name + ".partial")
     partial.write_text(json.dumps(dataclasses.asdict(record)))

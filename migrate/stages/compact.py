@@ -33,7 +33,7 @@ from migrate.compaction.rules import CompactionRefusedError, Settings
 from migrate.errors import LocatedError, SourceChangedError
 from migrate.model import Outcome, PartitionPlan, Plan, Problem, SegmentOutcome, SegmentState
 from migrate.run.state import StateStore
-from migrate.run.workspace import fsync_dir, segment_file, work_dir
+from migrate.run.workspace import durable_file, fsync_dir, segment_file, work_dir, write_durably
 from migrate.stages.common import WORKABLE, locate
 
 SURVIVORS_FILE = "compaction-survivors.npy"
@@ -164,28 +164,14 @@ def _refuse_changed_sources(part: PartitionPlan) -> None:
             )
 
 
-def _write_durably(path: Path, data: bytes) -> None:
-    partial = path.with_name(path.name + ".partial")
-    with open(partial, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(partial, path)
-
-
 def _store(part: PartitionPlan, plan_id: str, offsets: np.ndarray, digest: str, records: int) -> None:
     folder = work_dir(part.dir, plan_id)
     folder.mkdir(parents=True, exist_ok=True)
-    target = survivors_path(part.dir, plan_id)
-    partial = target.with_name(target.name + ".partial")
-    with open(partial, "wb") as f:
+    with durable_file(survivors_path(part.dir, plan_id)) as f:
         np.save(f, offsets, allow_pickle=False)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(partial, target)
     record = {"survivors_sha256": digest, "records": records, "records_kept": len(offsets), "reference_agrees": True}
     # written last: its presence says the survivors file beside it is whole
-    _write_durably(record_path(part.dir, plan_id), json.dumps(record, sort_keys=True).encode())
+    write_durably(record_path(part.dir, plan_id), json.dumps(record, sort_keys=True).encode())
     fsync_dir(folder)
 
 
