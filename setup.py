@@ -4,6 +4,12 @@ from setuptools import Extension, setup
 
 setup(
     ext_modules=[
-        Extension("migrate.format._speedups", ["migrate/format/_speedups.c"], extra_compile_args=["-O3"], optional=True)
+        Extension(
+            "migrate.format._speedups",
+            ["migrate/format/_speedups.c"],
+            depends=["migrate/format/_speedups_base.h"],
+            extra_compile_args=["-O3"],
+            optional=True,
+        )
     ]
 )
