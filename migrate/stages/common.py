@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from pathlib import Path
 
 from migrate.errors import MigrateError
 from migrate.kafka.lock import LogDirLock
-from migrate.model import LogDirPlan, PartitionState, Plan
+from migrate.model import LogDirPlan, Outcome, PartitionState, Plan, Problem, SegmentOutcome
 from migrate.run.state import StateStore
 
 # a partition whose segments convert, compact and join may still work on: not failed, no swap or rollback begun
@@ -46,3 +47,18 @@ def restore_dir_mtimes(mtimes: dict[str, int]) -> None:
         except FileNotFoundError:
             continue
         os.utime(path, ns=(st.st_atime_ns, mtime))
+
+
+def unconverted(
+    log_dir: str, partition: str, base_offset: int, kind: Outcome, problem: Problem, started: float
+) -> SegmentOutcome:
+    """A segment refused or failed before it was converted, timed from ``started`` (perf_counter)."""
+    return SegmentOutcome(
+        log_dir,
+        partition,
+        base_offset,
+        kind,
+        problem=problem,
+        convert_seconds=time.perf_counter() - started,
+        finished_at=time.time(),
+    )

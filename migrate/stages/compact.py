@@ -34,7 +34,7 @@ from migrate.errors import LocatedError, SourceChangedError
 from migrate.model import Outcome, PartitionPlan, Plan, Problem, SegmentOutcome, SegmentState
 from migrate.run.state import StateStore
 from migrate.run.workspace import durable_file, fsync_dir, segment_file, work_dir, write_durably
-from migrate.stages.common import WORKABLE, locate
+from migrate.stages.common import WORKABLE, locate, unconverted
 
 SURVIVORS_FILE = "compaction-survivors.npy"
 RECORD_FILE = "compaction.json"
@@ -184,14 +184,6 @@ def _refuse(
     problem: Problem,
     started: float,
 ) -> CompactionReport:
-    outcome = SegmentOutcome(
-        log_dir,
-        partition,
-        base_offset,
-        kind,
-        problem=problem,
-        convert_seconds=time.perf_counter() - started,
-        finished_at=time.time(),
-    )
+    outcome = unconverted(log_dir, partition, base_offset, kind, problem, started)
     store.record_outcomes([outcome])
     return CompactionReport(log_dir, partition, kind, seconds=outcome.convert_seconds, refusal=outcome)

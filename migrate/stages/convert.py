@@ -40,7 +40,7 @@ from migrate.segment.compacted import load_survivors
 from migrate.segment.convert import convert_segment
 from migrate.segment.ranges import convert_range
 from migrate.segment.verify import verify_segment
-from migrate.stages.common import WORKABLE, locate
+from migrate.stages.common import WORKABLE, locate, unconverted
 from migrate.stages.compact import survivors_path
 from migrate.watch import progress
 
@@ -181,12 +181,12 @@ def convert_and_verify(plan: Plan, log_dir: str, partition: str, base_offset: in
         faults.point("before:convert")
         result = convert_segment(task)
     except LocatedError as exc:
-        return _failed(log_dir, partition, base_offset, Outcome.REFUSED, Problem.of(exc), started)
+        return unconverted(log_dir, partition, base_offset, Outcome.REFUSED, Problem.of(exc), started)
     except OSError as exc:
-        return _failed(log_dir, partition, base_offset, Outcome.FAILED, Problem.of(exc), started)
+        return unconverted(log_dir, partition, base_offset, Outcome.FAILED, Problem.of(exc), started)
     except Exception as exc:  # a bug met on this segment: fail its partition, keep the traceback for the run log
         problem = Problem("bug", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}", task.source)
-        return _failed(log_dir, partition, base_offset, Outcome.FAILED, problem, started)
+        return unconverted(log_dir, partition, base_offset, Outcome.FAILED, problem, started)
     converted = time.perf_counter()
     base = SegmentOutcome(
         log_dir,
@@ -239,20 +239,6 @@ def _with(base: SegmentOutcome, /, **changes) -> SegmentOutcome:
     from dataclasses import replace
 
     return replace(base, **changes)
-
-
-def _failed(
-    log_dir: str, partition: str, base_offset: int, kind: Outcome, problem: Problem, started: float
-) -> SegmentOutcome:
-    return SegmentOutcome(
-        log_dir,
-        partition,
-        base_offset,
-        kind,
-        problem=problem,
-        convert_seconds=time.perf_counter() - started,
-        finished_at=time.time(),
-    )
 
 
 def _discard(outputs: dict[str, str]) -> None:
