@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from migrate.errors import RunLockedError
+from migrate.kafka.lock import getlk_pid
 from migrate.run.workspace import run_lock_path, state_path
 
 
@@ -102,6 +103,27 @@ class RunLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+def running(log_dir: str | Path, plan_id: str) -> str | None:
+    """The live run holding this plan's state in ``log_dir`` ("execute (pid 123 on host h, since ...)"), or None
+    when no process holds it: a lock file left without a holder is a run that died (the kernel released its lock).
+    Read-only: asks the kernel with F_GETLK and takes no lock, so it never refuses a run that is starting."""
+    path = run_lock_path(log_dir, plan_id)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    try:
+        if getlk_pid(fd) is None:
+            return None
+        holder = _read_holder(fd)
+    finally:
+        os.close(fd)
+    return (
+        f"{holder.get('verb', 'a run')} (pid {holder.get('pid', '?')} on host {holder.get('host', '?')}, since "
+        f"{holder.get('since', '?')})"
+    )
 
 
 def _read_holder(fd: int) -> dict:

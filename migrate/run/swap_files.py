@@ -101,6 +101,26 @@ class SegmentFiles:
             files.append(SwapFile(sfx, live, output))
         return tuple(files)
 
+    def before_rename(self, files: tuple[SwapFile, ...]) -> list[str]:
+        """Why a resumed swap must not rename any file of this segment: a live file that is neither the original
+        nor the output, or a staged file that is no longer what was verified. Empty: every rename can be done."""
+        problems = []
+        for f in files:
+            live = _stat(self.live(f.suffix))
+            if live == f.output:
+                continue
+            if live != f.original:
+                problems.append(
+                    f"{self.live(f.suffix)} is {_describe(live)}: neither the original ({_describe(f.original)}) nor "
+                    f"the verified output ({_describe(f.output)})"
+                )
+            elif (staged := _stat(self.staged(f.suffix))) != f.output:
+                problems.append(
+                    f"the staged {self.staged(f.suffix)} is {_describe(staged)}, not the verified output "
+                    f"({_describe(f.output)})"
+                )
+        return problems
+
     # --- swap in ---------------------------------------------------------------------------------------------
 
     def swap_in(self, files: tuple[SwapFile, ...]) -> None:
@@ -161,6 +181,8 @@ class SegmentFiles:
             if current == f.original:
                 _unlink(kept)  # a second link to the live inode, or nothing
                 continue
+            if current != f.output and _stat(self.staged(f.suffix)) == f.output:
+                continue  # never renamed: the live file is still its own original (changed since: kept, --force)
             if _stat(kept) != f.original:
                 raise BackupMissingError(
                     f"the backup {kept} of {live} is {_describe(_stat(kept))}, not the original "
