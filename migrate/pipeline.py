@@ -8,6 +8,7 @@ planned partition of every log dir is migrated.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 import uuid
@@ -287,11 +288,14 @@ def rollback(plan: Plan, engine: Engine, plan_path: str | Path | None = None, fo
         calls = _per_log_dir(plan)
         checks = engine.map(Stage.ROLLBACK_CHECK, rollback_check_log_dir, calls)
         errors = _errors(Stage.ROLLBACK_CHECK, calls, checks)
-        changed = [x for r in checks if r.ok for x in r.value]
+        changed = [x for r in checks if r.ok for x in r.value[0]]
         if errors or (changed and not force):
             return LeaveReport("rollback", False, errors=tuple(errors), refused=tuple(changed))
+        checked = {c.log_dir: r.value[1] for c, r in zip(calls, checks) if r.ok}
         reports: list[RollbackReport]
         reports, errors = _leave(plan, engine, Stage.ROLLBACK, rollback_log_dir, force)
+        # what the check found and corrected (a rebuilt database, stale states) is told with what the rollback did
+        reports = [dataclasses.replace(r, reconciled=(*checked.get(r.log_dir, ()), *r.reconciled)) for r in reports]
         done = [r.log_dir for r in reports if r.phase == LogDirPhase.ROLLED_BACK]
         reports, ended = _explain_absent(reports, plan_path)
         errors += ended

@@ -32,15 +32,17 @@ def live_changes(plan: Plan, key: str, store: StateStore) -> list[str]:
     return changed
 
 
-def rollback_check_log_dir(plan: Plan, key: str) -> list[str]:
+def rollback_check_log_dir(plan: Plan, key: str) -> tuple[list[str], tuple[str, ...]]:
     """Live files of this log dir changed after their swap (run on every log dir before any rollback renames a file;
-    it may correct the state from the files, and renames nothing)."""
+    it may correct the state from the files, and renames nothing), and what the files said otherwise than the state:
+    the correction is made here, so the rollback that follows finds nothing left to report, and the operator must
+    still be told (a rebuilt database, a stale partition state)."""
     entry, log_dir = locate(plan, key)
     store, reconciled = open_reconciled(plan, key, entry, log_dir, write=True, tidy=False)
     if store is None:
-        return []
+        return [], reconciled.lines
     with store:
-        return _changes(plan, key, store, reconciled)
+        return _changes(plan, key, store, reconciled), reconciled.lines
 
 
 def _changes(plan: Plan, key: str, store: StateStore, reconciled: Reconciliation) -> list[str]:
