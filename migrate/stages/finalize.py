@@ -7,12 +7,14 @@ removes the state from the log dir once the driver has archived it beside the pl
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from migrate.errors import MigrateError
 from migrate.model import EventKind, FinalizeReport, LogDirPhase, PartitionState, Plan
 from migrate.run import fence
 from migrate.run.state import StateStore, remove_state_files
 from migrate.run.swap_record import FileTruth, partition_truth
-from migrate.run.workspace import segment_file, sync_filesystem
+from migrate.run.workspace import segment_file, state_path, sync_filesystem
 from migrate.segment.identity import edges_digest
 from migrate.stages.common import kafka_lock, locate, restore_dir_mtimes
 from migrate.stages.reconcile import db_swap_record, files_mixed, open_reconciled
@@ -96,6 +98,10 @@ def forget_log_dir(plan: Plan, key: str) -> bool:
     if phase not in (LogDirPhase.FINALIZED, LogDirPhase.ROLLED_BACK):
         raise MigrateError(f"{log_dir}: the run of plan {plan.plan_id} is not finished ({phase.value}); state kept")
     remove_state_files(log_dir, plan.plan_id)
+    # databases a verb found unusable and moved aside (StateStore.quarantine) belong to this run too: its archived
+    # history says why each was set aside and rebuilt; once the run is over, the log dir keeps nothing of it
+    for aside in Path(log_dir).glob(f"{state_path(log_dir, plan.plan_id).name}.unusable-*"):
+        aside.unlink(missing_ok=True)
     return True
 
 
