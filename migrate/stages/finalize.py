@@ -29,6 +29,13 @@ def finalize_log_dir(plan: Plan, key: str, partial: bool = False) -> FinalizeRep
     with opened as store:
         if store.phase == LogDirPhase.FINALIZED:
             return FinalizeReport(key, store.phase, ())
+        changed = [p.problem.message for p in reconciled.unresolved]
+        if changed:  # a live file that is neither original nor ours is no swap to finish: say which, and what to do
+            raise MigrateError(
+                f"{log_dir}: refusing to finalize: {len(changed)} partition(s) have live files that are neither their "
+                f"originals nor the verified outputs swapped in (a broker wrote to them?), e.g. {changed[0]}. Nothing "
+                "was deleted. `rollback --force` puts the originals back and loses those writes."
+            )
         states = store.partition_states()
         mixed = sorted({*(n for n, s in states.items() if s.mixed), *files_mixed(plan, key)})
         if mixed or store.phase in (LogDirPhase.ROLLING_BACK, LogDirPhase.ROLLED_BACK):
@@ -46,7 +53,7 @@ def finalize_log_dir(plan: Plan, key: str, partial: bool = False) -> FinalizeRep
                 "`finalize --partial` deletes the originals of the migrated partitions only and leaves the others "
                 "as they are."
             )
-        unproven = [p.problem.message for p in reconciled.unresolved] + _unproven(plan, key, store, migrated)
+        unproven = _unproven(plan, key, store, migrated)
         if unproven:
             raise MigrateError(
                 f"{log_dir}: refusing to finalize: {len(unproven)} live file(s) are not proven to be the verified "
