@@ -182,7 +182,15 @@ class SegmentFiles:
                 _unlink(kept)  # a second link to the live inode, or nothing
                 continue
             if current != f.output and _stat(self.staged(f.suffix)) == f.output:
-                continue  # never renamed: the live file is still its own original (changed since: kept, --force)
+                # never renamed (only --force gets here with a changed file). Written to in place (appended,
+                # truncated), the original inode is the live file and its backup alike: kept as the broker left it.
+                # Deleted or replaced by another file, the backup is still the original: it is put back, never
+                # deleted with the work dir (its conversion is not live, so it is the only copy)
+                if _stat(kept) == f.original:
+                    faults.point("before:restore")
+                    os.replace(kept, live)
+                    faults.point("after:restore")
+                continue
             if _stat(kept) != f.original:
                 raise BackupMissingError(
                     f"the backup {kept} of {live} is {_describe(_stat(kept))}, not the original "
