@@ -150,8 +150,12 @@ class StateStore:
         path = state_path(log_dir, plan_id)
         if not path.exists():
             return StateHealth.MISSING
+        # read-only, and leaving no trace: a database in WAL mode opened read-only gets -wal and -shm files that
+        # only a writer removes, so where no -wal exists (no connection is open, everything is in the main file)
+        # it is read as immutable, which creates neither; a -wal present is a run's, read through it as SQLite does
+        immutable = "" if Path(f"{path}-wal").exists() else "&immutable=1"
         try:
-            conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_MS / 1000)
+            conn = sqlite3.connect(f"file:{path}?mode=ro{immutable}", uri=True, timeout=BUSY_TIMEOUT_MS / 1000)
         except sqlite3.Error:
             return StateHealth.UNREADABLE
         try:
