@@ -18,7 +18,7 @@ from pathlib import Path
 
 from migrate.errors import RunLockedError
 from migrate.kafka.lock import getlk_pid
-from migrate.run.workspace import run_lock_path, state_path
+from migrate.run.workspace import RUN_LOCK_SUFFIX, STATE_SUFFIX, run_lock_path, state_path
 
 
 class RunLock:
@@ -28,6 +28,7 @@ class RunLock:
         self.verb = verb
         self._held: list[tuple[Path, int]] = []
         self.dir_mtimes: dict[str, int] = {}  # each log dir's mtime before our lock file appeared in it
+        self.dir_names: dict[str, set[str]] = {}  # and the names in it then, our lock file aside
 
     def acquire(self) -> RunLock:
         try:
@@ -52,7 +53,9 @@ class RunLock:
         raise RunLockedError(f"{path} keeps being replaced: another kafka-log-migrate is starting or ending; try again")
 
     def _try_lock(self, path: Path) -> int:
-        self.dir_mtimes.setdefault(str(path.parent), os.stat(path.parent).st_mtime_ns)
+        if str(path.parent) not in self.dir_mtimes:
+            self.dir_mtimes[str(path.parent)] = os.stat(path.parent).st_mtime_ns
+            self.dir_names[str(path.parent)] = _names(path.parent, path.name)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
             fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -91,8 +94,12 @@ class RunLock:
             try:
                 path.unlink(missing_ok=True)  # still locked while it goes: nobody can take a lock on a dying file
                 log_dir = str(path.parent)
-                if not state_path(log_dir, self.plan_id).exists() and log_dir in self.dir_mtimes:
-                    # a run that left no state leaves no trace: not even the log dir's mtime
+                if log_dir in self.dir_mtimes and (
+                    not state_path(log_dir, self.plan_id).exists()
+                    or _names(log_dir, path.name) == self.dir_names[log_dir]
+                ):
+                    # a run that left no state, or added and removed nothing but its lock file (a refusal under a
+                    # state that was there before it), leaves no trace: not even the log dir's mtime
                     st = os.stat(log_dir)
                     os.utime(log_dir, ns=(st.st_atime_ns, self.dir_mtimes[log_dir]))
             finally:
@@ -103,6 +110,13 @@ class RunLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+def _names(directory: str | Path, lock_name: str) -> set[str]:
+    """The names in a log dir but our lock file and SQLite's side files of our state (reading a database in WAL mode
+    creates them, and they come and go with its connections)."""
+    state = lock_name.removesuffix(RUN_LOCK_SUFFIX) + STATE_SUFFIX
+    return set(os.listdir(directory)) - {lock_name, f"{state}-wal", f"{state}-shm"}
 
 
 def running(log_dir: str | Path, plan_id: str) -> str | None:
