@@ -154,6 +154,13 @@ class SegmentFiles:
             current = _stat(self.live(f.suffix))
             if current in (f.output, f.original):
                 continue
+            if f.original is not None and _stat(self.staged(f.suffix)) == f.output:
+                # its output is still staged: this file was never swapped, so only "changed since planned" is true
+                changed.append(
+                    f"{self.live(f.suffix)}: {_describe(current)}; it was never swapped (its verified output is still "
+                    f"staged) and is no longer the original ({_describe(f.original)})"
+                )
+                continue
             changed.append(
                 f"{self.live(f.suffix)}: {_describe(current)}; the migration swapped in {_describe(f.output)} "
                 f"(original: {_describe(f.original)})"

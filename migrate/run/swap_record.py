@@ -164,7 +164,10 @@ def partition_truth(part: PartitionPlan, plan_id: str, fallback: PartitionSwapRe
         elif current == f.original:
             original += 1
         else:
-            changed_files.append(f"{live}: {_describe(current)}, swapped in {_describe(f.output)}")
+            changed_files.append(
+                f"{live}: {_describe(current)}, neither the original ({_describe(f.original)}) nor the verified "
+                f"output ({_describe(f.output)})"
+            )
     if changed_files:
         truth = FileTruth.CHANGED
     elif original and converted:
