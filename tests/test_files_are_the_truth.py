@@ -395,6 +395,7 @@ def test_resume_rechecks_every_file_before_the_first_rename(setup, tmp_path, cap
     assert fence_up(broker)
     text = " ".join(e.message for e in report.errors)
     assert str(later) in text and "rollback" in text, text
+    assert "swapped in" not in text.split(str(later), 1)[1], text  # what is said of the file: it never was
     assert live_forms(broker, before)[part] == "mixed" or change == "delete"
     # the other partitions were finished by the same execute
     assert all(f == "migrated" for p, f in live_forms(broker, before).items() if p != part)
@@ -403,6 +404,9 @@ def test_resume_rechecks_every_file_before_the_first_rename(setup, tmp_path, cap
     assert code == 1
     assert str(later) in out and "--force" in out, out
     assert "execute" not in out.replace(str(tmp_path), "TMP"), out  # no circular advice
+    # and no false reason: the changed file was never swapped, so nothing says the migration swapped it in
+    said = [line for line in out.splitlines() if str(later) in line]
+    assert said and not any("swapped in" in line for line in said), said
     assert top_files(broker / part) == files_before
     assert fence_up(broker)
 
