@@ -540,6 +540,8 @@ class EventKind(str, enum.Enum):
     PARTITION_ROLLED_BACK = "partition-rolled-back"
     ROLLED_BACK = "rolled-back"
     FINALIZED = "finalized"
+    STATE_REBUILT = "state-rebuilt"  # the state database was missing or unusable: rebuilt from the files
+    STATE_CORRECTED = "state-corrected"  # a partition's recorded state disagreed with its files: the files won
 
     def __str__(self) -> str:
         return self.value
@@ -643,6 +645,10 @@ class SegmentResult:
     truncated_tail_bytes: int = 0
     seconds: float = 0.0
     records_dropped: int = 0  # compaction: source records left out (their offsets become gaps); ``records`` kept
+    # the source as it was read (migrate.segment.identity): the swap renames nothing over a source whose ctime or edges
+    # changed since, though its size, mtime and inode did not (a same-size rewrite)
+    source_ctime_ns: int = 0
+    source_edges: str = ""
 
     @property
     def output_sizes(self) -> dict[str, int]:
@@ -747,6 +753,10 @@ class LogDirStatus:
     fence_up: bool
     partitions: tuple[PartitionStatus, ...]
     history: tuple[str, ...] = ()  # "finalized at ..., N partitions migrated"
+    # where the files say otherwise than the state database (status changes nothing: the next execute or rollback
+    # corrects the state), and the run holding the state now, if any ("execute, pid 123 on host h, since ...")
+    reconciled: tuple[str, ...] = ()
+    running: str | None = None
 
     @property
     def counts(self) -> dict[str, int]:
@@ -784,6 +794,8 @@ class PrepareReport:
     resumed: bool
     reset_segments: int = 0  # failed, refused or lost-staging segments planned again
     restored_partitions: int = 0  # partitions a crashed rollback had begun, finished before migrating again
+    reconciled: tuple[str, ...] = ()  # what the state said that the files did not: corrected from the files
+    changed: tuple[str, ...] = ()  # live files that are neither the originals nor the outputs swapped in
 
 
 @dataclass
@@ -845,6 +857,7 @@ class RollbackReport:
     restored: tuple[str, ...]  # partitions whose originals were put back by this call
     changed: tuple[str, ...] = ()  # live files changed after the swap (refused without --force)
     forced: bool = False
+    reconciled: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -853,6 +866,7 @@ class FinalizeReport:
     phase: LogDirPhase
     finalized: tuple[str, ...]  # partitions whose originals were deleted
     left_legacy: tuple[str, ...] = ()  # --partial: partitions left as they were (not migrated)
+    reconciled: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -958,6 +972,7 @@ class ExecuteReport:
     problems: tuple[SegmentOutcome, ...] = ()  # refused and failed segments of this run
     accelerator: str = ""  # the C accelerator's state: "active", or why the slow path runs
     divergent_replicas: tuple[Divergence, ...] = ()  # replicas of one partition whose records differ across brokers
+    reconciled: tuple[str, ...] = ()  # where the state database disagreed with the files, and was corrected
 
     @property
     def unmigrated(self) -> list[PartitionStatus]:

@@ -8,6 +8,7 @@ planned partition of every log dir is migrated.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 import uuid
@@ -40,6 +41,7 @@ from migrate.model import (
 from migrate.planning.cluster import replicas
 from migrate.run.run_lock import RunLock
 from migrate.run.state import StateStore
+from migrate.run.workspace import write_durably
 from migrate.stages.compact import compact_partition
 from migrate.stages.convert import convert_task
 from migrate.stages.finalize import finalize_log_dir, forget_log_dir, set_dir_mtime, state_snapshot
@@ -75,7 +77,10 @@ def _local_log_dirs(plan: Plan) -> list[str]:
 
 
 def execute(
-    plan: Plan, engine: Engine, accelerator: str = "", require_consistent_replicas: bool = False
+    plan: Plan,
+    engine: Engine,
+    accelerator: str = "",
+    require_consistent_replicas: bool = False,
 ) -> ExecuteReport:
     stage_seconds: dict[str, float] = {}
     clock = time.perf_counter()
@@ -93,6 +98,22 @@ def execute(
         lap(Stage.PREPARE)
         errors += _errors(Stage.PREPARE, calls, results)
         ready = [c.log_dir for c, r in zip(calls, results) if r.ok and r.value.phase != LogDirPhase.FINALIZED]
+        changed = [x for r in results if r.ok for x in r.value.changed]
+        errors += [
+            StageError(
+                Stage.PREPARE,
+                c.log_dir,
+                f"{len(r.value.changed)} partition(s) have live files that are neither their originals nor the outputs "
+                f"swapped in (a broker wrote to them?), e.g. {r.value.changed[0]}. They are left as they are: "
+                "`rollback --force` puts their originals back and loses those writes.",
+                "SourceChangedError",
+            )
+            for c, r in zip(calls, results)
+            if r.ok and r.value.changed
+        ]
+        reconciled = tuple(
+            f"{c.log_dir}: {line}" for c, r in zip(calls, results) if r.ok for line in r.value.reconciled
+        )
 
         # pass one of compaction, a task per partition planned with --compact: its survivors must be stored before
         # any of its segments is converted (a partition it refuses fails alone and convert skips it)
@@ -154,7 +175,7 @@ def execute(
     return ExecuteReport(
         plan_id=plan.plan_id,
         engine=engine.name,
-        ok=migrated_everywhere and not errors,
+        ok=migrated_everywhere and not errors and not changed,
         totals=SegmentTotals.of(outcomes),
         log_dirs=final.log_dirs,
         errors=tuple(errors),
@@ -162,6 +183,7 @@ def execute(
         problems=tuple(o for o in outcomes if o.outcome in (Outcome.REFUSED, Outcome.FAILED)),
         accelerator=accelerator,
         divergent_replicas=tuple(divergences),
+        reconciled=reconciled,
     )
 
 
@@ -234,12 +256,7 @@ def _archive(plan: Plan, engine: Engine, plan_path: str | Path | None, log_dirs:
             continue
         folder.mkdir(exist_ok=True)
         target = archive_path(plan_path, call.log_dir)
-        partial = target.with_name(target.name + ".partial")
-        with open(partial, "wb") as f:
-            f.write(r.value)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(partial, target)
+        write_durably(target, r.value)
         archived.append(str(target))
     return archived
 
@@ -253,24 +270,41 @@ def _leave(
     return [r.value for r in results if r.ok], _errors(stage, calls, results)
 
 
+def _ended_here(plan_path: str | Path | None, key: str) -> tuple[LogDirPhase, Path] | None:
+    """For a log dir where no run of the plan has state: the phase its last run ended in, from the state archived
+    beside the plan (finalize and rollback archive it before removing it from the log dir)."""
+    if plan_path is None:
+        return None
+    path = archive_path(plan_path, key)
+    if not path.exists():
+        return None
+    with StateStore.open_file(path) as store:
+        return store.phase, path
+
+
 def rollback(plan: Plan, engine: Engine, plan_path: str | Path | None = None, force: bool = False) -> LeaveReport:
     """Check every live file of every log dir first; roll back only if none changed (or ``force``)."""
     with RunLock(_local_log_dirs(plan), plan.plan_id, "rollback"):
         calls = _per_log_dir(plan)
         checks = engine.map(Stage.ROLLBACK_CHECK, rollback_check_log_dir, calls)
         errors = _errors(Stage.ROLLBACK_CHECK, calls, checks)
-        changed = [x for r in checks if r.ok for x in r.value]
+        changed = [x for r in checks if r.ok for x in r.value[0]]
         if errors or (changed and not force):
             return LeaveReport("rollback", False, errors=tuple(errors), refused=tuple(changed))
+        checked = {c.log_dir: r.value[1] for c, r in zip(calls, checks) if r.ok}
         reports: list[RollbackReport]
         reports, errors = _leave(plan, engine, Stage.ROLLBACK, rollback_log_dir, force)
+        # what the check found and corrected (a rebuilt database, stale states) is told with what the rollback did
+        reports = [dataclasses.replace(r, reconciled=(*checked.get(r.log_dir, ()), *r.reconciled)) for r in reports]
         done = [r.log_dir for r in reports if r.phase == LogDirPhase.ROLLED_BACK]
+        reports, ended = _explain_absent(reports, plan_path)
+        errors += ended
         archived = _archive(plan, engine, plan_path, done) if plan_path is not None else []
         if plan_path is not None:
             engine.map(Stage.FORGET, forget_log_dir, _per_log_dir(plan, done))
     # last, once our lock file is gone too: the log dir's own mtime as it was planned
     engine.map(Stage.MTIME, set_dir_mtime, _per_log_dir(plan, done))
-    # NEW: no state of this plan here (never executed, or rolled back and archived already): nothing to put back
+    # NEW: no state of this plan here and none archived: never executed, nothing to put back
     ok = (
         not errors
         and len(reports) == len(plan.log_dirs)
@@ -279,16 +313,62 @@ def rollback(plan: Plan, engine: Engine, plan_path: str | Path | None = None, fo
     return LeaveReport("rollback", ok, rollbacks=tuple(reports), errors=tuple(errors), archived=tuple(archived))
 
 
+def _explain_absent(
+    reports: list[RollbackReport], plan_path: str | Path | None
+) -> tuple[list[RollbackReport], list[StageError]]:
+    """A log dir with no state of the plan ("new") may have ended its run already: say so from the archive."""
+    out: list[RollbackReport] = []
+    errors: list[StageError] = []
+    for r in reports:
+        ended = _ended_here(plan_path, r.log_dir) if r.phase == LogDirPhase.NEW else None
+        if ended is None:
+            out.append(r)
+        elif ended[0] == LogDirPhase.FINALIZED:
+            errors.append(
+                StageError(
+                    Stage.ROLLBACK,
+                    r.log_dir,
+                    f"this plan was finalized here (its state is archived in {ended[1]}): the originals are deleted, "
+                    "so there is nothing to roll back to. Restore the partitions from a replica if they must be "
+                    "legacy again.",
+                    "MigrateError",
+                )
+            )
+        else:
+            note = f"rolled back earlier; its state is archived in {ended[1]}"
+            out.append(RollbackReport(r.log_dir, ended[0], (), reconciled=(note,)))
+    return out, errors
+
+
 def finalize(plan: Plan, engine: Engine, plan_path: str | Path | None = None, partial: bool = False) -> LeaveReport:
     with RunLock(_local_log_dirs(plan), plan.plan_id, "finalize"):
         reports: list[FinalizeReport]
         reports, errors = _leave(plan, engine, Stage.FINALIZE, finalize_log_dir, partial)
         done = [r.log_dir for r in reports if r.phase == LogDirPhase.FINALIZED]
+        explained: list[FinalizeReport] = []
+        for r in reports:
+            if r.phase != LogDirPhase.NEW:
+                explained.append(r)
+                continue
+            ended = _ended_here(plan_path, r.log_dir)
+            if ended is not None and ended[0] == LogDirPhase.FINALIZED:
+                explained.append(
+                    FinalizeReport(r.log_dir, ended[0], (), reconciled=(f"finalized earlier; state in {ended[1]}",))
+                )
+                continue
+            why = (
+                "this plan was rolled back here: the originals are live and nothing converted is left to keep; run "
+                "`execute` to migrate again, then finalize"
+                if ended is not None
+                else f"no run of plan {plan.plan_id} here to finalize: nothing was converted (run `execute` first)"
+            )
+            errors.append(StageError(Stage.FINALIZE, r.log_dir, why, "MigrateError"))
         archived = _archive(plan, engine, plan_path, done) if plan_path is not None else []
         if plan_path is not None:
             engine.map(Stage.FORGET, forget_log_dir, _per_log_dir(plan, done))
-    ok = not errors and len(done) == len(plan.log_dirs)
-    return LeaveReport("finalize", ok, finalizes=tuple(reports), errors=tuple(errors), archived=tuple(archived))
+    finished = [r for r in explained if r.phase == LogDirPhase.FINALIZED]
+    ok = not errors and len(finished) == len(plan.log_dirs)
+    return LeaveReport("finalize", ok, finalizes=tuple(explained), errors=tuple(errors), archived=tuple(archived))
 
 
 def status(plan: Plan, engine: Engine, plan_path: str | Path | None = None) -> StatusReport:

@@ -46,6 +46,8 @@ EXECUTE_POINTS = [
     "commit:outcomes",
     "before:commit:swap-begun",
     "commit:swap-begun",
+    "before:swap-record",
+    "after:swap-record",
     "before:backup-link",
     "after:backup-link",
     "after:backup-link:6",

@@ -214,7 +214,10 @@ def test_a_second_rollback_finds_nothing_to_do_and_says_so(broker, tmp_path):
     assert pipeline.execute(plan, SerialEngine()).ok
     assert pipeline.rollback(plan, SerialEngine(), plan_path).ok
     again = pipeline.rollback(plan, SerialEngine(), plan_path)
-    assert again.ok and [r.phase.value for r in again.rollbacks] == ["new"] and not again.rollbacks[0].restored
+    assert again.ok and [r.phase.value for r in again.rollbacks] == ["rolled-back"] and not again.rollbacks[0].restored
+    assert again.rollbacks[0].reconciled[0].startswith("rolled back earlier; its state is archived in ")
+    never = pipeline.rollback(plan, SerialEngine())  # without the plan file's archive: nothing of this run is here
+    assert never.ok and [r.phase.value for r in never.rollbacks] == ["new"]
     live = pipeline.verify_live(plan, SerialEngine(), plan_path)  # the history is beside the plan
     assert live.ok and live.log_dirs[0].phase.value == "rolled-back"
     assert any(" rolled-back partitions=" in line for line in live.log_dirs[0].history)

@@ -160,7 +160,9 @@ def test_a_refusal_prints_the_tools_message_alone(tmp_path, capsys):
     with lock_held_by_other_process(log_dir):
         assert main(["execute", "--plan", str(plan), "--engine", "serial"]) == 1
     captured = capsys.readouterr()
-    assert f"error in prepare of {log_dir}: {log_dir}: process" in captured.out
+    # refused by prepare's re-run of the plan's checks, before any file of the run exists (issue 23)
+    assert f"error in prepare of {log_dir}: refusing to execute (1 problem):" in captured.out
+    assert f"  - {log_dir}: process" in captured.out and "holds the fcntl lock" in captured.out
     assert "Traceback" not in captured.out + captured.err
     assert "Traceback" not in run_log_of(captured.err).read_text()  # a refusal is not a bug
 
@@ -219,7 +221,7 @@ def test_dask_worker_failures_go_to_the_run_log_not_between_the_tools_messages(t
     assert code == 1 and f"error in prepare of {log_dir}" in captured.out
     assert "Compute Failed" not in captured.err and "Traceback" not in captured.err, captured.err
     logged = run_log_of(captured.err).read_text()
-    assert "Compute Failed" in logged and "LogDirLockedError" in logged
+    assert "Compute Failed" in logged and "ExecuteRefusedError" in logged and "holds the fcntl lock" in logged
     assert "Dask dashboard: http://127.0.0.1:" in captured.err and "/migration)" in captured.err
 
 

@@ -8,7 +8,7 @@ from migrate import pipeline
 from migrate.codec import to_json
 from migrate.commands.engine import add_engine_options, load_plan_for, make_engine
 from migrate.engines.watched import WatchedEngine
-from migrate.model import LogDirStatus
+from migrate.model import LogDirPhase, LogDirStatus
 from migrate.watch.runlog import result
 
 
@@ -60,7 +60,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run_finalize, run_log=True)
 
 
-def status_lines(d: LogDirStatus, every: bool) -> list[str]:
+def status_lines(d: LogDirStatus, every: bool, plan_path: str = "PLAN") -> list[str]:
     counts = ", ".join(f"{n} {s}" for s, n in sorted(d.counts.items()))
     lines = [f"{d.log_dir}: {d.phase.value}{' (fence up)' if d.fence_up else ''}: {counts}"]
     shown = d.partitions if every else d.unmigrated
@@ -69,6 +69,14 @@ def status_lines(d: LogDirStatus, every: bool) -> list[str]:
         lines.append(f"  {p.partition:<40} {p.state.value}{why}")
     if d.history:
         lines.append(f"  last: {d.history[-1]}")
+    lines += [f"  the files say otherwise: {r}" for r in d.reconciled]
+    if d.running:
+        lines.append(f"  running now: {d.running}")
+    elif d.phase in (LogDirPhase.EXECUTING, LogDirPhase.ROLLING_BACK) or d.fence_up:
+        lines.append(
+            f"  no run is active (the last one ended or died): `execute --plan {plan_path}` resumes it, "
+            f"`rollback --plan {plan_path}` undoes it"
+        )
     return lines
 
 
@@ -79,7 +87,7 @@ def run_status(args: argparse.Namespace) -> int:
         report = pipeline.status(plan, engine, args.plan)
     finally:
         engine.close()
-    lines = [line for d in report.log_dirs for line in status_lines(d, args.all)]
+    lines = [line for d in report.log_dirs for line in status_lines(d, args.all, args.plan)]
     lines += [f"{d}: not started (run `execute --plan {args.plan}`)" for d in report.not_started]
     lines += [f"error: {e.log_dir}: {e.message}" for e in report.errors]
     result(to_json(report), args.json, "\n".join(lines))
@@ -93,7 +101,10 @@ def run_rollback(args: argparse.Namespace) -> int:
         report = pipeline.rollback(plan, WatchedEngine(engine), args.plan, args.force)
     finally:
         engine.close()
-    lines = [f"{r.log_dir}: {r.phase.value}, {len(r.restored)} partitions restored" for r in report.rollbacks]
+    lines = []
+    for r in report.rollbacks:
+        lines.append(f"{r.log_dir}: {r.phase.value}, {len(r.restored)} partitions restored")
+        lines += [f"  {x}" for x in r.reconciled]
     if report.refused:
         lines.append(
             f"refusing to roll back: {len(report.refused)} live file(s) changed after the swap, so a broker probably "
@@ -119,6 +130,7 @@ def run_finalize(args: argparse.Namespace) -> int:
     lines = []
     for r in report.finalizes:
         lines.append(f"{r.log_dir}: {r.phase.value}: originals of {len(r.finalized)} partitions deleted")
+        lines += [f"  {x}" for x in r.reconciled]
         if r.left_legacy:
             lines.append(f"  {len(r.left_legacy)} partitions left as they were, e.g. {r.left_legacy[0]}")
     lines += [f"error: {e.log_dir}: {e.message}" for e in report.errors]

@@ -284,7 +284,10 @@ def run_execute(args: argparse.Namespace) -> int:
     try:
         with progress:
             outcome = pipeline.execute(
-                plan, watched, accelerator=accelerator, require_consistent_replicas=args.require_consistent_replicas
+                plan,
+                watched,
+                accelerator=accelerator,
+                require_consistent_replicas=args.require_consistent_replicas,
             )
         rows, _ = report.collect(plan, watched, args.plan)
     finally:
@@ -309,6 +312,7 @@ def execute_text(report_: ExecuteReport, plan_path: str, summary_lines: list[str
         lines.append(
             f"warning: the C accelerator is not running ({report_.accelerator}); conversion is several times slower"
         )
+    lines += [f"the state was checked against the files and corrected: {r}" for r in report_.reconciled]
     for d in report_.log_dirs:
         migrated = sum(1 for p in d.partitions if p.state.value == "migrated")
         lines.append(

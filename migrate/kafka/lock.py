@@ -40,7 +40,7 @@ def _held_here(lock_path: Path) -> LogDirLock | None:
 _FLOCK = struct.Struct("@hhqqi4x")
 
 
-def _getlk_pid(fd: int) -> int | None:
+def getlk_pid(fd: int) -> int | None:
     """fcntl(F_GETLK): the pid of a process whose lock would block an exclusive lock of the whole file, 0 if
     its pid is unknown (another pid namespace), None if nobody's would. Linux only."""
     query = _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0)
@@ -74,7 +74,7 @@ def lock_holder(log_dir: str | Path) -> int | None:
         ) from None
     try:
         if _CAN_GETLK:
-            return _getlk_pid(fd)
+            return getlk_pid(fd)
         try:
             fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
@@ -123,7 +123,7 @@ class LogDirLock:
                 try:
                     fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except OSError as exc:
-                    holder = _getlk_pid(fd) if _CAN_GETLK else None
+                    holder = getlk_pid(fd) if _CAN_GETLK else None
                     os.close(fd)  # the file stays: whoever holds the lock is using it, even one we just created
                     if exc.errno in (errno.EACCES, errno.EAGAIN):
                         raise LogDirLockedError(str(self.log_dir), holder) from None

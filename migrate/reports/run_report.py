@@ -29,7 +29,7 @@ from migrate import __version__
 from migrate.codec import from_json, to_json
 from migrate.engines import Engine, StageCall
 from migrate.model import EventKind, Plan, Problem, SegmentResult, SegmentState, Stage
-from migrate.run.state import StateStore
+from migrate.run.state import StateHealth, StateStore
 from migrate.run.workspace import durable_file
 from migrate.units import human_bytes
 
@@ -109,7 +109,9 @@ class StateRows:
 def state_rows(plan: Plan, key: str) -> StateRows | None:
     """Stage function: the report's rows of one log dir's state, None if no run of the plan has state there."""
     log_dir = plan.log_dir(key).log_dir
-    if not StateStore.exists(log_dir, plan.plan_id):
+    # a database that is not this plan's usable state (another plan's under its name, a torn one) reports nothing:
+    # its rows would describe a run that did not happen here (the verbs name what is wrong with it)
+    if StateStore.health(log_dir, plan.plan_id) != StateHealth.OK:
         return None
     with StateStore.open(log_dir, plan.plan_id) as store:
         return StateRows.of(store, key)

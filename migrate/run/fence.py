@@ -11,6 +11,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from migrate.errors import UnsafePathError
 from migrate.run import faults
 from migrate.run.workspace import FENCE_README, fence_path, fsync_dir, real_directory
 
@@ -19,6 +20,20 @@ def is_up(log_dir: str | Path) -> bool:
     """The fence is a real directory we made; a symbolic link or a file at its name is refused (UnsafePathError)
     before anything is converted, rather than found when it is to come down."""
     return real_directory(fence_path(log_dir))
+
+
+def fence_plan_id(log_dir: str | Path) -> str | None:
+    """The plan whose run put the fence up (its README's last line), or None where there is no fence of ours."""
+    try:
+        if not is_up(log_dir):
+            return None
+        text = (fence_path(log_dir) / "README.txt").read_text()
+    except (OSError, UnsafePathError):
+        return None
+    for line in reversed(text.splitlines()):
+        if line.startswith("Plan id: "):
+            return line.removeprefix("Plan id: ").strip()
+    return None
 
 
 def raise_fence(log_dir: str | Path, plan_id: str) -> bool:

@@ -17,7 +17,8 @@ import time
 from pathlib import Path
 
 from migrate.errors import RunLockedError
-from migrate.run.workspace import run_lock_path, state_path
+from migrate.kafka.lock import getlk_pid
+from migrate.run.workspace import RUN_LOCK_SUFFIX, STATE_SUFFIX, run_lock_path, state_path
 
 
 class RunLock:
@@ -27,6 +28,7 @@ class RunLock:
         self.verb = verb
         self._held: list[tuple[Path, int]] = []
         self.dir_mtimes: dict[str, int] = {}  # each log dir's mtime before our lock file appeared in it
+        self.dir_names: dict[str, set[str]] = {}  # and the names in it then, our lock file aside
 
     def acquire(self) -> RunLock:
         try:
@@ -51,7 +53,9 @@ class RunLock:
         raise RunLockedError(f"{path} keeps being replaced: another kafka-log-migrate is starting or ending; try again")
 
     def _try_lock(self, path: Path) -> int:
-        self.dir_mtimes.setdefault(str(path.parent), os.stat(path.parent).st_mtime_ns)
+        if str(path.parent) not in self.dir_mtimes:
+            self.dir_mtimes[str(path.parent)] = os.stat(path.parent).st_mtime_ns
+            self.dir_names[str(path.parent)] = _names(path.parent, path.name)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
             fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -90,8 +94,12 @@ class RunLock:
             try:
                 path.unlink(missing_ok=True)  # still locked while it goes: nobody can take a lock on a dying file
                 log_dir = str(path.parent)
-                if not state_path(log_dir, self.plan_id).exists() and log_dir in self.dir_mtimes:
-                    # a run that left no state leaves no trace: not even the log dir's mtime
+                if log_dir in self.dir_mtimes and (
+                    not state_path(log_dir, self.plan_id).exists()
+                    or _names(log_dir, path.name) == self.dir_names[log_dir]
+                ):
+                    # a run that left no state, or added and removed nothing but its lock file (a refusal under a
+                    # state that was there before it), leaves no trace: not even the log dir's mtime
                     st = os.stat(log_dir)
                     os.utime(log_dir, ns=(st.st_atime_ns, self.dir_mtimes[log_dir]))
             finally:
@@ -102,6 +110,34 @@ class RunLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+def _names(directory: str | Path, lock_name: str) -> set[str]:
+    """The names in a log dir but our lock file and SQLite's side files of our state (reading a database in WAL mode
+    creates them, and they come and go with its connections)."""
+    state = lock_name.removesuffix(RUN_LOCK_SUFFIX) + STATE_SUFFIX
+    return set(os.listdir(directory)) - {lock_name, f"{state}-wal", f"{state}-shm"}
+
+
+def running(log_dir: str | Path, plan_id: str) -> str | None:
+    """The live run holding this plan's state in ``log_dir`` ("execute (pid 123 on host h, since ...)"), or None
+    when no process holds it: a lock file left without a holder is a run that died (the kernel released its lock).
+    Read-only: asks the kernel with F_GETLK and takes no lock, so it never refuses a run that is starting."""
+    path = run_lock_path(log_dir, plan_id)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    try:
+        if getlk_pid(fd) is None:
+            return None
+        holder = _read_holder(fd)
+    finally:
+        os.close(fd)
+    return (
+        f"{holder.get('verb', 'a run')} (pid {holder.get('pid', '?')} on host {holder.get('host', '?')}, since "
+        f"{holder.get('since', '?')})"
+    )
 
 
 def _read_holder(fd: int) -> dict:

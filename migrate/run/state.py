@@ -18,6 +18,8 @@ regular file in the log dir root, which Kafka's loader ignores. Tables:
 
 from __future__ import annotations
 
+import contextlib
+import enum
 import json
 import os
 import sqlite3
@@ -43,7 +45,7 @@ from migrate.model import (
     SegmentState,
 )
 from migrate.run import faults
-from migrate.run.workspace import state_path
+from migrate.run.workspace import fsync_dir, state_path
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -119,12 +121,72 @@ def _write_error(exc: BaseException, path: Path) -> StateWriteError:
     return StateWriteError(f"cannot record the run's state in {path}: {text}. {advice}")
 
 
+class StateHealth(str, enum.Enum):
+    """What the state database of a log dir and plan is, before anything trusts it."""
+
+    MISSING = "missing"
+    EMPTY = "empty"  # created, nothing committed (a crash before the first commit)
+    UNREADABLE = "unreadable"  # truncated, overwritten, not SQLite, or its tables gone
+    OTHER_PLAN = "other-plan"  # a database of another plan copied to this name
+    OK = "ok"
+
+    def __str__(self) -> str:
+        return self.value
+
+
 class StateStore:
     """The state of one log dir for one plan. Open with ``StateStore.open``; every write is one transaction."""
 
     def __init__(self, path: Path, conn: sqlite3.Connection) -> None:
         self.path = path
         self.conn = conn
+        # the file this connection writes: a database deleted or replaced under a run must stop it, not be written
+        # into a file nobody will read again
+        st = os.stat(path)
+        self._identity = (st.st_dev, st.st_ino)
+
+    @classmethod
+    def health(cls, log_dir: str | Path, plan_id: str) -> StateHealth:
+        path = state_path(log_dir, plan_id)
+        if not path.exists():
+            return StateHealth.MISSING
+        # read-only, and leaving no trace: a database in WAL mode opened read-only gets -wal and -shm files that
+        # only a writer removes, so where no -wal exists (no connection is open, everything is in the main file)
+        # it is read as immutable, which creates neither; a -wal present is a run's, read through it as SQLite does
+        immutable = "" if Path(f"{path}-wal").exists() else "&immutable=1"
+        try:
+            conn = sqlite3.connect(f"file:{path}?mode=ro{immutable}", uri=True, timeout=BUSY_TIMEOUT_MS / 1000)
+        except sqlite3.Error:
+            return StateHealth.UNREADABLE
+        try:
+            tables = {n for (n,) in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            if not tables:
+                return StateHealth.EMPTY
+            if not {"meta", "partitions", "segments", "events"} <= tables:
+                return StateHealth.UNREADABLE
+            row = conn.execute("SELECT value FROM meta WHERE key='plan_id'").fetchone()
+            if row is None:
+                return StateHealth.EMPTY
+            if row[0] != plan_id:
+                return StateHealth.OTHER_PLAN
+            conn.execute("SELECT count(*) FROM segments").fetchone()  # reads every page of the table: torn shows
+            return StateHealth.OK
+        except sqlite3.Error:
+            return StateHealth.UNREADABLE
+        finally:
+            conn.close()
+
+    @classmethod
+    def quarantine(cls, log_dir: str | Path, plan_id: str) -> Path:
+        """Move an unusable database aside (kept for whoever investigates, a hidden file Kafka ignores) so that a
+        new one can be rebuilt from the files; returns where it went."""
+        path = state_path(log_dir, plan_id)
+        aside = path.with_name(f"{path.name}.unusable-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}")
+        for suffix in ("-wal", "-shm", ""):
+            with contextlib.suppress(FileNotFoundError):
+                os.replace(f"{path}{suffix}", f"{aside}{suffix}")
+        fsync_dir(log_dir)
+        return aside
 
     # --- opening ---------------------------------------------------------------------------------------------
 
@@ -172,6 +234,19 @@ class StateStore:
             self.conn.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
             raise _write_error(exc, self.path) from exc
+        try:
+            st = os.stat(self.path)
+            same = (st.st_dev, st.st_ino) == self._identity
+        except FileNotFoundError:
+            same = False
+        if not same:
+            self.conn.execute("ROLLBACK")
+            raise StateWriteError(
+                f"the run's state database {self.path} was deleted or replaced while this run was using it, so this "
+                "run stopped before recording anything more. The files are the truth: run the same command again "
+                "(`execute` or `rollback` with the same plan); it rebuilds the state from each partition's swap "
+                "record and backups."
+            )
         try:
             yield self.conn
             faults.point(f"before:commit:{name}")
@@ -368,6 +443,25 @@ class StateStore:
                     "UPDATE partitions SET state=?, updated=? WHERE name=?", (PartitionState.SWAPPING.value, now, name)
                 )
                 self._event(db, EventKind.SWAP_BEGUN, name, segments=len(segments))
+
+    def adopt_swap(self, name: str, segments: list[tuple[int, tuple[SwapFile, ...], SegmentResult]], why: str) -> None:
+        """A partition the files show mid-swap or swapped while this database does not know it (it lost its last
+        commits, or was rebuilt): record the swap as the partition's swap record states it, and mark it swapping so
+        that execute finishes it and rollback undoes it."""
+        now = time.time()
+        with self.transaction("state-corrected") as db:
+            db.executemany(
+                "UPDATE segments SET swap=?, result=?, state=?, updated=? WHERE partition=? AND base=?",
+                [
+                    (_json(files), _json(result), SegmentState.VERIFIED.value, now, name, base)
+                    for base, files, result in segments
+                ],
+            )
+            db.execute(
+                "UPDATE partitions SET state=?, problem=NULL, updated=? WHERE name=?",
+                (PartitionState.SWAPPING.value, now, name),
+            )
+            self._event(db, EventKind.STATE_CORRECTED, name, why=why)
 
     def set_partitions(
         self, names: list[str], state: PartitionState, event: EventKind, segment_state: SegmentState | None = None

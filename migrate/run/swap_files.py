@@ -101,6 +101,26 @@ class SegmentFiles:
             files.append(SwapFile(sfx, live, output))
         return tuple(files)
 
+    def before_rename(self, files: tuple[SwapFile, ...]) -> list[str]:
+        """Why a resumed swap must not rename any file of this segment: a live file that is neither the original
+        nor the output, or a staged file that is no longer what was verified. Empty: every rename can be done."""
+        problems = []
+        for f in files:
+            live = _stat(self.live(f.suffix))
+            if live == f.output:
+                continue
+            if live != f.original:
+                problems.append(
+                    f"{self.live(f.suffix)} is {_describe(live)}: neither the original ({_describe(f.original)}) nor "
+                    f"the verified output ({_describe(f.output)})"
+                )
+            elif (staged := _stat(self.staged(f.suffix))) != f.output:
+                problems.append(
+                    f"the staged {self.staged(f.suffix)} is {_describe(staged)}, not the verified output "
+                    f"({_describe(f.output)})"
+                )
+        return problems
+
     # --- swap in ---------------------------------------------------------------------------------------------
 
     def swap_in(self, files: tuple[SwapFile, ...]) -> None:
@@ -134,6 +154,13 @@ class SegmentFiles:
             current = _stat(self.live(f.suffix))
             if current in (f.output, f.original):
                 continue
+            if f.original is not None and _stat(self.staged(f.suffix)) == f.output:
+                # its output is still staged: this file was never swapped, so only "changed since planned" is true
+                changed.append(
+                    f"{self.live(f.suffix)}: {_describe(current)}; it was never swapped (its verified output is still "
+                    f"staged) and is no longer the original ({_describe(f.original)})"
+                )
+                continue
             changed.append(
                 f"{self.live(f.suffix)}: {_describe(current)}; the migration swapped in {_describe(f.output)} "
                 f"(original: {_describe(f.original)})"
@@ -160,6 +187,16 @@ class SegmentFiles:
                 continue
             if current == f.original:
                 _unlink(kept)  # a second link to the live inode, or nothing
+                continue
+            if current != f.output and _stat(self.staged(f.suffix)) == f.output:
+                # never renamed (only --force gets here with a changed file). Written to in place (appended,
+                # truncated), the original inode is the live file and its backup alike: kept as the broker left it.
+                # Deleted or replaced by another file, the backup is still the original: it is put back, never
+                # deleted with the work dir (its conversion is not live, so it is the only copy)
+                if _stat(kept) == f.original:
+                    faults.point("before:restore")
+                    os.replace(kept, live)
+                    faults.point("after:restore")
                 continue
             if _stat(kept) != f.original:
                 raise BackupMissingError(

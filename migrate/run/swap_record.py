@@ -31,7 +31,7 @@ from pathlib import Path
 from migrate.codec import from_json, to_json
 from migrate.errors import MigrateError, ModelError
 from migrate.kafka.names import segment_name
-from migrate.model import FileStat, PartitionPlan
+from migrate.model import FileStat, PartitionPlan, SegmentResult
 from migrate.run import faults
 from migrate.run.state import SwapFile
 from migrate.run.workspace import work_dir
@@ -47,6 +47,8 @@ class UnreadableSwapRecordError(MigrateError):
 class SegmentSwap:
     base_offset: int
     files: tuple[SwapFile, ...]
+    result: SegmentResult  # the conversion as verified: what a rebuilt state needs to verify and report it
+    log_edges: str  # migrate.segment.identity.edges_digest of the output .log: a same-size rewrite of it shows
 
 
 @dataclass(frozen=True)
@@ -136,10 +138,11 @@ def _describe(st: FileStat | None) -> str:
     return "missing" if st is None else f"inode {st.inode}, {st.size} bytes, mtime_ns {st.mtime_ns}"
 
 
-def partition_truth(part: PartitionPlan, plan_id: str) -> PartitionTruth:
-    """Classify one planned partition from its files: its swap record if any, else the planned sources."""
+def partition_truth(part: PartitionPlan, plan_id: str, fallback: PartitionSwapRecord | None = None) -> PartitionTruth:
+    """Classify one planned partition from its files: its swap record if any (``fallback``: the same facts from the
+    state database, for a run that began before records were written), else the planned sources."""
     try:
-        record = read_record(part.dir, plan_id)
+        record = read_record(part.dir, plan_id) or fallback
     except UnreadableSwapRecordError:
         if _sources_untouched(part):
             return PartitionTruth(part.name, FileTruth.ORIGINAL, None)  # written before any rename: none happened
@@ -161,7 +164,10 @@ def partition_truth(part: PartitionPlan, plan_id: str) -> PartitionTruth:
         elif current == f.original:
             original += 1
         else:
-            changed_files.append(f"{live}: {_describe(current)}, swapped in {_describe(f.output)}")
+            changed_files.append(
+                f"{live}: {_describe(current)}, neither the original ({_describe(f.original)}) nor the verified "
+                f"output ({_describe(f.output)})"
+            )
     if changed_files:
         truth = FileTruth.CHANGED
     elif original and converted:

@@ -45,6 +45,7 @@ from migrate.model import (
     TimestampPolicy,
 )
 from migrate.segment.compacted import load_survivors, retained
+from migrate.segment.identity import edges_digest_of
 from migrate.segment.indexes import IndexBuilder
 from migrate.segment.profile import check_offsets
 from migrate.segment.reader import open_unbuffered, read_chunks
@@ -297,6 +298,9 @@ def convert_segment(task: SegmentTask) -> SegmentResult:
             with open(finals[".log"], "wb", buffering=_WRITE_BUFFER) as out:
                 run = stream_entries(task, src, out, st, index=index)
                 result = run.result
+                # what a same-size rewrite before the swap cannot keep (migrate.segment.identity)
+                result.source_ctime_ns = st.st_ctime_ns
+                result.source_edges = edges_digest_of(src.fileno(), st.st_size)
                 result.live_before = {sfx: FileStat.of(x) for sfx, x in live.items()}
                 if result.status == ConversionStatus.UNCHANGED:
                     os.unlink(finals[".log"])

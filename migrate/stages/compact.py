@@ -18,7 +18,6 @@ fails untouched and the convert stage skips it; ``execute`` retries it like any 
 from __future__ import annotations
 
 import json
-import os
 import time
 import traceback
 from dataclasses import dataclass
@@ -34,6 +33,7 @@ from migrate.errors import LocatedError, SourceChangedError
 from migrate.model import Outcome, PartitionPlan, Plan, Problem, SegmentOutcome, SegmentState
 from migrate.run.state import StateStore
 from migrate.run.workspace import durable_file, fsync_dir, segment_file, work_dir, write_durably
+from migrate.segment.identity import planned_file_change
 from migrate.stages.common import WORKABLE, locate, unconverted
 
 SURVIVORS_FILE = "compaction-survivors.npy"
@@ -155,13 +155,9 @@ def _first_difference(a: np.ndarray, b: np.ndarray) -> int:
 def _refuse_changed_sources(part: PartitionPlan) -> None:
     for s in part.segments:
         path = segment_file(part.dir, s.base_offset, ".log")
-        st = os.stat(path)
-        if (st.st_size, st.st_mtime_ns, st.st_ino) != (s.size, s.mtime_ns, s.inode):
-            raise SourceChangedError(
-                f"{path} is not the file that was planned: size {st.st_size} (planned {s.size}), mtime_ns "
-                f"{st.st_mtime_ns} (planned {s.mtime_ns}), inode {st.st_ino} (planned {s.inode})",
-                path=str(path),
-            )
+        change = planned_file_change(path, s)
+        if change is not None:
+            raise SourceChangedError(f"{change}: not the file that was planned", path=str(path))
 
 
 def _store(part: PartitionPlan, plan_id: str, offsets: np.ndarray, digest: str, records: int) -> None:

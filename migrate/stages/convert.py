@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from migrate.compaction.reference import expected_records
-from migrate.errors import LocatedError, StateWriteError
+from migrate.errors import LocatedError, StateWriteError, UnsafePathError
 from migrate.format.records import Record
 from migrate.model import (
     ConversionStatus,
@@ -35,7 +35,7 @@ from migrate.model import (
 )
 from migrate.run import faults
 from migrate.run.state import StateStore
-from migrate.run.workspace import segment_file, staging_dir, sync_filesystem
+from migrate.run.workspace import checked_work_dir, segment_file, sync_filesystem
 from migrate.segment.compacted import load_survivors
 from migrate.segment.convert import convert_segment
 from migrate.segment.ranges import convert_range
@@ -50,7 +50,8 @@ def segment_task(plan: Plan, log_dir: str, partition: str, base_offset: int) -> 
     seg = p.segment_by_base[base_offset]
     return SegmentTask(
         source=str(segment_file(p.dir, base_offset, ".log")),
-        staging_dir=str(staging_dir(p.dir, plan.plan_id)),
+        # made here, proven a real directory: one planted as a symbolic link would send the outputs elsewhere
+        staging_dir=str(checked_work_dir(p.dir, plan.plan_id, create=True)),
         base_offset=base_offset,
         options=plan.options.for_partition(p.leader_epoch),
         expected_size=seg.size,
@@ -175,11 +176,14 @@ def convert_range_task(plan: Plan, task: TaskPlan, run: str = "") -> RangePart:
 
 
 def convert_and_verify(plan: Plan, log_dir: str, partition: str, base_offset: int) -> SegmentOutcome:
-    task = segment_task(plan, log_dir, partition, base_offset)
     started = time.perf_counter()
     try:
+        task = segment_task(plan, log_dir, partition, base_offset)
         faults.point("before:convert")
         result = convert_segment(task)
+    except UnsafePathError as exc:
+        problem = Problem("unsafe-path", str(exc), exc.path)
+        return unconverted(log_dir, partition, base_offset, Outcome.REFUSED, problem, started)
     except LocatedError as exc:
         return unconverted(log_dir, partition, base_offset, Outcome.REFUSED, Problem.of(exc), started)
     except OSError as exc:

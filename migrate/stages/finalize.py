@@ -7,24 +7,37 @@ removes the state from the log dir once the driver has archived it beside the pl
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from migrate.errors import MigrateError
 from migrate.model import EventKind, FinalizeReport, LogDirPhase, PartitionState, Plan
 from migrate.run import fence
 from migrate.run.state import StateStore, remove_state_files
-from migrate.run.workspace import sync_filesystem
+from migrate.run.swap_record import FileTruth, partition_truth
+from migrate.run.workspace import segment_file, state_path, sync_filesystem
+from migrate.segment.identity import edges_digest
 from migrate.stages.common import kafka_lock, locate, restore_dir_mtimes
+from migrate.stages.reconcile import db_swap_record, files_mixed, open_reconciled
 from migrate.stages.rollback import remove_work_dirs
 
 
 def finalize_log_dir(plan: Plan, key: str, partial: bool = False) -> FinalizeReport:
-    _, log_dir = locate(plan, key)
-    if not StateStore.exists(log_dir, plan.plan_id):
-        raise MigrateError(f"{log_dir}: no run of plan {plan.plan_id} here to finalize (run `execute` first)")
-    with StateStore.open(log_dir, plan.plan_id) as store:
+    entry, log_dir = locate(plan, key)
+    opened, reconciled = open_reconciled(plan, key, entry, log_dir, write=True)
+    if opened is None:  # the driver says why: never executed, or finalized or rolled back and archived
+        return FinalizeReport(key, LogDirPhase.NEW, ())
+    with opened as store:
         if store.phase == LogDirPhase.FINALIZED:
             return FinalizeReport(key, store.phase, ())
+        changed = [p.problem.message for p in reconciled.unresolved]
+        if changed:  # a live file that is neither original nor ours is no swap to finish: say which, and what to do
+            raise MigrateError(
+                f"{log_dir}: refusing to finalize: {len(changed)} partition(s) have live files that are neither their "
+                f"originals nor the verified outputs swapped in (a broker wrote to them?), e.g. {changed[0]}. Nothing "
+                "was deleted. `rollback --force` puts the originals back and loses those writes."
+            )
         states = store.partition_states()
-        mixed = sorted(n for n, s in states.items() if s.mixed)
+        mixed = sorted({*(n for n, s in states.items() if s.mixed), *files_mixed(plan, key)})
         if mixed or store.phase in (LogDirPhase.ROLLING_BACK, LogDirPhase.ROLLED_BACK):
             raise MigrateError(
                 f"{log_dir}: {len(mixed)} partition(s) are mid-swap or mid-rollback "
@@ -40,13 +53,39 @@ def finalize_log_dir(plan: Plan, key: str, partial: bool = False) -> FinalizeRep
                 "`finalize --partial` deletes the originals of the migrated partitions only and leaves the others "
                 "as they are."
             )
+        unproven = _unproven(plan, key, store, migrated)
+        if unproven:
+            raise MigrateError(
+                f"{log_dir}: refusing to finalize: {len(unproven)} live file(s) are not proven to be the verified "
+                f"conversions they replaced the originals with, e.g. {unproven[0]}. Nothing was deleted. "
+                f"`verify --plan` re-reads them; `rollback` (`--force` if a broker wrote to them) puts the originals "
+                "back."
+            )
         with kafka_lock(log_dir, store):
             remove_work_dirs([plan.partition(key, name).dir for name in migrated + others], plan.plan_id)
             sync_filesystem(log_dir)
             store.set_phase(LogDirPhase.FINALIZED, EventKind.FINALIZED, migrated=len(migrated), left=len(others))
             if fence.lower_fence(log_dir):
                 store.record_event(EventKind.FENCE_DOWN)
-        return FinalizeReport(key, LogDirPhase.FINALIZED, tuple(migrated), tuple(others))
+        return FinalizeReport(key, LogDirPhase.FINALIZED, tuple(migrated), tuple(others), reconciled.lines)
+
+
+def _unproven(plan: Plan, key: str, store: StateStore, names: list[str]) -> list[str]:
+    """Why a migrated partition's originals may not be deleted: its live files are not all the verified outputs its
+    swap record names (identity), or a live .log's first and last bytes are not the output's (a same-size rewrite
+    that kept or forged its times)."""
+    out = []
+    for name in names:
+        part = plan.partition(key, name)
+        truth = partition_truth(part, plan.plan_id, fallback=db_swap_record(plan, store, name))
+        if truth.record is None or truth.truth != FileTruth.CONVERTED:
+            out.append(f"{part.dir}: its files are {truth.truth.value}, not the converted ones its swap recorded")
+            continue
+        for s in truth.record.segments:
+            live = segment_file(part.dir, s.base_offset, ".log")
+            if s.log_edges and edges_digest(live) != s.log_edges:
+                out.append(f"{live}: its first or last bytes are not those of the output that was swapped in")
+    return out
 
 
 def state_snapshot(plan: Plan, key: str) -> bytes:
@@ -66,6 +105,10 @@ def forget_log_dir(plan: Plan, key: str) -> bool:
     if phase not in (LogDirPhase.FINALIZED, LogDirPhase.ROLLED_BACK):
         raise MigrateError(f"{log_dir}: the run of plan {plan.plan_id} is not finished ({phase.value}); state kept")
     remove_state_files(log_dir, plan.plan_id)
+    # databases a verb found unusable and moved aside (StateStore.quarantine) belong to this run too: its archived
+    # history says why each was set aside and rebuilt; once the run is over, the log dir keeps nothing of it
+    for aside in Path(log_dir).glob(f"{state_path(log_dir, plan.plan_id).name}.unusable-*"):
+        aside.unlink(missing_ok=True)
     return True
 
 

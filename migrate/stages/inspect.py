@@ -10,25 +10,41 @@ from pathlib import Path
 from migrate.errors import LocatedError
 from migrate.model import LiveCheck, LogDirPhase, LogDirStatus, PartitionState, Plan, SegmentState
 from migrate.run import fence
+from migrate.run.run_lock import running
 from migrate.run.state import StateStore
 from migrate.run.swap_files import SegmentFiles
 from migrate.run.workspace import segment_file
 from migrate.segment.verify import verify_segment
 from migrate.stages.common import locate
+from migrate.stages.reconcile import open_reconciled
 
 
 def status_log_dir(plan: Plan, key: str) -> LogDirStatus | None:
-    """Where every planned partition stands; None when no run of the plan has state in this log dir."""
-    _, log_dir = locate(plan, key)
-    if not StateStore.exists(log_dir, plan.plan_id):
-        return None
-    with StateStore.open(log_dir, plan.plan_id) as store:
-        return status_from(store, key, fence.is_up(log_dir))
+    """Where every planned partition stands, by the state database checked against the files (read-only: what
+    the files say otherwise is reported, and corrected by the next execute or rollback); None when no run of the
+    plan ever changed this log dir."""
+    entry, log_dir = locate(plan, key)
+    store, reconciled = open_reconciled(plan, key, entry, log_dir, write=False)
+    live = running(log_dir, plan.plan_id)
+    if store is None:
+        if not reconciled.lines:
+            return None
+        return LogDirStatus(key, LogDirPhase.EXECUTING, fence.is_up(log_dir), (), (), reconciled.lines, live)
+    with store:
+        return status_from(store, key, fence.is_up(log_dir), reconciled.lines, live)
 
 
-def status_from(store: StateStore, log_dir: str, fence_up: bool) -> LogDirStatus:
+def status_from(
+    store: StateStore, log_dir: str, fence_up: bool, reconciled: tuple[str, ...] = (), live: str | None = None
+) -> LogDirStatus:
     return LogDirStatus(
-        log_dir, store.phase, fence_up, tuple(store.partition_statuses(log_dir)), tuple(store.history())
+        log_dir,
+        store.phase,
+        fence_up,
+        tuple(store.partition_statuses(log_dir)),
+        tuple(store.history()),
+        reconciled,
+        live,
     )
 
 

@@ -10,12 +10,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from migrate.errors import MigrateError, SourceChangedError
+from migrate.kafka.properties import read_meta_properties
 from migrate.model import EventKind, LogDirPhase, LogDirPlan, PartitionState, Plan, PrepareReport
+from migrate.planning.checks import recheck_log_dir
 from migrate.run import fence
 from migrate.run.state import StateStore
 from migrate.run.swap_files import SegmentFiles
-from migrate.run.workspace import other_states, segment_file
+from migrate.run.workspace import checked_work_dir, other_states, segment_file
+from migrate.segment.identity import planned_file_change
 from migrate.stages.common import kafka_lock, locate
+from migrate.stages.reconcile import LIVE, open_reconciled
 from migrate.stages.rollback import restore_partitions
 
 
@@ -26,18 +30,22 @@ def prepare_log_dir(plan: Plan, key: str) -> PrepareReport:
             f"{log_dir}: {other.name} holds the state of another migration of this log dir; finish it (`execute`) or "
             "undo it (`rollback`) with its own plan file first"
         )
-    new = True
-    if StateStore.exists(log_dir, plan.plan_id):
-        with StateStore.open(log_dir, plan.plan_id) as store:
-            if store.phase == LogDirPhase.FINALIZED:
-                return PrepareReport(key, store.phase, resumed=True)
-            new = not store.initialized  # a crash before the first commit leaves an empty database
-    lock_existed = (Path(log_dir) / ".lock").exists()
-    if new:
+    refuse_other_broker(entry)
+    for part in entry.partitions:  # a work dir planted as a symbolic link: refused before anything is written
+        checked_work_dir(part.dir, plan.plan_id)
+    store, reconciled = open_reconciled(plan, key, entry, log_dir, write=True)
+    new = store is None
+    if store is None:
+        # nothing of this run on disk yet: the plan's own checks again, on the log dir as it is now, before the
+        # first file of ours appears in it (a refusal leaves no state behind to block the next plan)
+        recheck_log_dir(entry, plan.plan_id)
         _refuse_changed_inputs(entry)
-    with StateStore.open(log_dir, plan.plan_id, create=True) as store:
-        if new:
-            store.initialize(plan.plan_id, entry, lock_existed)
+        lock_existed = (Path(log_dir) / ".lock").exists()
+        store = StateStore.open(log_dir, plan.plan_id, create=True)
+        store.initialize(plan.plan_id, entry, lock_existed)
+    with store:
+        if store.phase == LogDirPhase.FINALIZED:
+            return PrepareReport(key, store.phase, resumed=True, reconciled=reconciled.lines)
         with kafka_lock(log_dir, store):
             restored = _finish_interrupted_rollback(plan, key, store)
             keep = [
@@ -46,29 +54,47 @@ def prepare_log_dir(plan: Plan, key: str) -> PrepareReport:
                 if SegmentFiles(Path(plan.partition(key, part).dir), plan.plan_id, base).staged_intact(result)
             ]
             reset = store.reset_for_retry(keep) if not new else 0
+            for problem in reconciled.unresolved:
+                if store.partition_states().get(problem.partition) not in LIVE:
+                    store.fail_partition(problem.partition, problem.problem)
             if fence.raise_fence(log_dir, plan.plan_id):
                 store.record_event(EventKind.FENCE_UP)
             store.record_event(EventKind.RUN_STARTED, verb="execute")
-        return PrepareReport(key, store.phase, resumed=not new, reset_segments=reset, restored_partitions=restored)
+        return PrepareReport(
+            key,
+            store.phase,
+            resumed=not new,
+            reset_segments=reset,
+            restored_partitions=restored,
+            reconciled=reconciled.lines,
+            changed=tuple(f"{p.partition}: {p.problem.message}" for p in reconciled.unresolved),
+        )
+
+
+def refuse_other_broker(entry: LogDirPlan) -> None:
+    """The log dir must still be the broker's the plan was made for: another broker's dir mounted at the same path,
+    or meta.properties replaced or deleted since planning, would be migrated under a plan that never looked at it."""
+    meta = read_meta_properties(entry.log_dir)
+    now = (meta.broker_id, meta.cluster_id) if meta else (None, None)
+    if now != (entry.broker_id, entry.cluster_id):
+        seen = f"broker {now[0]} of cluster {now[1]}" if meta else "no meta.properties"
+        raise SourceChangedError(
+            f"{entry.log_dir}: meta.properties now says {seen}; the plan was made for broker {entry.broker_id} of "
+            f"cluster {entry.cluster_id}. This is not the log dir that was planned (another broker's disk, or its "
+            "identity file replaced). Nothing was changed; make a new plan with `kafka-log-migrate plan` on this "
+            "log dir if it is the one to migrate.",
+            path=str(Path(entry.log_dir) / "meta.properties"),
+        )
 
 
 def _refuse_changed_inputs(entry: LogDirPlan) -> None:
     log_dir = entry.label
-    changed = []
-    for p in entry.partitions:
-        for s in p.segments:
-            live = segment_file(p.dir, s.base_offset, ".log")
-            try:
-                st = live.stat()
-            except FileNotFoundError:
-                changed.append(f"{live} is missing")
-                continue
-            if (st.st_size, st.st_mtime_ns, st.st_ino) != (s.size, s.mtime_ns, s.inode):
-                changed.append(
-                    f"{live}: {st.st_size} bytes, mtime_ns {st.st_mtime_ns}, inode {st.st_ino}; "
-                    f"planned {s.size} bytes, "
-                    f"mtime_ns {s.mtime_ns}, inode {s.inode}"
-                )
+    changed = [
+        change
+        for p in entry.partitions
+        for s in p.segments
+        if (change := planned_file_change(segment_file(p.dir, s.base_offset, ".log"), s)) is not None
+    ]
     if changed:
         raise SourceChangedError(
             f"{len(changed)} segment file(s) of {log_dir} changed since planning, e.g. {changed[0]}. A broker may have "

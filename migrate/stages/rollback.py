@@ -15,12 +15,11 @@ from pathlib import Path
 from migrate.errors import MigrateError
 from migrate.model import EventKind, LogDirPhase, PartitionState, Plan, RollbackReport, SegmentState
 from migrate.run import fence
-from migrate.run.state import StateStore, remove_state_files
+from migrate.run.state import StateStore
 from migrate.run.swap_files import SegmentFiles
 from migrate.run.workspace import sync_filesystem, work_dir
 from migrate.stages.common import kafka_lock, locate, restore_dir_mtimes
-
-LIVE = (PartitionState.SWAPPING, PartitionState.MIGRATED, PartitionState.ROLLING_BACK)
+from migrate.stages.reconcile import LIVE, Reconciliation, files_mixed, open_reconciled
 
 
 def live_changes(plan: Plan, key: str, store: StateStore) -> list[str]:
@@ -33,13 +32,24 @@ def live_changes(plan: Plan, key: str, store: StateStore) -> list[str]:
     return changed
 
 
-def rollback_check_log_dir(plan: Plan, key: str) -> list[str]:
-    """Live files of this log dir changed after their swap (read-only: run on every log dir before any rollback)."""
-    _, log_dir = locate(plan, key)
-    if not StateStore.exists(log_dir, plan.plan_id):
-        return []
-    with StateStore.open(log_dir, plan.plan_id) as store:
-        return live_changes(plan, key, store)
+def rollback_check_log_dir(plan: Plan, key: str) -> tuple[list[str], tuple[str, ...]]:
+    """Live files of this log dir changed after their swap (run on every log dir before any rollback renames a file;
+    it may correct the state from the files, and renames nothing), and what the files said otherwise than the state:
+    the correction is made here, so the rollback that follows finds nothing left to report, and the operator must
+    still be told (a rebuilt database, a stale partition state)."""
+    entry, log_dir = locate(plan, key)
+    store, reconciled = open_reconciled(plan, key, entry, log_dir, write=True, tidy=False)
+    if store is None:
+        return [], reconciled.lines
+    with store:
+        return _changes(plan, key, store, reconciled), reconciled.lines
+
+
+def _changes(plan: Plan, key: str, store: StateStore, reconciled: Reconciliation) -> list[str]:
+    """Changed live files, by the swaps the state holds (reconciliation put every swap the files show there), and
+    partitions whose swap record cannot be read while their files are not the planned ones."""
+    unreadable = [f"{p.problem.path}: {p.problem.message}" for p in reconciled.unresolved if p.problem.kind == "state"]
+    return live_changes(plan, key, store) + unreadable
 
 
 ROLLBACK_BATCH_PARTITIONS = 256
@@ -56,7 +66,10 @@ def restore_partitions(plan: Plan, key: str, store: StateStore, names: list[str]
             for row in reversed(store.segments_of(name)):
                 if row.swap:
                     SegmentFiles(Path(part.dir), plan.plan_id, row.base).restore(row.swap, force)
-            remove_work_dir(part.dir, plan.plan_id)
+        # the originals durable before their swap records go: a record never disappears while its renames may not
+        sync_filesystem(plan.log_dir(key).log_dir)
+        for name in batch:
+            remove_work_dir(plan.partition(key, name).dir, plan.plan_id)
         sync_filesystem(plan.log_dir(key).log_dir)
         store.set_partitions(
             batch, PartitionState.ROLLED_BACK, EventKind.PARTITION_ROLLED_BACK, SegmentState.ROLLED_BACK
@@ -65,27 +78,28 @@ def restore_partitions(plan: Plan, key: str, store: StateStore, names: list[str]
 
 def rollback_log_dir(plan: Plan, key: str, force: bool = False) -> RollbackReport:
     entry, log_dir = locate(plan, key)
-    if not StateStore.exists(log_dir, plan.plan_id):
+    opened, reconciled = open_reconciled(plan, key, entry, log_dir, write=True)
+    if opened is None:
+        owner = fence.fence_plan_id(log_dir)
         if fence.is_up(log_dir):
             raise MigrateError(
-                f"{log_dir}: the fence is up but there is no state of plan {plan.plan_id} here: it belongs to another "
-                "plan. Run rollback with the plan file named in the fence's README.txt."
+                f"{log_dir}: the fence is up but nothing of plan {plan.plan_id} is here: it belongs to "
+                f"{f'plan {owner}' if owner else 'another plan'}. Run rollback with that plan's file (its id is in "
+                "the fence's README.txt)."
             )
-        return RollbackReport(key, LogDirPhase.NEW, ())
-    with StateStore.open(log_dir, plan.plan_id) as store:
-        initialized = store.initialized
-    if not initialized:  # a crash before the first commit: nothing was recorded, so nothing was changed
-        remove_state_files(log_dir, plan.plan_id)
-        return RollbackReport(key, LogDirPhase.ROLLED_BACK, ())
-    with StateStore.open(log_dir, plan.plan_id) as store:
+        # NEW: no run of this plan changed the log dir; an empty state left by a crash before its first commit is
+        # gone now, and with it the only trace of that run
+        phase = LogDirPhase.ROLLED_BACK if reconciled.removed_empty else LogDirPhase.NEW
+        return RollbackReport(key, phase, (), reconciled=reconciled.lines)
+    with opened as store:
         if store.phase == LogDirPhase.FINALIZED:
             raise MigrateError(
                 f"{log_dir}: the migration was finalized and its originals deleted; there is nothing to roll back to"
             )
         with kafka_lock(log_dir, store):
-            changed = live_changes(plan, key, store)
+            changed = _changes(plan, key, store, reconciled)
             if changed and not force:
-                return RollbackReport(key, store.phase, (), tuple(changed))
+                return RollbackReport(key, store.phase, (), tuple(changed), reconciled=reconciled.lines)
             if fence.raise_fence(log_dir, plan.plan_id):
                 store.record_event(EventKind.FENCE_UP)
             if store.phase != LogDirPhase.ROLLING_BACK:
@@ -96,11 +110,20 @@ def rollback_log_dir(plan: Plan, key: str, force: bool = False) -> RollbackRepor
             remove_work_dirs([plan.partition(key, name).dir for name in rest], plan.plan_id)
             store.set_partitions(rest, PartitionState.ROLLED_BACK, EventKind.PARTITION_ROLLED_BACK)
             sync_filesystem(log_dir)
+            mixed = files_mixed(plan, key)
+            if mixed:  # never reached while restore is sound; if it is, the fence must not come down
+                raise MigrateError(
+                    f"{log_dir}: after the rollback {len(mixed)} partition(s) still have a swap record and live files "
+                    f"that are not all original (e.g. {mixed[0]}); the fence stays up. Run `rollback --force` again; "
+                    "if it says the same, restore those partitions from a replica."
+                )
             store.set_phase(LogDirPhase.ROLLED_BACK, EventKind.ROLLED_BACK, partitions=len(live))
             if fence.lower_fence(log_dir):
                 store.record_event(EventKind.FENCE_DOWN)
         restore_dir_mtimes({p.dir: p.dir_mtime_ns for p in entry.partitions})
-        return RollbackReport(key, LogDirPhase.ROLLED_BACK, tuple(live), tuple(changed), force)
+        return RollbackReport(
+            key, LogDirPhase.ROLLED_BACK, tuple(live), tuple(changed), force, reconciled=reconciled.lines
+        )
 
 
 def remove_work_dirs(partition_dirs: list[str], plan_id: str) -> None:

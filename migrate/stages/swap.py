@@ -13,7 +13,7 @@ from __future__ import annotations
 import errno
 from pathlib import Path
 
-from migrate.errors import LocatedError, StateWriteError
+from migrate.errors import LocatedError, MigrateError, SourceChangedError, StateWriteError
 from migrate.model import (
     EventKind,
     LogDirPhase,
@@ -22,14 +22,18 @@ from migrate.model import (
     PartitionState,
     Plan,
     Problem,
+    SegmentResult,
     SegmentState,
     SwapReport,
 )
 from migrate.run import faults, fence
 from migrate.run.state import StateStore, SwapFile
 from migrate.run.swap_files import SegmentFiles
+from migrate.run.swap_record import PartitionSwapRecord, SegmentSwap, write_records
 from migrate.run.workspace import sync_filesystem
+from migrate.segment.identity import changed_since_read, edges_digest
 from migrate.stages.common import kafka_lock, locate
+from migrate.stages.reconcile import files_mixed, open_reconciled
 
 SWAP_BATCH_PARTITIONS = 256
 _ISOLATED_ERRNOS = (errno.EPERM, errno.EACCES)  # one file's attribute or permission: its partition only
@@ -38,8 +42,13 @@ _ISOLATED_ERRNOS = (errno.EPERM, errno.EACCES)  # one file's attribute or permis
 def swap_log_dir(plan: Plan, key: str, swap_ready: bool = True) -> SwapReport:
     """``swap_ready=False`` (the run stopped on an I/O error in this log dir): only finish partitions a crash left
     mid-swap and lower the fence if nothing is mixed; ready partitions wait for the next execute."""
-    _, log_dir = locate(plan, key)
-    with StateStore.open(log_dir, plan.plan_id) as store:
+    entry, log_dir = locate(plan, key)
+    opened, _ = open_reconciled(plan, key, entry, log_dir, write=True)
+    if opened is None:
+        raise MigrateError(
+            f"{log_dir}: no run of plan {plan.plan_id} has begun here; run `execute` (it prepares first)"
+        )
+    with opened as store:
         if store.phase in (LogDirPhase.FINALIZED, LogDirPhase.ROLLING_BACK, LogDirPhase.ROLLED_BACK):
             return SwapReport(key, (), (), (), fence.is_up(log_dir))
         migrated: list[str] = []
@@ -49,7 +58,9 @@ def swap_log_dir(plan: Plan, key: str, swap_ready: bool = True) -> SwapReport:
             if fence.raise_fence(log_dir, plan.plan_id):
                 store.record_event(EventKind.FENCE_UP)
             try:
-                migrated += _finish_swapping(plan, key, store)
+                done, stuck = _finish_swapping(plan, key, store)
+                migrated += done
+                failed += stuck
                 ready = store.partitions_in(PartitionState.READY) if swap_ready else []
                 for i in range(0, len(ready), SWAP_BATCH_PARTITIONS):
                     done, bad = _swap_batch(plan, key, store, ready[i : i + SWAP_BATCH_PARTITIONS])
@@ -59,7 +70,9 @@ def swap_log_dir(plan: Plan, key: str, swap_ready: bool = True) -> SwapReport:
                 stopped = Problem.of(exc) if isinstance(exc, OSError) else Problem("io-error", str(exc))
             mixed = store.partitions_in(PartitionState.SWAPPING, PartitionState.ROLLING_BACK)
             try:
-                # the fence is up exactly while a partition is mixed, whatever stopped the stage
+                # the fence is up exactly while a partition is mixed, whatever stopped the stage; the files are
+                # asked too, not only the state
+                mixed = sorted({*mixed, *files_mixed(plan, key)})
                 if not mixed and fence.lower_fence(log_dir):
                     store.record_event(EventKind.FENCE_DOWN)
                 if stopped is None and not store.partitions_in(
@@ -76,30 +89,55 @@ def _files(plan: Plan, part: PartitionPlan, base: int) -> SegmentFiles:
     return SegmentFiles(Path(part.dir), plan.plan_id, base)
 
 
-def _finish_swapping(plan: Plan, key: str, store: StateStore) -> list[str]:
-    """Partitions a crash left mid-swap: every rename they planned is done (the state has each file's identity)."""
+def _finish_swapping(plan: Plan, key: str, store: StateStore) -> tuple[list[str], list[PartitionProblem]]:
+    """Partitions a crash left mid-swap: every rename they planned is done (their swap records hold each file's
+    identity), but only where every file of the partition is still the original or the verified output: one file
+    changed meanwhile stops the whole partition before its first rename, mixed as it is, for rollback to restore."""
     names = store.partitions_in(PartitionState.SWAPPING)
+    done: list[str] = []
+    stuck: list[PartitionProblem] = []
     for name in names:
         part = plan.partition(key, name)
-        for row in store.segments_of(name):
-            if row.swap:
-                _files(plan, part, row.base).swap_in(row.swap)
-    if names:
+        rows = [(row.base, row.swap) for row in store.segments_of(name) if row.swap]
+        problems = [p for base, files in rows for p in _files(plan, part, base).before_rename(files)]
+        if problems:
+            stuck.append(
+                PartitionProblem(
+                    name,
+                    Problem(
+                        "live-changed",
+                        f"{problems[0]}{f' (and {len(problems) - 1} more)' if len(problems) > 1 else ''}: the swap "
+                        "of this partition was not finished, and it may be mixed, so the fence stays up. "
+                        "`rollback` puts its originals back (`rollback --force` if a broker wrote to it)",
+                        part.dir,
+                    ),
+                )
+            )
+            continue
+        for base, files in rows:
+            _files(plan, part, base).swap_in(files)
+        done.append(name)
+    if done:
         sync_filesystem(plan.log_dir(key).log_dir)
-        store.set_partitions(names, PartitionState.MIGRATED, EventKind.PARTITION_MIGRATED, SegmentState.SWAPPED)
-    return names
+        store.set_partitions(done, PartitionState.MIGRATED, EventKind.PARTITION_MIGRATED, SegmentState.SWAPPED)
+    return done, stuck
 
 
 def _swap_batch(plan: Plan, key: str, store: StateStore, names: list[str]) -> tuple[list[str], list[PartitionProblem]]:
     failed: list[PartitionProblem] = []
-    batch: list[tuple[str, list[tuple[int, tuple[SwapFile, ...]]]]] = []
+    batch: list[tuple[str, list[tuple[int, tuple[SwapFile, ...], SegmentResult]]]] = []
     for name in names:
         part = plan.partition(key, name)
         try:
             segments = []
             for row in store.segments_of(name):
                 if row.state == SegmentState.VERIFIED and row.result is not None:
-                    segments.append((row.base, _files(plan, part, row.base).plan_swap(row.result)))
+                    files = _files(plan, part, row.base)
+                    swap = files.plan_swap(row.result)  # size, mtime, inode of every file
+                    change = changed_since_read(files.live(".log"), row.result)  # then what a same-size rewrite shows
+                    if change is not None:
+                        raise SourceChangedError(change, path=files.live(".log"))
+                    segments.append((row.base, swap, row.result))
             batch.append((name, segments))
         except LocatedError as exc:  # a live file changed after conversion: leave the partition as it is
             problem = Problem.of(exc)
@@ -107,26 +145,45 @@ def _swap_batch(plan: Plan, key: str, store: StateStore, names: list[str]) -> tu
             failed.append(PartitionProblem(name, problem))
     if not batch:
         return [], failed
-    store.begin_swap(batch)
+    store.begin_swap([(name, [(base, files) for base, files, _ in segments]) for name, segments in batch])
+    # the files' own record of the swap, durable before the first rename: whatever becomes of the database, the
+    # files then say which partition is original, mixed or converted (migrate.run.swap_record)
+    write_records(
+        [
+            (
+                plan.partition(key, name).dir,
+                PartitionSwapRecord(
+                    plan.plan_id,
+                    name,
+                    tuple(
+                        SegmentSwap(base, files, result, edges_digest(result.outputs[".log"]))
+                        for base, files, result in segments
+                    ),
+                ),
+            )
+            for name, segments in batch
+        ]
+    )
+    sync_filesystem(plan.log_dir(key).log_dir)
     done = []
     for name, segments in batch:
         part = plan.partition(key, name)
         try:
-            for base, files in segments:
+            for base, files, _ in segments:
                 _files(plan, part, base).swap_in(files)
             done.append(name)
         except (OSError, LocatedError) as exc:
             problem = Problem.of(exc)
             if isinstance(exc, OSError) and exc.errno not in _ISOLATED_ERRNOS:
                 # a disk-wide failure: undo this partition if we can, then stop with the state recorded
-                _undo(plan, part, segments, store, problem)
+                _undo(plan, part, [(b, f) for b, f, _ in segments], store, problem)
                 if done:
                     sync_filesystem(plan.log_dir(key).log_dir)
                     store.set_partitions(
                         done, PartitionState.MIGRATED, EventKind.PARTITION_MIGRATED, SegmentState.SWAPPED
                     )
                 raise
-            if _undo(plan, part, segments, store, problem):
+            if _undo(plan, part, [(b, f) for b, f, _ in segments], store, problem):
                 failed.append(PartitionProblem(name, problem))
     faults.point("before:syncfs-swap")
     sync_filesystem(plan.log_dir(key).log_dir)

@@ -1,0 +1,193 @@
+"""reconcile: before a verb acts on a log dir, its state database is compared with the files, and the files win.
+
+The database is a record of the files (migrate/run/swap_record.py says why it can be wrong: lost commits, a restored
+copy, truncation, deletion). Every verb that renames or deletes starts here:
+
+- a database that is missing, empty, unreadable or of another plan is detected and named. Where the files show this
+  plan's run (the fence names it, or a partition has its swap record) the unusable one is moved aside and the state is
+  rebuilt from the plan and the files; where they show nothing, the run never started;
+- each partition with a swap record (or, from runs before records existed, swap rows in the database) is classified
+  by its live files; where the database says otherwise it is corrected: mixed or converted files make the partition
+  swapping (execute finishes it, rollback undoes it), original files with no swap left make it planned again;
+- files that are neither the original nor the verified output (a broker wrote to them) are never corrected away:
+  they are returned as problems, and the verbs refuse to touch those partitions without ``--force``.
+
+``write=False`` (status) classifies and reports, and changes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from migrate.errors import MigrateError
+from migrate.model import EventKind, LogDirPlan, PartitionProblem, PartitionState, Plan, Problem
+from migrate.run import fence
+from migrate.run.state import StateHealth, StateStore, remove_state_files
+from migrate.run.swap_record import (
+    FileTruth,
+    PartitionSwapRecord,
+    PartitionTruth,
+    SegmentSwap,
+    UnreadableSwapRecordError,
+    partition_truth,
+    record_path,
+    remove_record,
+)
+
+logger = logging.getLogger(__name__)
+
+LIVE = (PartitionState.SWAPPING, PartitionState.MIGRATED, PartitionState.ROLLING_BACK)
+
+
+@dataclass(frozen=True)
+class Reconciliation:
+    rebuilt: str | None = None  # why the state was rebuilt from the files, if it was
+    corrected: tuple[str, ...] = ()  # "<partition>: state said X, files say Y; now Z"
+    unresolved: tuple[PartitionProblem, ...] = ()  # live files that are neither original nor ours
+    removed_empty: bool = False  # a database a crash left before its first commit (nothing was changed) is gone
+
+    @property
+    def lines(self) -> tuple[str, ...]:
+        out = (self.rebuilt,) if self.rebuilt else ()
+        return out + self.corrected + tuple(f"{p.partition}: {p.problem.message}" for p in self.unresolved)
+
+
+def _evidence(entry: LogDirPlan, log_dir: str, plan_id: str) -> str | None:
+    """What on disk shows that a run of ``plan_id`` changed this log dir, or None."""
+    owner = fence.fence_plan_id(log_dir)
+    if owner == plan_id:
+        return f"the fence {fence.fence_path(log_dir)} of this plan is up"
+    for p in entry.partitions:
+        if record_path(p.dir, plan_id).exists():
+            return f"partition {p.name} has this plan's swap record ({record_path(p.dir, plan_id)})"
+    return None
+
+
+def open_reconciled(
+    plan: Plan, key: str, entry: LogDirPlan, log_dir: str, write: bool, tidy: bool = True
+) -> tuple[StateStore | None, Reconciliation]:
+    """The log dir's state store, checked against the files (None: no run of this plan ever changed the log dir).
+    With ``write``, an unusable database is moved aside and rebuilt, and disagreements are corrected in it; with
+    ``tidy`` too, a database a crash left empty (nothing was changed) is removed, which the verb then reports."""
+    health = StateStore.health(log_dir, plan.plan_id)
+    rebuilt = None
+    if health == StateHealth.OTHER_PLAN:
+        raise MigrateError(
+            f"{log_dir}: the state database named for plan {plan.plan_id} holds the state of another plan (a copy "
+            "restored to the wrong name?). Nothing was changed. Move it away, then run the same command again: the "
+            "state is rebuilt from the files."
+        )
+    if health in (StateHealth.MISSING, StateHealth.EMPTY, StateHealth.UNREADABLE):
+        evidence = _evidence(entry, log_dir, plan.plan_id)
+        if evidence is None:
+            if health == StateHealth.UNREADABLE and write:
+                StateStore.quarantine(log_dir, plan.plan_id)  # nothing of this run on disk: start afresh
+            elif health == StateHealth.EMPTY and write and tidy:
+                remove_state_files(log_dir, plan.plan_id)  # a crash before the first commit changed nothing
+                return None, Reconciliation(removed_empty=True)
+            return None, Reconciliation()
+        rebuilt = f"the state database was {health.value} while {evidence}: rebuilt from the plan and the files"
+        if not write:
+            return None, Reconciliation(rebuilt=rebuilt.replace("rebuilt", "to be rebuilt by execute or rollback"))
+        if health != StateHealth.MISSING:
+            aside = StateStore.quarantine(log_dir, plan.plan_id)
+            rebuilt += f" (the unusable one kept as {aside.name})"
+        store = StateStore.open(log_dir, plan.plan_id, create=True)
+        # Kafka deletes its .lock on a clean stop, so a .lock here now is one a crashed run of ours left
+        store.initialize(plan.plan_id, entry, lock_existed=False)
+        store.record_event(EventKind.STATE_REBUILT, why=rebuilt)
+        logger.warning("%s: %s", log_dir, rebuilt)
+    else:
+        store = StateStore.open(log_dir, plan.plan_id)
+    try:
+        corrected, unresolved = _reconcile_partitions(plan, key, store, write)
+    except BaseException:
+        store.close()
+        raise
+    return store, Reconciliation(rebuilt, tuple(corrected), tuple(unresolved))
+
+
+def db_swap_record(plan: Plan, store: StateStore, name: str) -> PartitionSwapRecord | None:
+    """The partition's swap as the database holds it, for runs that began before swap records were written."""
+    segments = tuple(
+        SegmentSwap(row.base, row.swap, row.result, "")
+        for row in store.segments_of(name)
+        if row.swap and row.result is not None
+    )
+    return PartitionSwapRecord(plan.plan_id, name, segments) if segments else None
+
+
+def _reconcile_partitions(
+    plan: Plan, key: str, store: StateStore, write: bool
+) -> tuple[list[str], list[PartitionProblem]]:
+    corrected: list[str] = []
+    unresolved: list[PartitionProblem] = []
+    states = store.partition_states()
+    for name, state in sorted(states.items()):
+        part = plan.partition(key, name)
+        has_record = record_path(part.dir, plan.plan_id).exists()
+        if not has_record and state not in LIVE:
+            continue  # nothing renamed yet: the swap checks each file before its first rename
+        try:
+            truth = partition_truth(part, plan.plan_id, fallback=db_swap_record(plan, store, name))
+        except UnreadableSwapRecordError as exc:
+            unresolved.append(
+                PartitionProblem(name, Problem("state", f"{exc}; its live files are not the planned ones"))
+            )
+            continue
+        if truth.truth == FileTruth.CHANGED:
+            unresolved.append(PartitionProblem(name, Problem("live-changed", "; ".join(truth.changed[:3]), part.dir)))
+            if state not in LIVE and truth.record is not None and write:
+                store.adopt_swap(name, _segments(truth), "files changed mid-swap: fence kept up")
+            continue
+        fix = _correction(state, truth)
+        if fix is None:
+            continue
+        corrected.append(f"{name}: the state said {state.value}, the files say {truth.truth.value}; {fix}")
+        if not write:
+            continue
+        if fix.startswith("swapping"):
+            store.adopt_swap(name, _segments(truth), f"state {state.value}, files {truth.truth.value}")
+        else:  # every live file is the original again and nothing of the swap is left to undo
+            remove_record(part.dir, plan.plan_id)
+            store.reset_rolled_back([name])
+            store.record_event(EventKind.STATE_CORRECTED, partition=name, why=fix)
+    return corrected, unresolved
+
+
+def _segments(truth: PartitionTruth) -> list:
+    assert truth.record is not None
+    return [(s.base_offset, s.files, s.result) for s in truth.record.segments]
+
+
+def _correction(state: PartitionState, truth: PartitionTruth) -> str | None:
+    """What the state must become for ``truth``, or None where it already agrees."""
+    if truth.truth in (FileTruth.MIXED, FileTruth.CONVERTED):
+        if state in (PartitionState.SWAPPING, PartitionState.ROLLING_BACK):
+            return None  # the verbs finish or undo it from here
+        if state == PartitionState.MIGRATED and truth.truth == FileTruth.CONVERTED:
+            return None
+        return "swapping (execute finishes it, rollback undoes it)"
+    # ORIGINAL
+    if state in (PartitionState.SWAPPING, PartitionState.ROLLING_BACK) and truth.record is not None:
+        return None  # a swap that renamed nothing yet, or a rollback that restored all: the verbs finish either
+    if state == PartitionState.MIGRATED or truth.record is not None:
+        return "planned again (its swap was undone; execute converts it anew)"
+    return None
+
+
+def files_mixed(plan: Plan, key: str) -> list[str]:
+    """Partitions of the log dir whose live files are partly original and partly converted, by their swap records:
+    asked before the fence comes down, whatever the state database says."""
+    mixed = []
+    for part in plan.log_dir(key).partitions:
+        if not record_path(part.dir, plan.plan_id).exists():
+            continue
+        try:
+            truth = partition_truth(part, plan.plan_id).truth
+        except UnreadableSwapRecordError:
+            truth = FileTruth.CHANGED
+        if truth in (FileTruth.MIXED, FileTruth.CHANGED):
+            mixed.append(part.name)
+    return mixed
