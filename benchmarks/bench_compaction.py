@@ -41,7 +41,7 @@ from migrate.compaction.facts import SegmentSource
 from migrate.compaction.pass_one import pass_one
 from migrate.compaction.rules import Settings
 from migrate.compaction.reference import reference_survivors
-from migrate.model import CompactionStrategy, TimestampPolicy
+from migrate.model.plan_tree import CompactionStrategy, TimestampPolicy
 what, strategy, paths = sys.argv[1], CompactionStrategy(sys.argv[2]), json.loads(sys.argv[3])
 sources = [SegmentSource(p, base, 0) for p, base in paths]
 header = "version" if strategy == CompactionStrategy.HEADER else ""

@@ -54,7 +54,8 @@ ORACLE = REPO.parent / "shared" / "oracle" / "oracle"
 
 CONVERT_VERIFY = r"""
 import json, shutil, sys, time
-from migrate.model import ConvertOptions, SegmentTask
+from migrate.model.plan_tree import ConvertOptions
+from migrate.model.run_state import SegmentTask
 from migrate.segment.convert import convert_segment
 from migrate.segment.verify import verify_segment
 src, out, digest, repeat = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
@@ -108,7 +109,7 @@ import json, sys, time
 start = time.perf_counter()
 from migrate import pipeline
 from migrate.engines.dask import DaskEngine
-from migrate.model import ConvertOptions
+from migrate.model.plan_tree import ConvertOptions
 from migrate.planning.plan import build_plan, write_plan
 from migrate.planning.request import PlanRequest
 log_dir, digest, plan_path = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -151,7 +152,7 @@ WORKERS = r"""
 import json, os, resource, sys, time
 from migrate import pipeline
 from migrate.engines.dask import DaskEngine
-from migrate.model import ConvertOptions
+from migrate.model.plan_tree import ConvertOptions
 from migrate.planning.plan import build_plan, write_plan
 from migrate.planning.request import PlanRequest
 log_dir, workers, digest, plan_path, segment, cache = sys.argv[1], int(sys.argv[2]), *sys.argv[3:7]
@@ -199,7 +200,8 @@ print(json.dumps({"seconds": wall, "records": report.totals.records, "stages": r
 
 SMALL = r"""
 import json, os, sys, time
-from migrate.model import ConvertOptions, SegmentTask
+from migrate.model.plan_tree import ConvertOptions
+from migrate.model.run_state import SegmentTask
 from migrate.segment.convert import convert_segment
 from migrate.segment.verify import verify_segment
 src, root, n, repeat = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])

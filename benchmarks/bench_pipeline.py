@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from gen_legacy import message_size, write_log_dir
 
 from migrate import pipeline
-from migrate.model import ConvertOptions
+from migrate.model.plan_tree import ConvertOptions
 from migrate.planning.plan import build_plan
 from migrate.planning.request import PlanRequest
 

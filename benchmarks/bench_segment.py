@@ -26,7 +26,8 @@ import json, resource, shutil, sys, time
 from pathlib import Path
 from migrate.segment.convert import convert_segment
 from migrate.segment.verify import verify_segment
-from migrate.model import ConvertOptions, SegmentTask
+from migrate.model.plan_tree import ConvertOptions
+from migrate.model.run_state import SegmentTask
 what, src, out, digest = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 start = time.perf_counter()
 if what == "copy":

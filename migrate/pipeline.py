@@ -17,25 +17,20 @@ from pathlib import Path
 from typing import Any
 
 from migrate.engines import CallResult, Engine, StageCall
-from migrate.model import (
+from migrate.model.plan_tree import Plan, TaskPlan
+from migrate.model.run_state import LogDirPhase, LogDirStatus, Outcome, SegmentOutcome, Stage
+from migrate.model.stage_reports import (
     Divergence,
     ExecuteReport,
     FinalizeReport,
     LeaveReport,
-    LogDirPhase,
-    LogDirStatus,
-    Outcome,
-    Plan,
     RangePart,
     ReplicaDigest,
     ReplicaRange,
     RollbackReport,
-    SegmentOutcome,
     SegmentTotals,
-    Stage,
     StageError,
     StatusReport,
-    TaskPlan,
     VerifyReport,
 )
 from migrate.planning.cluster import replicas

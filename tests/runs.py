@@ -11,7 +11,9 @@ from pathlib import Path
 
 from conftest import REPO
 
-from migrate.model import ExecuteReport, PartitionState, Plan
+from migrate.model.plan_tree import Plan
+from migrate.model.run_state import PartitionState
+from migrate.model.stage_reports import ExecuteReport
 from migrate.planning.plan import build_plan, write_plan
 from migrate.planning.request import PlanRequest
 from migrate.reports.scan import scan_log_dirs

@@ -5,7 +5,8 @@ from __future__ import annotations
 import itertools
 from pathlib import Path
 
-from migrate.model import ConvertOptions, SegmentResult, SegmentTask
+from migrate.model.plan_tree import ConvertOptions
+from migrate.model.run_state import SegmentResult, SegmentTask
 from migrate.segment.convert import convert_segment
 
 

@@ -113,7 +113,7 @@ def test_a_plan_pinned_to_other_hosts_is_refused_at_once_without_a_scheduler(tmp
     import dataclasses
 
     from migrate.codec import to_json
-    from migrate.model import dump_plan_json, load_plan_json
+    from migrate.model.plan_tree import dump_plan_json, load_plan_json
 
     log_dir = make_broker_logdir(tmp_path, partitions=["plain-v0-1"])
     before = snapshot(log_dir)

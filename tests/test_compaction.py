@@ -20,15 +20,8 @@ from migrate.compaction.reference import expected_records, reference_survivors
 from migrate.compaction.rules import CompactionRefusedError, CompactionRule, Settings
 from migrate.engines import SerialEngine
 from migrate.format.records import Compression
-from migrate.model import (
-    CompactionStrategy,
-    ConvertOptions,
-    Outcome,
-    PartitionState,
-    SegmentTask,
-    TimestampPolicy,
-    load_plan_json,
-)
+from migrate.model.plan_tree import CompactionStrategy, ConvertOptions, TimestampPolicy, load_plan_json
+from migrate.model.run_state import Outcome, PartitionState, SegmentTask
 from migrate.planning.plan import PlanRefusedError, build_plan
 from migrate.planning.request import PlanRequest
 from migrate.run.workspace import work_dir

@@ -18,7 +18,7 @@ from migrate.compaction.pass_one import pass_one
 from migrate.compaction.reference import reference_survivors
 from migrate.compaction.rules import Settings
 from migrate.format.records import Compression
-from migrate.model import CompactionStrategy, TimestampPolicy
+from migrate.model.plan_tree import CompactionStrategy, TimestampPolicy
 
 KEYS = [b"a", b"b", b"c", b"d", b"", b"key-with-more-bytes"]
 HEADER = "version"

@@ -21,7 +21,8 @@ from runs import assert_scan_agrees
 from migrate import pipeline
 from migrate.engines import StageCall
 from migrate.engines.dask import LOCAL_CLUSTER_PERIODS, DaskEngine, _local_cluster_periods, worth_workers
-from migrate.model import DigestAlgorithm, Stage
+from migrate.model.plan_tree import DigestAlgorithm
+from migrate.model.run_state import Stage
 from migrate.planning.plan import build_plan
 from migrate.planning.request import PlanRequest
 

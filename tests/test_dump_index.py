@@ -14,7 +14,8 @@ import pytest
 from conftest import LEGACY_LOGDIR
 
 from migrate.cli import main
-from migrate.model import ConvertOptions, SegmentTask
+from migrate.model.plan_tree import ConvertOptions
+from migrate.model.run_state import SegmentTask
 from migrate.reports.dump import index_files
 from migrate.segment import offset_index, time_index
 from migrate.segment.convert import convert_segment

@@ -24,7 +24,7 @@ from migrate.cli import main
 from migrate.engines import SerialEngine
 from migrate.errors import RunLockedError
 from migrate.format.entries import walk_entries
-from migrate.model import PartitionState
+from migrate.model.run_state import PartitionState
 from migrate.planning.plan import PlanRefusedError, build_plan
 from migrate.planning.request import PlanRequest
 from migrate.run.faults import FAIL_ENV
@@ -250,7 +250,7 @@ def test_an_immutable_segment_fails_its_partition_and_the_others_migrate(broker,
 
 @pytest.mark.parametrize("range_bytes", [None, 3000], ids=["whole-segments", "ranges"])
 def test_messages_appended_after_conversion_fail_the_partition_and_are_never_lost(broker, tmp_path, range_bytes):
-    from migrate.model import RangePart
+    from migrate.model.stage_reports import RangePart
     from migrate.stages.convert import convert_task
     from migrate.stages.join import join_segment
     from migrate.stages.prepare import prepare_log_dir
@@ -371,7 +371,7 @@ def test_a_torn_tail_is_listed_with_what_it_drops_and_only_that_is_dropped(tmp_p
     broker = make_broker_logdir(tmp_path, partitions=["truncated-tail-0", "truncated-tail-1"])
     with pytest.raises(PlanRefusedError, match=r"partial entry at byte position 621 after offset 23.*--truncate-tail"):
         build_plan(PlanRequest(log_dirs=(str(broker),)))
-    from migrate.model import ConvertOptions
+    from migrate.model.plan_tree import ConvertOptions
 
     plan, _ = make_plan(tmp_path, broker, options=ConvertOptions(truncate_tail=True))
     drops = {p.name: s.tail_drop for p in plan.log_dirs[0].partitions for s in p.segments if s.tail_drop}
@@ -387,7 +387,7 @@ def test_a_torn_tail_is_listed_with_what_it_drops_and_only_that_is_dropped(tmp_p
 
 
 def test_a_bad_size_field_in_the_middle_is_damage_never_a_tail_to_truncate(tmp_path):
-    from migrate.model import ConvertOptions
+    from migrate.model.plan_tree import ConvertOptions
 
     broker = make_broker_logdir(tmp_path, partitions=["plain-v0-0"])
     last = broker / "plain-v0-0" / "00000000000000000080.log"
@@ -407,7 +407,7 @@ def test_a_bad_size_field_in_the_middle_is_damage_never_a_tail_to_truncate(tmp_p
 
 
 def test_a_partial_entry_in_a_segment_that_is_not_the_last_is_damage(tmp_path):
-    from migrate.model import ConvertOptions
+    from migrate.model.plan_tree import ConvertOptions
 
     broker = make_broker_logdir(tmp_path, partitions=["plain-v0-1"])
     first = broker / "plain-v0-1" / "00000000000000000000.log"
@@ -509,7 +509,7 @@ def test_a_hand_edited_plan_is_refused(broker, tmp_path, capsys):
 
 
 def test_an_entry_above_max_message_bytes_is_a_plan_warning_not_a_refusal(tmp_path):
-    from migrate.model import ConvertOptions
+    from migrate.model.plan_tree import ConvertOptions
 
     broker = make_broker_logdir(tmp_path, partitions=["gzip-v0-0"])
     sizes = walk_entries((broker / "gzip-v0-0" / "00000000000000000000.log").read_bytes()).sizes

@@ -27,7 +27,7 @@ from migrate.cli import main
 from migrate.engines import SerialEngine
 from migrate.errors import StateWriteError
 from migrate.format.entries import walk_entries
-from migrate.model import dump_plan_json
+from migrate.model.plan_tree import dump_plan_json
 from migrate.run import faults
 from migrate.run.workspace import FENCE_NAME, state_path, work_dir
 

@@ -10,7 +10,7 @@ from conftest import REPO
 
 from migrate.codec import from_json, to_json
 from migrate.errors import ModelError
-from migrate.model import Codec, ConvertOptions, Plan, TimestampPolicy, load_plan_json, plan_schema
+from migrate.model.plan_tree import Codec, ConvertOptions, Plan, TimestampPolicy, load_plan_json, plan_schema
 
 EXAMPLE = REPO / "plans" / "example-plan.json"
 SCHEMA = json.loads((REPO / "plans" / "plan.schema.json").read_text())
@@ -124,7 +124,7 @@ def test_options_take_enums_and_refuse_what_kafka_cannot_read():
 def test_plans_the_code_writes_validate_against_the_schema(tmp_path):
     from kafka_layout import make_broker_logdir
 
-    from migrate.model import dump_plan_json
+    from migrate.model.plan_tree import dump_plan_json
     from migrate.planning.plan import build_plan
     from migrate.planning.request import PlanRequest
 

@@ -24,7 +24,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from migrate import pipeline
 from migrate.engines.dask import DaskEngine
-from migrate.model import ExecuteReport, Outcome, PartitionState, Plan, Problem, SegmentOutcome
+from migrate.model.plan_tree import Plan
+from migrate.model.run_state import Outcome, PartitionState, Problem, SegmentOutcome
+from migrate.model.stage_reports import ExecuteReport
 from migrate.planning.plan import build_plan
 from migrate.planning.request import PlanRequest
 from migrate.stages import convert as convert_stage
@@ -385,7 +387,7 @@ def test_a_segment_converted_in_ranges_shows_progress_range_by_range_and_counts_
     """Ranges report their bytes as they finish (so bytes, rate and ETA move during a large segment); the segment's
     outcome from its join then adds only what they did not, in the page's figures and in the command line's."""
     from migrate.engines import SerialEngine
-    from migrate.model import RangeProgress
+    from migrate.model.run_state import RangeProgress
     from migrate.watch.events import plan_event, segment_event
     from migrate.watch.runlog import Progress
     from migrate.watch.tally import RunProgress
@@ -437,7 +439,7 @@ def test_a_segment_converted_in_ranges_shows_progress_range_by_range_and_counts_
 def test_every_stage_is_counted_by_its_exact_name_on_status_json_and_in_prometheus():
     """A task key is ``<stage>-<hash>``: each of the model's stages is counted under its own name, in status.json and
     in the collector (``rollback-check`` is not ``rollback``, ``replica-ranges`` not ``replicas``)."""
-    from migrate.model import Stage
+    from migrate.model.run_state import Stage
     from migrate.watch.plugin import MigrationPlugin, stage_of
     from migrate.watch.prometheus import MigrationCollector
 
@@ -478,17 +480,8 @@ def test_events_cross_the_wire_as_plain_data_and_come_back_as_the_same_records(s
     import msgpack
 
     from migrate.errors import ModelError
-    from migrate.model import (
-        ConvertTaskResult,
-        LogDirPhase,
-        LogDirStatus,
-        PartitionProblem,
-        PartitionStatus,
-        RangeProgress,
-        RollbackReport,
-        Stage,
-        SwapReport,
-    )
+    from migrate.model.run_state import LogDirPhase, LogDirStatus, PartitionStatus, RangeProgress, Stage
+    from migrate.model.stage_reports import ConvertTaskResult, PartitionProblem, RollbackReport, SwapReport
     from migrate.watch import events
 
     d = small_plan.log_dirs[0]

@@ -13,7 +13,7 @@ from runs import assert_scan_agrees, make_plan, snapshot
 
 from migrate import pipeline
 from migrate.engines import SerialEngine
-from migrate.model import PartitionState
+from migrate.model.run_state import PartitionState
 from migrate.planning.plan import PlanRefusedError, build_plan
 from migrate.planning.request import PlanRequest
 from migrate.run.workspace import FENCE_NAME

@@ -15,7 +15,7 @@ from prestage_layout import add_segment, broker_log_dir, cleaner_merge, gen, ret
 
 from migrate.cli import main
 from migrate.kafka.names import segment_name
-from migrate.model import ConvertOptions
+from migrate.model.plan_tree import ConvertOptions
 from migrate.prestage.controls import Controls
 from migrate.prestage.location import StagingPlaceError, default_staging_root, staging_root
 from migrate.prestage.passes import PrestageRequest, run_prestage

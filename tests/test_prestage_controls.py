@@ -17,7 +17,7 @@ from prestage_layout import broker_log_dir, snapshot
 
 from migrate.cli import main
 from migrate.kafka.names import segment_name
-from migrate.model import ConvertOptions
+from migrate.model.plan_tree import ConvertOptions
 from migrate.prestage import pagecache
 from migrate.prestage.controls import Controls
 from migrate.prestage.location import StagingPlaceError, default_staging_root, staging_root

@@ -25,17 +25,8 @@ from migrate.format import batch as v2
 from migrate.format import legacy
 from migrate.format.entries import walk_entries
 from migrate.format.records import Compression, Record, TimestampType
-from migrate.model import (
-    ByteRange,
-    ConvertOptions,
-    PartitionState,
-    SegmentOutcome,
-    SegmentTask,
-    TailDrop,
-    content_id,
-    dump_plan_json,
-    load_plan_json,
-)
+from migrate.model.plan_tree import ByteRange, ConvertOptions, TailDrop, content_id, dump_plan_json, load_plan_json
+from migrate.model.run_state import PartitionState, SegmentOutcome, SegmentTask
 from migrate.planning.plan import build_plan, make_tasks, write_plan
 from migrate.planning.request import PlanRequest
 from migrate.run.faults import CRASH_ENV, CRASH_EXIT

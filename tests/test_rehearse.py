@@ -25,7 +25,7 @@ from runs import scan_partitions, snapshot
 from migrate.cli import main
 from migrate.engines import SerialEngine
 from migrate.errors import MigrateError
-from migrate.model import ConvertOptions
+from migrate.model.plan_tree import ConvertOptions
 from migrate.planning.plan import load_plan
 from migrate.rehearse import driver as rehearse
 from migrate.rehearse.fingerprint import compare_fingerprints, fingerprint_tree

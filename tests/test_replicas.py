@@ -12,7 +12,7 @@ from conftest import LEGACY_LOGDIR
 from segment_helpers import convert_logdir
 
 from migrate.format.entries import walk_entries
-from migrate.model import ConvertOptions
+from migrate.model.plan_tree import ConvertOptions
 from migrate.stages.replicas import common_range, compare, digest_replica, offset_range
 
 PARTITION = "plain-v0-0"  # 3 segments, offsets 0..104

@@ -12,7 +12,8 @@ from kafka_layout import lock_held_by_other_process, make_broker_logdir
 
 from migrate import pipeline
 from migrate.cli import build_parser, main
-from migrate.model import Outcome, Plan, SegmentOutcome
+from migrate.model.plan_tree import Plan
+from migrate.model.run_state import Outcome, SegmentOutcome
 from migrate.planning.plan import build_plan, load_plan
 from migrate.planning.request import PlanRequest
 from migrate.watch.runlog import Progress, human_seconds

@@ -17,7 +17,8 @@ from migrate.format import batch as v2
 from migrate.format import legacy
 from migrate.format.entries import read_entries, walk_entries
 from migrate.format.records import Compression, Record, TimestampType
-from migrate.model import ConvertOptions, SegmentTask, TailDrop
+from migrate.model.plan_tree import ConvertOptions, TailDrop
+from migrate.model.run_state import SegmentTask
 from migrate.segment import offset_index, time_index
 from migrate.segment.convert import convert_segment
 from migrate.segment.verify import verify_segment

@@ -18,7 +18,7 @@ from runs import assert_scan_agrees, make_plan, snapshot
 
 from migrate import pipeline
 from migrate.engines import SerialEngine
-from migrate.model import SegmentState
+from migrate.model.run_state import SegmentState
 from migrate.run.state import StateStore
 from migrate.run.workspace import FENCE_NAME
 

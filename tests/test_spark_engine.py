@@ -16,7 +16,7 @@ from runs import assert_scan_agrees, snapshot
 from migrate import pipeline
 from migrate.engines.dask import DaskEngine
 from migrate.engines.spark import SparkEngine
-from migrate.model import PartitionState
+from migrate.model.run_state import PartitionState
 from migrate.planning.plan import build_plan
 from migrate.planning.request import PlanRequest
 from migrate.run.state import StateStore

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from migrate.engines import Engine, SerialEngine
 from migrate.errors import MigrateError
-from migrate.model import Plan
+from migrate.model.plan_tree import Plan
 from migrate.planning.plan import load_plan
 from migrate.security import TlsFiles, check_scheduler_address
 from migrate.watch import progress

@@ -8,7 +8,7 @@ from migrate import pipeline
 from migrate.codec import to_json
 from migrate.commands.engine import add_engine_options, load_plan_for, make_engine
 from migrate.engines.watched import WatchedEngine
-from migrate.model import LogDirPhase, LogDirStatus
+from migrate.model.run_state import LogDirPhase, LogDirStatus
 from migrate.watch.runlog import result
 
 

@@ -11,16 +11,16 @@ from migrate.commands.engine import add_cluster_options, add_engine_options, loa
 from migrate.compaction.rules import CompactionRule
 from migrate.engines.watched import WatchedEngine
 from migrate.errors import MigrateError
-from migrate.model import (
+from migrate.model.plan_tree import (
     DEFAULT_MAX_MESSAGE_BYTES,
     DEFAULT_RANGE_BYTES,
     Codec,
     ConvertOptions,
     DigestAlgorithm,
-    ExecuteReport,
     Plan,
     TimestampPolicy,
 )
+from migrate.model.stage_reports import ExecuteReport
 from migrate.planning.plan import build_plan, write_plan
 from migrate.planning.request import PlanRequest
 from migrate.units import human_bytes, parse_duration_ms, parse_memory_bytes

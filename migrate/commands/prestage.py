@@ -8,7 +8,7 @@ import dataclasses
 
 from migrate.codec import to_json
 from migrate.commands.output import emit, note
-from migrate.model import DEFAULT_MAX_MESSAGE_BYTES, Codec, ConvertOptions, DigestAlgorithm, TimestampPolicy
+from migrate.model.plan_tree import DEFAULT_MAX_MESSAGE_BYTES, Codec, ConvertOptions, DigestAlgorithm, TimestampPolicy
 from migrate.prestage.controls import DEFAULT_WINDOW_SECONDS, Controls
 from migrate.prestage.passes import PassReport, PrestageReport, PrestageRequest, run_prestage
 from migrate.units import human_bytes, parse_data_bytes

@@ -17,7 +17,7 @@ from migrate.compaction.rules import CompactionRefusedError, Settings
 from migrate.errors import CorruptRecordError
 from migrate.format.entries import Entry
 from migrate.format.records import NO_TIMESTAMP, RecordColumns
-from migrate.model import CompactionStrategy, TimestampPolicy
+from migrate.model.plan_tree import CompactionStrategy, TimestampPolicy
 from migrate.segment.reader import read_chunks
 
 

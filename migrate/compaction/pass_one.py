@@ -23,7 +23,7 @@ import numpy as np
 
 from migrate.compaction.facts import Facts, SegmentSource, iter_facts
 from migrate.compaction.rules import CompactionRefusedError, Settings
-from migrate.model import CompactionPlan, CompactionStrategy
+from migrate.model.plan_tree import CompactionPlan, CompactionStrategy
 from migrate.segment.compacted import kept_mask
 
 HAS_HEADER = 1

@@ -23,7 +23,7 @@ from migrate.format import batch as v2
 from migrate.format import legacy
 from migrate.format.entries import Entry
 from migrate.format.records import Record, TimestampType
-from migrate.model import CompactionStrategy, TimestampPolicy
+from migrate.model.plan_tree import CompactionStrategy, TimestampPolicy
 from migrate.segment.reader import read_file
 
 KIP87_DELETE_BIT = 0x20  # bit 5 of a v2 record's attributes byte

@@ -30,7 +30,7 @@ import re
 from dataclasses import dataclass
 
 from migrate.errors import SegmentRefusedError
-from migrate.model import CompactionPlan, CompactionStrategy, ConvertOptions, TimestampPolicy
+from migrate.model.plan_tree import CompactionPlan, CompactionStrategy, ConvertOptions, TimestampPolicy
 
 KEY_DIGEST_BYTES = 16
 

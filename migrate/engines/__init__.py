@@ -12,7 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from migrate.model import Plan, Stage, TaskPlan
+from migrate.model.plan_tree import Plan, TaskPlan
+from migrate.model.run_state import Stage
 from migrate.watch import progress
 
 

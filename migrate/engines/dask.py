@@ -36,7 +36,8 @@ from distributed import Client, LocalCluster, as_completed
 from migrate.engines import CallResult, StageCall
 from migrate.errors import MigrateError
 from migrate.format import accel
-from migrate.model import DigestAlgorithm, Plan, Stage
+from migrate.model.plan_tree import DigestAlgorithm, Plan
+from migrate.model.run_state import Stage
 from migrate.run import faults
 from migrate.watch import events, progress
 from migrate.watch.plugin import PLUGIN_NAME, MigrationPlugin

@@ -19,7 +19,7 @@ from typing import Any
 
 from migrate.engines import CallResult, StageCall
 from migrate.errors import MigrateError
-from migrate.model import Stage
+from migrate.model.run_state import Stage
 
 INSTALL_HINT = "pip install 'kafka-log-migrate[spark]' (PySpark, about 0.5 GB; it needs Java 17 or newer)"
 

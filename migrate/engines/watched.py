@@ -11,7 +11,7 @@ from typing import Any
 
 from migrate.engines import CallResult, Engine, StageCall
 from migrate.errors import MigrateError
-from migrate.model import Stage
+from migrate.model.run_state import Stage
 from migrate.watch.runlog import Progress
 
 logger = logging.getLogger("migrate.run")

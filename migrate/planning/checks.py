@@ -26,7 +26,7 @@ from migrate.errors import ExecuteRefusedError, LocatedError, LogDirLockedError,
 from migrate.kafka.layout import Partition, inspect_log_dir, validate_log_dir_path
 from migrate.kafka.lock import lock_holder
 from migrate.kafka.properties import has_clean_shutdown
-from migrate.model import FilesystemSpace, LogDirPlan, TailDrop
+from migrate.model.plan_tree import FilesystemSpace, LogDirPlan, TailDrop
 from migrate.planning.request import BrokerSurvey, PlanRequest
 from migrate.run.workspace import fence_path, other_states
 from migrate.segment.profile import SegmentProfile, check_segment, valid_entry_after

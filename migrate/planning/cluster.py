@@ -20,7 +20,8 @@ from pathlib import Path
 
 from migrate.errors import ClusterPlanRefusedError, MigrateError, PlanProblem, PlanRefusedError, ProblemKind
 from migrate.kafka.properties import _java_properties, read_meta_properties
-from migrate.model import Estimates, LogDirPlan, Plan, Stage, TaskPlan
+from migrate.model.plan_tree import Estimates, LogDirPlan, Plan, TaskPlan
+from migrate.model.run_state import Stage
 from migrate.planning.checks import ClusterSubject, Scope, judge
 from migrate.planning.plan import build_plan
 from migrate.planning.request import BrokerSurvey, PlanRequest

@@ -32,7 +32,7 @@ from migrate.compaction.rules import CompactionRule, Settings
 from migrate.errors import LocatedError, MigrateError, PlanProblem, PlanRefusedError
 from migrate.kafka.layout import Partition, free_bytes, inspect_log_dir
 from migrate.kafka.properties import leader_epoch_entries, read_meta_properties
-from migrate.model import (
+from migrate.model.plan_tree import (
     DEFAULT_RANGE_BYTES,
     PLAN_VERSION,
     ByteRange,
@@ -356,7 +356,7 @@ def byte_ranges(cuts: list[int], found: tuple[RangeCut, ...] | None) -> list[Byt
 def load_plan(path: str | Path) -> Plan:
     """A plan file, checked against the model and its own id; a MigrateError says what is wrong and to re-plan."""
     from migrate.errors import ModelError
-    from migrate.model import load_plan_json
+    from migrate.model.plan_tree import load_plan_json
 
     try:
         text = Path(path).read_text()
@@ -369,6 +369,6 @@ def load_plan(path: str | Path) -> Plan:
 
 
 def write_plan(plan: Plan, path: str | Path) -> None:
-    from migrate.model import dump_plan_json
+    from migrate.model.plan_tree import dump_plan_json
 
     write_durably(path, dump_plan_json(plan))

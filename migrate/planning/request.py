@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from migrate.compaction.rules import CompactionRule
-from migrate.model import DEFAULT_RANGE_BYTES, DEFAULT_TASK_BYTES, DEFAULT_TASK_SEGMENTS, ConvertOptions, Plan
+from migrate.model.plan_tree import DEFAULT_RANGE_BYTES, DEFAULT_TASK_BYTES, DEFAULT_TASK_SEGMENTS, ConvertOptions, Plan
 
 
 @dataclass(frozen=True)

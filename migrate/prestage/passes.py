@@ -25,7 +25,7 @@ from migrate.errors import LocatedError, LogDirAccessError, MalformedLogDirFileE
 from migrate.kafka.layout import Partition, inspect_log_dir
 from migrate.kafka.lock import lock_holder
 from migrate.kafka.properties import leader_epoch_entries
-from migrate.model import ConvertOptions
+from migrate.model.plan_tree import ConvertOptions
 from migrate.prestage.controls import Aborted, Controls
 from migrate.prestage.identity import FileIdentity
 from migrate.prestage.location import refuse_overlap, staging_root

@@ -25,7 +25,8 @@ from pathlib import Path
 from migrate.codec import from_json, to_json
 from migrate.errors import ModelError
 from migrate.kafka.names import segment_name
-from migrate.model import ConvertOptions, SegmentResult
+from migrate.model.plan_tree import ConvertOptions
+from migrate.model.run_state import SegmentResult
 from migrate.prestage.identity import EdgeDigest, FileIdentity
 from migrate.prestage.location import default_staging_root
 from migrate.run.workspace import write_durably

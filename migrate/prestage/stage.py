@@ -22,7 +22,8 @@ from typing import BinaryIO
 from migrate import __version__
 from migrate.errors import LocatedError, SegmentRefusedError
 from migrate.kafka.names import segment_name
-from migrate.model import ConversionStatus, ConvertOptions, SegmentResult, SegmentTask
+from migrate.model.plan_tree import ConvertOptions
+from migrate.model.run_state import ConversionStatus, SegmentResult, SegmentTask
 from migrate.prestage import pagecache
 from migrate.prestage.controls import Controls
 from migrate.prestage.identity import EdgeDigest, FileIdentity

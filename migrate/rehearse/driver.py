@@ -47,7 +47,8 @@ from migrate.engines import Engine
 from migrate.errors import MigrateError, PlanRefusedError
 from migrate.kafka.layout import validate_log_dir_path
 from migrate.kafka.lock import lock_holder
-from migrate.model import LogDirPhase, PartitionState, Plan
+from migrate.model.plan_tree import Plan
+from migrate.model.run_state import LogDirPhase, PartitionState
 from migrate.planning.plan import build_plan, load_plan, write_plan
 from migrate.planning.request import PlanRequest
 from migrate.rehearse.copy import COPY_MARKER, copy_log_dir, copy_method_words, copy_targets

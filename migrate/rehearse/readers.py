@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from migrate.kafka.layout import inspect_log_dir
-from migrate.model import ConvertOptions, Plan
+from migrate.model.plan_tree import ConvertOptions, Plan
 from migrate.rehearse.records import PartitionDigest, ReaderVerdict, RehearsalConfig
 from migrate.reports.scan import scan_log_dirs
 

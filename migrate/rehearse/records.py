@@ -10,15 +10,9 @@ from dataclasses import dataclass, field
 
 from migrate.compaction.rules import CompactionRule
 from migrate.errors import PlanProblem
-from migrate.model import (
-    DEFAULT_RANGE_BYTES,
-    ConvertOptions,
-    LeaveReport,
-    PartitionStatus,
-    Problem,
-    SegmentTotals,
-    StageError,
-)
+from migrate.model.plan_tree import DEFAULT_RANGE_BYTES, ConvertOptions
+from migrate.model.run_state import PartitionStatus, Problem
+from migrate.model.stage_reports import LeaveReport, SegmentTotals, StageError
 
 REHEARSAL_VERSION = 1
 

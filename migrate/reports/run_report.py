@@ -28,7 +28,8 @@ import pyarrow.parquet as pq
 from migrate import __version__
 from migrate.codec import from_json, to_json
 from migrate.engines import Engine, StageCall
-from migrate.model import EventKind, Plan, Problem, SegmentResult, SegmentState, Stage
+from migrate.model.plan_tree import Plan
+from migrate.model.run_state import EventKind, Problem, SegmentResult, SegmentState, Stage
 from migrate.run.state import StateHealth, StateStore
 from migrate.run.workspace import durable_file
 from migrate.units import human_bytes

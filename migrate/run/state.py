@@ -32,11 +32,11 @@ from typing import Any
 
 from migrate.codec import from_json, to_json
 from migrate.errors import MigrateError, StateWriteError
-from migrate.model import (
+from migrate.model.plan_tree import LogDirPlan
+from migrate.model.run_state import (
     EventKind,
     FileStat,
     LogDirPhase,
-    LogDirPlan,
     PartitionState,
     PartitionStatus,
     Problem,
@@ -113,7 +113,7 @@ def _write_error(exc: BaseException, path: Path) -> StateWriteError:
     if isinstance(exc, sqlite3.OperationalError) and "full" in text:
         advice = "The filesystem is full: free space on it, then run `execute` again to resume (or `rollback`)."
     elif isinstance(exc, OSError):
-        from migrate.model import _os_error_text
+        from migrate.model.run_state import _os_error_text
 
         return StateWriteError(f"cannot record the run's state in {path}: {_os_error_text(exc)}")
     else:

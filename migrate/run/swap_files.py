@@ -23,7 +23,7 @@ from pathlib import Path
 
 from migrate.errors import MigrateError, SourceChangedError
 from migrate.kafka.names import segment_name
-from migrate.model import FileStat, SegmentResult
+from migrate.model.run_state import FileStat, SegmentResult
 from migrate.run import faults
 from migrate.run.state import SwapFile
 from migrate.run.workspace import BACKUP_SUFFIX, staging_dir

@@ -31,7 +31,8 @@ from pathlib import Path
 from migrate.codec import from_json, to_json
 from migrate.errors import MigrateError, ModelError
 from migrate.kafka.names import segment_name
-from migrate.model import FileStat, PartitionPlan, SegmentResult
+from migrate.model.plan_tree import PartitionPlan
+from migrate.model.run_state import FileStat, SegmentResult
 from migrate.run import faults
 from migrate.run.state import SwapFile
 from migrate.run.workspace import work_dir

@@ -34,16 +34,8 @@ from migrate.format.digest import LogDigest, timestamps_only
 from migrate.format.entries import Entry
 from migrate.format.records import NO_TIMESTAMP, Compression, Record, RecordColumns, TimestampType
 from migrate.kafka.names import segment_name
-from migrate.model import (
-    MAX_SEGMENT_BYTES,
-    SEGMENT_SUFFIXES,
-    ConversionStatus,
-    ConvertOptions,
-    FileStat,
-    SegmentResult,
-    SegmentTask,
-    TimestampPolicy,
-)
+from migrate.model.plan_tree import MAX_SEGMENT_BYTES, SEGMENT_SUFFIXES, ConvertOptions, TimestampPolicy
+from migrate.model.run_state import ConversionStatus, FileStat, SegmentResult, SegmentTask
 from migrate.segment.compacted import load_survivors, retained
 from migrate.segment.identity import edges_digest_of
 from migrate.segment.indexes import IndexBuilder

@@ -15,7 +15,8 @@ import hashlib
 import os
 from pathlib import Path
 
-from migrate.model import FileStat, SegmentPlan, SegmentResult
+from migrate.model.plan_tree import SegmentPlan
+from migrate.model.run_state import FileStat, SegmentResult
 
 EDGE_BYTES = 64 << 10
 

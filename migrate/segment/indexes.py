@@ -19,7 +19,7 @@ import numpy as np
 from migrate.format import accel
 from migrate.format.buffers import int64_column
 from migrate.format.records import NO_TIMESTAMP
-from migrate.model import DEFAULT_INDEX_INTERVAL_BYTES
+from migrate.model.plan_tree import DEFAULT_INDEX_INTERVAL_BYTES
 from migrate.segment import offset_index, time_index
 
 _INT64_MAX = 2**63 - 1

@@ -25,7 +25,7 @@ from migrate.format.buffers import gather_be
 from migrate.format.checksums import crc32_ranges, crc32c_ranges
 from migrate.format.entries import HEADER_SIZE_UP_TO_MAGIC, walk_entries
 from migrate.format.records import Compression
-from migrate.model import DEFAULT_CHUNK_BYTES, RangeCut
+from migrate.model.plan_tree import DEFAULT_CHUNK_BYTES, RangeCut
 from migrate.segment.reader import read_chunks
 
 MAX_RELATIVE_OFFSET = 2**31 - 1

@@ -58,7 +58,9 @@ from migrate.errors import CorruptRecordError, LocatedError, SegmentRefusedError
 from migrate.format.digest import LogDigest, composite
 from migrate.format.records import BatchColumns
 from migrate.kafka.names import segment_name
-from migrate.model import MAX_SEGMENT_BYTES, ConversionStatus, Outcome, Problem, RangePart, SegmentResult, SegmentTask
+from migrate.model.plan_tree import MAX_SEGMENT_BYTES
+from migrate.model.run_state import ConversionStatus, Outcome, Problem, SegmentResult, SegmentTask
+from migrate.model.stage_reports import RangePart
 from migrate.segment.convert import (
     SUFFIXES,
     check_planned,

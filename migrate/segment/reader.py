@@ -25,7 +25,7 @@ from migrate.errors import CorruptRecordError
 from migrate.format import legacy
 from migrate.format.checksums import crc32, crc32c
 from migrate.format.entries import HEADER_SIZE_UP_TO_MAGIC, MIN_ENTRY_SIZE, read_entries
-from migrate.model import DEFAULT_CHUNK_BYTES
+from migrate.model.plan_tree import DEFAULT_CHUNK_BYTES
 
 _SIZE = struct.Struct(">i")
 _OFFSET_SIZE = struct.Struct(">qi")

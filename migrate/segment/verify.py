@@ -30,7 +30,8 @@ from migrate.format import batch as v2
 from migrate.format.digest import LogDigest
 from migrate.format.entries import iter_records, read_entries, walk_entries
 from migrate.format.records import BatchColumns, Record, RecordColumns
-from migrate.model import ConvertOptions, SegmentResult
+from migrate.model.plan_tree import ConvertOptions
+from migrate.model.run_state import SegmentResult
 from migrate.segment import offset_index, time_index
 from migrate.segment.indexes import IndexBuilder
 from migrate.segment.reader import DEFAULT_CHUNK_BYTES, open_unbuffered, read_chunks, read_file

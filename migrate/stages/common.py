@@ -9,7 +9,8 @@ from pathlib import Path
 
 from migrate.errors import MigrateError
 from migrate.kafka.lock import LogDirLock
-from migrate.model import LogDirPlan, Outcome, PartitionState, Plan, Problem, SegmentOutcome
+from migrate.model.plan_tree import LogDirPlan, Plan
+from migrate.model.run_state import Outcome, PartitionState, Problem, SegmentOutcome
 from migrate.run.state import StateStore
 
 # a partition whose segments convert, compact and join may still work on: not failed, no swap or rollback begun

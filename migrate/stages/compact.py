@@ -30,7 +30,8 @@ from migrate.compaction.pass_one import pass_one, survivors_sha256
 from migrate.compaction.reference import reference_survivors
 from migrate.compaction.rules import CompactionRefusedError, Settings
 from migrate.errors import LocatedError, SourceChangedError
-from migrate.model import Outcome, PartitionPlan, Plan, Problem, SegmentOutcome, SegmentState
+from migrate.model.plan_tree import PartitionPlan, Plan
+from migrate.model.run_state import Outcome, Problem, SegmentOutcome, SegmentState
 from migrate.run.state import StateStore
 from migrate.run.workspace import durable_file, fsync_dir, segment_file, work_dir, write_durably
 from migrate.segment.identity import planned_file_change

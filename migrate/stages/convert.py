@@ -19,20 +19,18 @@ from pathlib import Path
 from migrate.compaction.reference import expected_records
 from migrate.errors import LocatedError, StateWriteError, UnsafePathError
 from migrate.format.records import Record
-from migrate.model import (
+from migrate.model.plan_tree import Plan, TaskPlan
+from migrate.model.run_state import (
     ConversionStatus,
-    ConvertTaskResult,
     Outcome,
     PartitionState,
-    Plan,
     Problem,
-    RangePart,
     RangeProgress,
     SegmentOutcome,
     SegmentState,
     SegmentTask,
-    TaskPlan,
 )
+from migrate.model.stage_reports import ConvertTaskResult, RangePart
 from migrate.run import faults
 from migrate.run.state import StateStore
 from migrate.run.workspace import checked_work_dir, segment_file, sync_filesystem

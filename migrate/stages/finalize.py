@@ -10,7 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from migrate.errors import MigrateError
-from migrate.model import EventKind, FinalizeReport, LogDirPhase, PartitionState, Plan
+from migrate.model.plan_tree import Plan
+from migrate.model.run_state import EventKind, LogDirPhase, PartitionState
+from migrate.model.stage_reports import FinalizeReport
 from migrate.run import fence
 from migrate.run.state import StateStore, remove_state_files
 from migrate.run.swap_record import FileTruth, partition_truth

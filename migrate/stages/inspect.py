@@ -8,7 +8,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from migrate.errors import LocatedError
-from migrate.model import LiveCheck, LogDirPhase, LogDirStatus, PartitionState, Plan, SegmentState
+from migrate.model.plan_tree import Plan
+from migrate.model.run_state import LogDirPhase, LogDirStatus, PartitionState, SegmentState
+from migrate.model.stage_reports import LiveCheck
 from migrate.run import fence
 from migrate.run.run_lock import running
 from migrate.run.state import StateStore

@@ -13,16 +13,9 @@ import time
 import traceback
 
 from migrate.errors import LocatedError, StateWriteError
-from migrate.model import (
-    ConversionStatus,
-    ConvertTaskResult,
-    Outcome,
-    Plan,
-    Problem,
-    RangePart,
-    SegmentOutcome,
-    SegmentState,
-)
+from migrate.model.plan_tree import Plan
+from migrate.model.run_state import ConversionStatus, Outcome, Problem, SegmentOutcome, SegmentState
+from migrate.model.stage_reports import ConvertTaskResult, RangePart
 from migrate.run import faults
 from migrate.run.state import StateStore
 from migrate.run.workspace import sync_filesystem

@@ -11,7 +11,9 @@ from pathlib import Path
 
 from migrate.errors import MigrateError, SourceChangedError
 from migrate.kafka.properties import read_meta_properties
-from migrate.model import EventKind, LogDirPhase, LogDirPlan, PartitionState, Plan, PrepareReport
+from migrate.model.plan_tree import LogDirPlan, Plan
+from migrate.model.run_state import EventKind, LogDirPhase, PartitionState
+from migrate.model.stage_reports import PrepareReport
 from migrate.planning.checks import recheck_log_dir
 from migrate.run import fence
 from migrate.run.state import StateStore

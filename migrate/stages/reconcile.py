@@ -21,7 +21,9 @@ import logging
 from dataclasses import dataclass
 
 from migrate.errors import MigrateError
-from migrate.model import EventKind, LogDirPlan, PartitionProblem, PartitionState, Plan, Problem
+from migrate.model.plan_tree import LogDirPlan, Plan
+from migrate.model.run_state import EventKind, PartitionState, Problem
+from migrate.model.stage_reports import PartitionProblem
 from migrate.run import fence
 from migrate.run.state import StateHealth, StateStore, remove_state_files
 from migrate.run.swap_record import (

@@ -24,7 +24,9 @@ import numpy as np
 from migrate.format.digest import LogDigest
 from migrate.format.records import RecordColumns
 from migrate.kafka.names import SEGMENT_RE
-from migrate.model import DigestAlgorithm, Divergence, Plan, Problem, ReplicaDigest, ReplicaRange
+from migrate.model.plan_tree import DigestAlgorithm, Plan
+from migrate.model.run_state import Problem
+from migrate.model.stage_reports import Divergence, ReplicaDigest, ReplicaRange
 from migrate.run.state import StateStore
 from migrate.run.workspace import staging_dir
 from migrate.segment.reader import read_file

@@ -13,7 +13,9 @@ import shutil
 from pathlib import Path
 
 from migrate.errors import MigrateError
-from migrate.model import EventKind, LogDirPhase, PartitionState, Plan, RollbackReport, SegmentState
+from migrate.model.plan_tree import Plan
+from migrate.model.run_state import EventKind, LogDirPhase, PartitionState, SegmentState
+from migrate.model.stage_reports import RollbackReport
 from migrate.run import fence
 from migrate.run.state import StateStore
 from migrate.run.swap_files import SegmentFiles

@@ -14,18 +14,9 @@ import errno
 from pathlib import Path
 
 from migrate.errors import LocatedError, MigrateError, SourceChangedError, StateWriteError
-from migrate.model import (
-    EventKind,
-    LogDirPhase,
-    PartitionPlan,
-    PartitionProblem,
-    PartitionState,
-    Plan,
-    Problem,
-    SegmentResult,
-    SegmentState,
-    SwapReport,
-)
+from migrate.model.plan_tree import PartitionPlan, Plan
+from migrate.model.run_state import EventKind, LogDirPhase, PartitionState, Problem, SegmentResult, SegmentState
+from migrate.model.stage_reports import PartitionProblem, SwapReport
 from migrate.run import faults, fence
 from migrate.run.state import StateStore, SwapFile
 from migrate.run.swap_files import SegmentFiles

@@ -19,19 +19,9 @@ from typing import Any
 
 from migrate.codec import enum_member, from_json, to_json
 from migrate.errors import ModelError
-from migrate.model import (
-    ConvertOptions,
-    LogDirStatus,
-    Outcome,
-    PartitionProblem,
-    PartitionState,
-    Plan,
-    RangeProgress,
-    RollbackReport,
-    SegmentOutcome,
-    Stage,
-    SwapReport,
-)
+from migrate.model.plan_tree import ConvertOptions, Plan
+from migrate.model.run_state import LogDirStatus, Outcome, PartitionState, RangeProgress, SegmentOutcome, Stage
+from migrate.model.stage_reports import PartitionProblem, RollbackReport, SwapReport
 
 PLAN_TOPIC = "kafka-log-migrate-plan"
 SEGMENT_TOPIC = "kafka-log-migrate-segment"

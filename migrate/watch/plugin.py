@@ -16,7 +16,7 @@ from distributed.diagnostics.plugin import SchedulerPlugin
 
 from migrate import __version__
 from migrate.errors import ModelError
-from migrate.model import Stage
+from migrate.model.run_state import Stage
 from migrate.watch.events import PlanAnnounced, SegmentFinished, decode_run_event
 from migrate.watch.prometheus import MigrationCollector, register_collector, unregister_collector
 from migrate.watch.tally import RunProgress, TaskCounts

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 
-from migrate.model import RangeProgress, SegmentOutcome
+from migrate.model.run_state import RangeProgress, SegmentOutcome
 
 Event = SegmentOutcome | RangeProgress  # a finished segment, or a finished range of one (progress only)
 Sink = Callable[[Event], None]

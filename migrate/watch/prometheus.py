@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from typing import Any, Protocol
 
 from migrate import __version__
-from migrate.model import Stage
+from migrate.model.run_state import Stage
 from migrate.watch.tally import RATE_WINDOW_SECONDS, Figures, RunProgress, TaskCounts
 
 

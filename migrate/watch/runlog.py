@@ -33,7 +33,9 @@ from typing import Any, Protocol, TextIO
 
 from migrate import __version__
 from migrate.errors import MigrateError
-from migrate.model import ConvertTaskResult, Plan, RangeProgress, SegmentOutcome, Stage
+from migrate.model.plan_tree import Plan
+from migrate.model.run_state import RangeProgress, SegmentOutcome, Stage
+from migrate.model.stage_reports import ConvertTaskResult
 from migrate.units import human_bytes
 from migrate.watch.events import plan_event, segment_event
 from migrate.watch.tally import RunProgress

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from migrate.codec import to_json
-from migrate.model import ConvertOptions, Outcome, PartitionState, Problem, RangeProgress, Stage
+from migrate.model.plan_tree import ConvertOptions
+from migrate.model.run_state import Outcome, PartitionState, Problem, RangeProgress, Stage
 from migrate.watch.events import (
     PartitionsRolledBack,
     PartitionsSwapped,

@@ -1,0 +1,306 @@
+"""The run's vocabulary: states of segments, partitions and log dirs, the stages, events, a task and its outcome."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+from migrate.model.plan_tree import ConvertOptions, DigestAlgorithm, TailDrop
+
+# --- the run's state -------------------------------------------------------------------------------------------
+
+
+class SegmentState(str, enum.Enum):
+    PLANNED = "planned"
+    VERIFIED = "verified"  # converted into staging and re-read from disk: ready to swap
+    UNCHANGED = "unchanged"  # nothing to rewrite (already in the target format, or no entries): nothing to swap
+    REFUSED = "refused"  # bad input or a Kafka limit: fails its partition only
+    FAILED = "failed"  # the environment failed (disk full, I/O error, permission): the run stops
+    SWAPPED = "swapped"
+    ROLLED_BACK = "rolled-back"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class PartitionState(str, enum.Enum):
+    PLANNED = "planned"
+    CONVERTING = "converting"  # some segments verified, others not yet
+    READY = "ready"  # every segment verified: waiting for the swap
+    FAILED = "failed"  # a segment was refused or failed, or a live file changed; the partition is untouched
+    SWAPPING = "swapping"  # live files may be mixed: the fence must stay up
+    MIGRATED = "migrated"
+    ROLLING_BACK = "rolling-back"  # live files may be mixed: the fence must stay up
+    ROLLED_BACK = "rolled-back"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def mixed(self) -> bool:
+        """Live files may be partly old and partly new."""
+        return self in (PartitionState.SWAPPING, PartitionState.ROLLING_BACK)
+
+
+class LogDirPhase(str, enum.Enum):
+    """Where a log dir's migration stands, as a whole."""
+
+    NEW = "new"  # no run has touched it
+    EXECUTING = "executing"  # started; not every partition migrated yet
+    MIGRATED = "migrated"  # every planned partition migrated; originals kept for rollback
+    ROLLING_BACK = "rolling-back"
+    ROLLED_BACK = "rolled-back"
+    FINALIZED = "finalized"  # originals deleted
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class EventKind(str, enum.Enum):
+    """One line of a log dir's history (the ``events`` table)."""
+
+    RUN_STARTED = "run-started"
+    RUN_ENDED = "run-ended"
+    PREPARED = "prepared"
+    FENCE_UP = "fence-up"
+    FENCE_DOWN = "fence-down"
+    SEGMENT_VERIFIED = "segment-verified"
+    SEGMENT_UNCHANGED = "segment-unchanged"
+    SEGMENT_REFUSED = "segment-refused"
+    SEGMENT_FAILED = "segment-failed"
+    SWAP_BEGUN = "swap-begun"
+    PARTITION_MIGRATED = "partition-migrated"
+    PARTITION_FAILED = "partition-failed"
+    ROLLBACK_BEGUN = "rollback-begun"
+    PARTITION_ROLLED_BACK = "partition-rolled-back"
+    ROLLED_BACK = "rolled-back"
+    FINALIZED = "finalized"
+    STATE_REBUILT = "state-rebuilt"  # the state database was missing or unusable: rebuilt from the files
+    STATE_CORRECTED = "state-corrected"  # a partition's recorded state disagreed with its files: the files won
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Stage(str, enum.Enum):
+    """Every stage an engine runs, by the name its Dask task keys, the dashboard and Prometheus count it under.
+
+    The dashboard and the collector walk this enum, so a stage added here is counted everywhere at once."""
+
+    SURVEY = "survey"  # a broker's log dirs looked at for a cluster plan, on that broker
+    PREPARE = "prepare"
+    COMPACT = "compact"
+    CONVERT = "convert"
+    JOIN = "join"
+    REPLICAS = "replicas"  # the swap refused where replicas diverged (--require-consistent-replicas)
+    REPLICA_RANGES = "replica-ranges"
+    REPLICA_DIGESTS = "replica-digests"
+    SWAP = "swap"
+    VERIFY = "verify"
+    STATUS = "status"
+    ROLLBACK_CHECK = "rollback-check"
+    ROLLBACK = "rollback"
+    ARCHIVE = "archive"
+    FINALIZE = "finalize"
+    FORGET = "forget"
+    MTIME = "mtime"
+    REPORT = "report"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+# --- a segment's conversion and its outcome --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FileStat:
+    """What identifies a live file: a broker writing to it changes size or mtime; a rename changes the inode."""
+
+    inode: int
+    size: int
+    mtime_ns: int
+
+    @classmethod
+    def of(cls, st: Any) -> FileStat:
+        return cls(int(st.st_ino), int(st.st_size), int(st.st_mtime_ns))
+
+
+@dataclass(frozen=True)
+class SegmentTask:
+    """Convert one segment: the source, where its outputs go, and what the source must still be."""
+
+    source: str  # path of <base>.log
+    staging_dir: str  # where <base>.log/.index/.timeindex are written
+    base_offset: int
+    options: ConvertOptions = field(default_factory=ConvertOptions)
+    expected_size: int | None = None  # refuse if the source changed since planning
+    expected_mtime_ns: int | None = None
+    expected_inode: int | None = None
+    tail_drop: TailDrop | None = None  # the only tail the plan allows to be dropped
+    survivors: str | None = None  # compacted partition: .npy of the offsets to keep (migrate.stages.compact)
+
+
+class ConversionStatus(str, enum.Enum):
+    CONVERTED = "converted"
+    UNCHANGED = "unchanged"  # already in the target format: nothing written
+    EMPTY = "empty"  # no complete entry
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass
+class SegmentResult:
+    """What converting one segment produced: staged files and the digests the verifier must find again."""
+
+    source: str
+    base_offset: int
+    status: ConversionStatus
+    outputs: dict[str, str] = field(default_factory=dict)  # suffix -> staged path
+    output_stats: dict[str, FileStat] = field(default_factory=dict)
+    live_before: dict[str, FileStat] = field(default_factory=dict)  # the live files this output will replace
+    source_bytes: int = 0
+    output_bytes: int = 0
+    entries_in: int = 0
+    batches_out: int = 0
+    records: int = 0
+    first_offset: int | None = None
+    last_offset: int | None = None
+    max_timestamp: int = -1
+    magics_in: dict[str, int] = field(default_factory=dict)
+    mtime_timestamped_records: int = 0  # v0 records that received the segment's mtime (--timestamps mtime)
+    digest: DigestAlgorithm = DigestAlgorithm.SHA256
+    source_digest: str = ""  # offsets, keys, values, headers: must survive any conversion
+    output_digest_ts: str = ""  # the same plus the timestamps the output must read back as
+    # converted in ranges: the first offset of every range after the first; both digests are then composite (the
+    # digest of the ranges' digests, migrate.format.digest), so a reader cuts the records at these offsets
+    digest_splits: tuple[int, ...] = ()
+    mtime_ns: int = 0
+    truncated_tail_bytes: int = 0
+    seconds: float = 0.0
+    records_dropped: int = 0  # compaction: source records left out (their offsets become gaps); ``records`` kept
+    # the source as it was read (migrate.segment.identity): the swap renames nothing over a source whose ctime or edges
+    # changed since, though its size, mtime and inode did not (a same-size rewrite)
+    source_ctime_ns: int = 0
+    source_edges: str = ""
+
+    @property
+    def output_sizes(self) -> dict[str, int]:
+        return {sfx: st.size for sfx, st in self.output_stats.items()}
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Why a segment or a partition did not migrate: what, where and what to do."""
+
+    kind: str  # LocatedError.kind ("corrupt", "refused", ...), "io-error", "verify", "live-changed", "bug"
+    message: str
+    path: str | None = None
+    position: int | None = None
+    offset: int | None = None
+
+    @classmethod
+    def of(cls, exc: BaseException) -> Problem:
+        from migrate.errors import LocatedError
+
+        if isinstance(exc, LocatedError):
+            return cls(exc.kind, str(exc), exc.path, exc.position, exc.offset)
+        if isinstance(exc, OSError):
+            return cls("io-error", _os_error_text(exc), exc.filename)
+        return cls("bug", f"{type(exc).__name__}: {exc}")
+
+
+def _os_error_text(exc: OSError) -> str:
+    import errno
+
+    what = exc.strerror or str(exc)
+    where = f" on {exc.filename}" if exc.filename else ""
+    advice = {
+        errno.ENOSPC: "Free space on that filesystem, then run `execute` again to resume (or `rollback`).",
+        errno.EDQUOT: "Raise the quota or free space, then run `execute` again to resume (or `rollback`).",
+        errno.EIO: "The disk reported an I/O error: check it (dmesg, SMART) before anything else.",
+        errno.EPERM: "The file or directory refuses changes (immutable attribute? run `lsattr`); fix that, then run "
+        "`execute` again to resume (or `rollback`).",
+        errno.EACCES: "Run kafka-log-migrate as the user that owns the log dir (the broker's user) or as root.",
+        errno.EROFS: "The filesystem is read-only: remount it read-write, then run `execute` again.",
+    }.get(exc.errno or 0, "Fix the cause, then run `execute` again to resume (or `rollback`).")
+    return f"{what}{where}. {advice}"
+
+
+class Outcome(str, enum.Enum):
+    VERIFIED = "verified"
+    UNCHANGED = "unchanged"
+    REFUSED = "refused"
+    FAILED = "failed"
+    SKIPPED = "skipped"  # done already (resumed), or not attempted after its partition failed or the run stopped
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class SegmentOutcome:
+    """What a convert task did with one segment: the record a task returns, the state store keeps and progress
+    reports carry."""
+
+    log_dir: str
+    partition: str
+    base_offset: int
+    outcome: Outcome
+    source_bytes: int = 0
+    output_bytes: int = 0
+    records: int = 0
+    convert_seconds: float = 0.0
+    verify_seconds: float = 0.0
+    problem: Problem | None = None
+    result: SegmentResult | None = None
+    finished_at: float = 0.0
+
+
+@dataclass(frozen=True)
+class RangeProgress:
+    """A range of a large segment converted and verified by its own task: progress only, the bytes of the source
+    range it covers. The segment's outcome, the one the state keeps, comes with its join."""
+
+    log_dir: str
+    partition: str
+    base_offset: int
+    index: int
+    count: int
+    source_bytes: int
+
+
+@dataclass(frozen=True)
+class PartitionStatus:
+    log_dir: str
+    partition: str
+    state: PartitionState
+    segments: dict[str, int]  # segment state -> count
+    problem: Problem | None = None
+    updated_at: float = 0.0
+
+
+@dataclass(frozen=True)
+class LogDirStatus:
+    log_dir: str
+    phase: LogDirPhase
+    fence_up: bool
+    partitions: tuple[PartitionStatus, ...]
+    history: tuple[str, ...] = ()  # "finalized at ..., N partitions migrated"
+    # where the files say otherwise than the state database (status changes nothing: the next execute or rollback
+    # corrects the state), and the run holding the state now, if any ("execute, pid 123 on host h, since ...")
+    reconciled: tuple[str, ...] = ()
+    running: str | None = None
+
+    @property
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for p in self.partitions:
+            out[p.state.value] = out.get(p.state.value, 0) + 1
+        return out
+
+    @property
+    def unmigrated(self) -> list[PartitionStatus]:
+        return [p for p in self.partitions if p.state != PartitionState.MIGRATED]

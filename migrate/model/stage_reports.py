@@ -1,0 +1,247 @@
+"""What each stage and each command reports: small frozen records, returned by engines and printed by the CLI."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from migrate.model.plan_tree import Plan
+from migrate.model.run_state import (
+    LogDirPhase,
+    LogDirStatus,
+    Outcome,
+    PartitionState,
+    PartitionStatus,
+    Problem,
+    SegmentOutcome,
+    SegmentResult,
+    Stage,
+)
+
+# --- what each stage reports -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PrepareReport:
+    log_dir: str
+    phase: LogDirPhase
+    resumed: bool
+    reset_segments: int = 0  # failed, refused or lost-staging segments planned again
+    restored_partitions: int = 0  # partitions a crashed rollback had begun, finished before migrating again
+    reconciled: tuple[str, ...] = ()  # what the state said that the files did not: corrected from the files
+    changed: tuple[str, ...] = ()  # live files that are neither the originals nor the outputs swapped in
+
+
+@dataclass
+class RangePart:
+    """One range of a segment, converted and verified by its own task: where its entries are, its part file, and
+    what the join needs. ``outcome`` VERIFIED: usable; REFUSED/FAILED with ``problem``; SKIPPED: not attempted."""
+
+    index: int
+    count: int
+    nominal_start: int
+    nominal_end: int
+    log_dir: str = ""
+    partition: str = ""
+    outcome: Outcome = Outcome.VERIFIED
+    problem: Problem | None = None
+    start: int | None = None  # where its first entry starts; None: no entry start found near its nominal start
+    stop: int = 0  # file position after its last entry: the next range must start exactly here
+    at_end: bool = False  # it read to the end of the file (its last complete entry, and a listed tail)
+    changed: bool = False  # some entry was rewritten
+    result: SegmentResult | None = None  # of this range alone; outputs[".log"] is the part file
+    batches: str = ""  # its batches' (size, last offset, max timestamp) as native int64 triples
+    head: bytes = b""  # the part file's first 12 bytes (offset and size of its first batch)
+    convert_seconds: float = 0.0
+    verify_seconds: float = 0.0
+    files: list[str] = field(default_factory=list)  # everything it wrote, for cleanup
+    output: tuple[int, int] | None = None  # its place in the joined file, when the plan knew it (ByteRange.output)
+    in_place: bool = False  # its converted bytes are at ``output`` in the joined file, exactly as the plan said
+
+
+@dataclass(frozen=True)
+class ConvertTaskResult:
+    """What a convert task returns, and a join: the outcomes of the segments it recorded in the state store; or, for
+    a task that converted one range of a large segment (``range_part``), no outcome: its segment's join records it."""
+
+    outcomes: tuple[SegmentOutcome, ...] = ()
+    range_part: RangePart | None = None
+
+
+@dataclass(frozen=True)
+class PartitionProblem:
+    partition: str
+    problem: Problem
+
+
+@dataclass(frozen=True)
+class SwapReport:
+    log_dir: str
+    migrated: tuple[str, ...]  # partitions migrated by this call
+    failed: tuple[PartitionProblem, ...]  # partitions left untouched (a live file changed, a file refused a link)
+    mixed: tuple[str, ...]  # partitions whose live files may be mixed: the fence stays up
+    fence_up: bool
+    stopped: Problem | None = None  # an error that stopped the stage
+
+
+@dataclass(frozen=True)
+class RollbackReport:
+    log_dir: str
+    phase: LogDirPhase
+    restored: tuple[str, ...]  # partitions whose originals were put back by this call
+    changed: tuple[str, ...] = ()  # live files changed after the swap (refused without --force)
+    forced: bool = False
+    reconciled: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class FinalizeReport:
+    log_dir: str
+    phase: LogDirPhase
+    finalized: tuple[str, ...]  # partitions whose originals were deleted
+    left_legacy: tuple[str, ...] = ()  # --partial: partitions left as they were (not migrated)
+    reconciled: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class LiveCheck:
+    """``verify``: the live files of migrated partitions re-read and checked against what was swapped in."""
+
+    log_dir: str
+    phase: LogDirPhase
+    checked_segments: int
+    problems: tuple[str, ...]
+    unmigrated: tuple[str, ...]
+    history: tuple[str, ...] = ()  # the log dir's milestones ("... finalized migrated=12"), also after finalize
+
+
+# --- replicas of one partition on several brokers (migrate.stages.replicas) ---
+
+
+@dataclass(frozen=True)
+class ReplicaRange:
+    """The offsets one broker's replica of a partition holds (phase one: a shallow read of its first and last
+    segments)."""
+
+    broker_id: int | None
+    partition: str
+    first_offset: int | None
+    last_offset: int | None
+
+
+@dataclass(frozen=True)
+class ReplicaDigest:
+    """One broker's digests of one partition over the range all its replicas hold (phase two)."""
+
+    broker_id: int | None
+    partition: str
+    first_offset: int
+    last_offset: int
+    bucket_offsets: int
+    buckets: tuple[str, ...]  # digest of bucket k: offsets [first + k*B, first + (k+1)*B) within the range
+
+
+@dataclass(frozen=True)
+class Divergence:
+    partition: str
+    brokers: tuple[int | None, ...]
+    first_offset: int  # the first differing offset range: [first_offset, last_offset]
+    last_offset: int
+    digests: dict[str, str]  # broker id (as text) -> that range's digest
+
+
+# --- what a command reports ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StageError:
+    """A stage call that could not run at all (a log dir on another host, a refused prepare, a full disk)."""
+
+    stage: Stage
+    log_dir: str
+    message: str
+    error_type: str = ""
+
+
+@dataclass(frozen=True)
+class SegmentTotals:
+    verified: int = 0  # converted and verified by this run
+    unchanged: int = 0
+    refused: int = 0
+    failed: int = 0
+    skipped: int = 0  # done by an earlier run, or not attempted
+    bytes_in: int = 0
+    bytes_out: int = 0
+    records: int = 0
+    convert_seconds: float = 0.0
+    verify_seconds: float = 0.0
+
+    @classmethod
+    def of(cls, outcomes: list[SegmentOutcome]) -> SegmentTotals:
+        done = [o for o in outcomes if o.outcome in (Outcome.VERIFIED, Outcome.UNCHANGED)]
+        count = {k: sum(1 for o in outcomes if o.outcome == k) for k in Outcome}
+        return cls(
+            verified=count[Outcome.VERIFIED],
+            unchanged=count[Outcome.UNCHANGED],
+            refused=count[Outcome.REFUSED],
+            failed=count[Outcome.FAILED],
+            skipped=count[Outcome.SKIPPED],
+            bytes_in=sum(o.source_bytes for o in done),
+            bytes_out=sum(o.output_bytes for o in done),
+            records=sum(o.records for o in done),
+            convert_seconds=round(sum(o.convert_seconds for o in outcomes), 3),
+            verify_seconds=round(sum(o.verify_seconds for o in outcomes), 3),
+        )
+
+
+@dataclass(frozen=True)
+class ExecuteReport:
+    plan_id: str
+    engine: str
+    ok: bool  # every planned partition of every log dir is migrated
+    totals: SegmentTotals
+    log_dirs: tuple[LogDirStatus, ...]
+    errors: tuple[StageError, ...] = ()
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+    problems: tuple[SegmentOutcome, ...] = ()  # refused and failed segments of this run
+    accelerator: str = ""  # the C accelerator's state: "active", or why the slow path runs
+    divergent_replicas: tuple[Divergence, ...] = ()  # replicas of one partition whose records differ across brokers
+    reconciled: tuple[str, ...] = ()  # where the state database disagreed with the files, and was corrected
+
+    @property
+    def unmigrated(self) -> list[PartitionStatus]:
+        return [p for d in self.log_dirs for p in d.unmigrated]
+
+
+@dataclass(frozen=True)
+class LeaveReport:
+    """rollback or finalize: what each log dir ended as, and where its state was archived."""
+
+    verb: str
+    ok: bool
+    rollbacks: tuple[RollbackReport, ...] = ()
+    finalizes: tuple[FinalizeReport, ...] = ()
+    errors: tuple[StageError, ...] = ()
+    archived: tuple[str, ...] = ()
+    refused: tuple[str, ...] = ()  # live files changed after the swap: nothing was rolled back
+
+
+@dataclass(frozen=True)
+class StatusReport:
+    plan_id: str
+    log_dirs: tuple[LogDirStatus, ...]
+    not_started: tuple[str, ...] = ()  # log dirs with no state of this plan (never executed)
+    errors: tuple[StageError, ...] = ()
+
+    def every_planned_partition_migrated(self, plan: Plan) -> bool:
+        """Judged against the plan, not against whatever the states happen to list."""
+        migrated = {
+            (d.log_dir, p.partition) for d in self.log_dirs for p in d.partitions if p.state == PartitionState.MIGRATED
+        }
+        return all((d.key, p.name) in migrated for d in plan.log_dirs for p in d.partitions)
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    ok: bool
+    log_dirs: tuple[LiveCheck, ...]
+    errors: tuple[StageError, ...] = ()
