@@ -33,7 +33,6 @@ from migrate.model.stage_reports import (
     StatusReport,
     VerifyReport,
 )
-from migrate.planning.cluster import replicas
 from migrate.run.run_lock import RunLock
 from migrate.run.state import StateStore
 from migrate.run.workspace import write_durably
@@ -57,7 +56,7 @@ from migrate.stages.swap import swap_log_dir
 
 def _per_log_dir(plan: Plan, keys: list[str] | None = None, *extra: Any) -> list[StageCall]:
     """A call per log dir (named by its key), pinned to the host that owns it."""
-    return [StageCall.on_log_dir(plan, d.key, *extra) for d in plan.log_dirs if keys is None or d.key in keys]
+    return [StageCall((d.key, *extra), d.host, plan, d.key) for d in plan.log_dirs if keys is None or d.key in keys]
 
 
 def _errors(stage: Stage, calls: list[StageCall], results: list[CallResult]) -> list[StageError]:
@@ -113,9 +112,10 @@ def execute(
         # pass one of compaction, a task per partition planned with --compact: its survivors must be stored before
         # any of its segments is converted (a partition it refuses fails alone and convert skips it)
         calls = [
-            StageCall.on_log_dir(plan, d, p.name)
-            for d in ready
-            for p in plan.log_dir(d).partitions
+            StageCall((d.key, p.name), d.host, plan, d.key)
+            for d in plan.log_dirs
+            if d.key in ready
+            for p in d.partitions
             if p.compaction is not None
         ]
         refused: list[SegmentOutcome] = []
@@ -127,7 +127,8 @@ def execute(
 
         run = uuid.uuid4().hex[:12]  # names the files this run's range tasks share with their joins
         tasks = [t for t in plan.tasks if t.log_dir in ready]
-        calls = [StageCall.on_task(plan, t, run) for t in tasks]
+        hosts = {d.key: d.host for d in plan.log_dirs}
+        calls = [StageCall((t.id, run), hosts[t.log_dir], plan, t.log_dir) for t in tasks]
         results = engine.map(Stage.CONVERT, convert_task, calls)
         lap(Stage.CONVERT)
         done = {(o.log_dir, o.partition, o.base_offset) for o in refused}  # convert reports them again, as skipped
@@ -137,7 +138,7 @@ def execute(
         stopped = {c.log_dir for c, r in zip(calls, results) if not r.ok}
         errors += _errors(Stage.CONVERT, calls, results)
         # segments converted in ranges: one join each, once all their ranges are back, records the segment
-        calls = _join_calls(plan, tasks, results, stopped, run)
+        calls = _join_calls(plan, hosts, tasks, results, stopped, run)
         if calls:
             results = engine.map(Stage.JOIN, join_segment, calls)
             lap(Stage.JOIN)
@@ -155,7 +156,7 @@ def execute(
                 calls = _per_log_dir(plan, [d for d in ready if d not in stopped], list(divergences))
                 errors += _errors(Stage.REPLICAS, calls, engine.map(Stage.REPLICAS, fail_divergent, calls))
 
-        calls = [StageCall.on_log_dir(plan, d, d not in stopped) for d in ready]
+        calls = [StageCall((d.key, d.key not in stopped), d.host, plan, d.key) for d in plan.log_dirs if d.key in ready]
         results = engine.map(Stage.SWAP, swap_log_dir, calls)
         lap(Stage.SWAP)
         errors += _errors(Stage.SWAP, calls, results)
@@ -183,7 +184,12 @@ def execute(
 
 
 def _join_calls(
-    plan: Plan, tasks: list[TaskPlan], results: list[CallResult], stopped: set[str], run: str
+    plan: Plan,
+    hosts: dict[str, str | None],
+    tasks: list[TaskPlan],
+    results: list[CallResult],
+    stopped: set[str],
+    run: str,
 ) -> list[StageCall]:
     """A join per segment whose every range came back, in a log dir that goes on (``results``: the tasks')."""
     parts: dict[tuple[str, str, int], list[RangePart]] = {}
@@ -193,7 +199,7 @@ def _join_calls(
             ref = task.segments[0]
             parts.setdefault((part.log_dir, ref.partition, ref.base_offset), []).append(part)
     return [
-        StageCall.on_log_dir(plan, key, name, base, found, run)
+        StageCall((key, name, base, found, run), hosts[key], plan, key)
         for (key, name, base), found in parts.items()
         if key not in stopped and len(found) == found[0].count
     ]
@@ -205,22 +211,28 @@ def check_replicas(
     """Compare the replicas of every partition planned on several brokers: each broker's offset range first, then
     digests of the range they all hold; a divergence names the partition, the brokers and the first differing
     offsets."""
-    groups = {name: [d.key for d in holders if d.key in keys] for name, holders in replicas(plan).items()}
-    groups = {name: ks for name, ks in groups.items() if len(ks) > 1}
+    holders: dict[str, list[tuple[str, int | None]]] = {}
+    for d in plan.log_dirs:
+        if d.key in keys:
+            for p in d.partitions:
+                holders.setdefault(p.name, []).append((d.key, d.broker_id))
+    # a partition planned on several brokers: its replicas (two log dirs of one broker hold no replicas of each other)
+    groups = {name: [k for k, _ in hs] for name, hs in sorted(holders.items()) if len({b for _, b in hs}) > 1}
     if not groups:
         return []
     per_key: dict[str, list[str]] = {}
     for name, ks in groups.items():
         for k in ks:
             per_key.setdefault(k, []).append(name)
-    calls = [StageCall.on_log_dir(plan, k, names) for k, names in per_key.items()]
+    hosts = {d.key: d.host for d in plan.log_dirs}
+    calls = [StageCall((k, names), hosts[k], plan, k) for k, names in per_key.items()]
     ranges: dict[str, list[ReplicaRange]] = {}
     for r in engine.map(Stage.REPLICA_RANGES, replica_ranges, calls):
         for rr in r.value if r.ok else []:
             ranges.setdefault(rr.partition, []).append(rr)
     spans = {name: common_range(rs) for name, rs in ranges.items() if len(rs) == len(groups[name])}
     calls = [
-        StageCall.on_log_dir(plan, k, [(n, *spans[n]) for n in names if spans.get(n)], bucket)
+        StageCall((k, [(n, *spans[n]) for n in names if spans.get(n)], bucket), hosts[k], plan, k)
         for k, names in per_key.items()
     ]
     digests: dict[str, list[ReplicaDigest]] = {}
@@ -394,7 +406,7 @@ def verify_live(plan: Plan, engine: Engine, plan_path: str | Path | None = None)
     for d in plan.log_dirs:
         archived = archive_path(plan_path, d.key) if plan_path is not None else None
         data = archived.read_bytes() if archived is not None and archived.exists() else None
-        calls.append(StageCall.on_log_dir(plan, d.key, data))
+        calls.append(StageCall((d.key, data), d.host, plan, d.key))
     results = engine.map(Stage.VERIFY, verify_live_log_dir, calls)
     checks = [r.value for r in results if r.ok]
     errors = _errors(Stage.VERIFY, calls, results)

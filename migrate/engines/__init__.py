@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from migrate.model.plan_tree import Plan, TaskPlan
+from migrate.model.plan_tree import Plan
 from migrate.model.run_state import Stage
 from migrate.watch import progress
 
@@ -29,16 +29,6 @@ class StageCall:
     host: str | None = None  # the worker host that owns the data; None: any worker
     plan: Plan | None = None
     log_dir: str = ""  # "" for a call about no log dir (a broker's survey)
-
-    @classmethod
-    def on_log_dir(cls, plan: Plan, key: str, *args: Any) -> StageCall:
-        """``fn(plan, key, *args)`` on the host that owns the log dir ``key``."""
-        return cls((key, *args), plan.log_dir(key).host, plan, key)
-
-    @classmethod
-    def on_task(cls, plan: Plan, task: TaskPlan, *args: Any) -> StageCall:
-        """``fn(plan, task.id, *args)`` on the host that owns the task's log dir."""
-        return cls((task.id, *args), plan.log_dir(task.log_dir).host, plan, task.log_dir)
 
     def arguments(self) -> tuple[Any, ...]:
         """What the stage function is called with, here: the plan first, when the call has one."""

@@ -122,15 +122,6 @@ def plan_cluster(engine, request: PlanRequest, broker_config: str | None, expect
     return merge(surveys, expected_brokers, engine.address)
 
 
-def replicas(plan: Plan) -> dict[str, list[LogDirPlan]]:
-    """Every partition planned on more than one broker, with the log dirs that hold its replicas."""
-    holders: dict[str, list[LogDirPlan]] = {}
-    for d in plan.log_dirs:
-        for p in d.partitions:
-            holders.setdefault(p.name, []).append(d)
-    return {name: ds for name, ds in sorted(holders.items()) if len({d.broker_id for d in ds}) > 1}
-
-
 def for_brokers(plan: Plan, brokers: tuple[int, ...]) -> Plan:
     """The plan restricted to some brokers (``--brokers 1,3``: the canary first, then the rest). It keeps the plan's
     id, since every broker's state is named by it."""

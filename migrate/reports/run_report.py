@@ -131,7 +131,7 @@ def archived_rows(plan_path: str | Path, log_dir: str) -> StateRows | None:
 def collect(plan: Plan, engine: Engine, plan_path: str | Path | None = None) -> tuple[list[StateRows], list[str]]:
     """Every log dir's rows (from the log dir, else the archive beside the plan), and the errors of those that
     could be read neither way."""
-    calls = [StageCall.on_log_dir(plan, d.key) for d in plan.log_dirs]
+    calls = [StageCall((d.key,), d.host, plan, d.key) for d in plan.log_dirs]
     results = engine.map(Stage.REPORT, state_rows, calls)
     rows: list[StateRows] = []
     errors: list[str] = []
