@@ -3,22 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 
 from migrate import pipeline
 from migrate.codec import to_json
 from migrate.commands.engine import add_cluster_options, add_engine_options, load_plan_for, make_engine, parse_brokers
+from migrate.commands.options import add_conversion_options, convert_options
 from migrate.compaction.rules import CompactionRule
 from migrate.engines.watched import WatchedEngine
 from migrate.errors import MigrateError
 from migrate.model.plan_tree import (
-    DEFAULT_MAX_MESSAGE_BYTES,
     DEFAULT_RANGE_BYTES,
-    Codec,
-    ConvertOptions,
-    DigestAlgorithm,
     Plan,
-    TimestampPolicy,
 )
 from migrate.model.stage_reports import ExecuteReport
 from migrate.planning.plan import build_plan, write_plan
@@ -102,42 +99,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def add_plan_options(p: argparse.ArgumentParser) -> None:
     """How segments are planned and converted: the options `plan` and `rehearse` share."""
     g = p.add_argument_group("plan options")
-    g.add_argument("--topics", help="only topics whose whole name matches this regular expression")
-    g.add_argument("--target", choices=["v2", "v1"], default="v2", help="target message format (default v2)")
-    g.add_argument(
-        "--timestamps",
-        choices=[t.value for t in TimestampPolicy],
-        default=TimestampPolicy.MTIME.value,
-        help="timestamps for v0 records, which have none: 'mtime' = LogAppendTime at the segment's mtime, so time "
-        "retention and timestamp search keep working (default); 'none' = CreateTime -1, exactly what Kafka 4's "
-        "cleaner writes. v1 timestamps are always kept.",
-    )
-    g.add_argument(
-        "--leader-epoch",
-        type=int,
-        help="partition leader epoch of converted batches. Default: per partition, the first epoch of its "
-        "leader-epoch-checkpoint, else 0. -1 is what Kafka's cleaner writes, but a follower fetching such batches "
-        "fails (LeaderEpochFileCache rejects negative epochs).",
-    )
-    g.add_argument("--compression", choices=[c.value for c in Codec], help="recompress every batch with this codec")
-    g.add_argument(
-        "--pack-bytes",
-        type=int,
-        help="group uncompressed legacy messages into v2 batches of up to N bytes (much smaller output). Replicas "
-        "converted with different settings then differ in batch boundaries: use the same plan options on every "
-        "broker, or leave this off.",
-    )
-    g.add_argument(
-        "--tombstone-flag", action="store_true", help="KIP-87: mark null-value records with bit 5 of their attributes"
-    )
-    g.add_argument("--index-interval-bytes", type=int, default=4096, help="index.interval.bytes (default 4096)")
-    g.add_argument(
-        "--max-message-bytes",
-        type=int,
-        default=DEFAULT_MAX_MESSAGE_BYTES,
-        help="the topics' max.message.bytes (default 1048588): a converted batch larger than this and than its "
-        "source entry is refused",
-    )
+    add_conversion_options(g)
     g.add_argument(
         "--truncate-tail",
         action="store_true",
@@ -180,29 +142,12 @@ def add_plan_options(p: argparse.ArgumentParser) -> None:
         "compacted partitions or with --pack-bytes. For uncompressed legacy data the plan records where each range's "
         "bytes go, and ranges write straight into the joined file.",
     )
-    g.add_argument(
-        "--digest",
-        choices=[d.value for d in DigestAlgorithm],
-        default=DigestAlgorithm.XXH3_128.value,
-        help="record digest the run checks its output with: xxh3-128 (default, several GB/s) or sha256 (about 2x "
-        "the verify cost; equals `oracle dump --summary`, so a run's digests can be checked with Kafka's reader)",
-    )
     g.add_argument("--assume-free-bytes", type=int, help=argparse.SUPPRESS)
 
 
 def plan_request_from(args: argparse.Namespace, log_dirs: tuple[str, ...], check: bool) -> PlanRequest:
     """The plan options of ``args`` as a PlanRequest; a bad value raises ValueError with the operator's message."""
-    options = ConvertOptions(
-        target_magic=2 if args.target == "v2" else 1,
-        timestamps=TimestampPolicy(args.timestamps),
-        compression=Codec(args.compression) if args.compression else None,
-        pack_bytes=args.pack_bytes,
-        tombstone_flag=args.tombstone_flag,
-        index_interval_bytes=args.index_interval_bytes,
-        max_message_bytes=args.max_message_bytes,
-        truncate_tail=args.truncate_tail,
-        digest=DigestAlgorithm(args.digest),
-    )
+    options = dataclasses.replace(convert_options(args), truncate_tail=args.truncate_tail)
     if args.range_bytes < 0:
         raise ValueError(f"--range-bytes must be 0 (never split) or a positive size, not {args.range_bytes}")
     return PlanRequest(

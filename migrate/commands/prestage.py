@@ -7,8 +7,8 @@ import argparse
 import dataclasses
 
 from migrate.codec import to_json
+from migrate.commands.options import add_conversion_options, convert_options
 from migrate.commands.output import emit, note
-from migrate.model.plan_tree import DEFAULT_MAX_MESSAGE_BYTES, Codec, ConvertOptions, DigestAlgorithm, TimestampPolicy
 from migrate.prestage.controls import DEFAULT_WINDOW_SECONDS, Controls
 from migrate.prestage.passes import PassReport, PrestageReport, PrestageRequest, run_prestage
 from migrate.units import human_bytes, parse_data_bytes
@@ -59,42 +59,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--pause-file", help="while this file exists, no I/O (looked at several times a second)")
     p.add_argument("--abort-file", help="when this file appears, stop: the segment in progress is discarded")
     g = p.add_argument_group("conversion options (as for plan: staging is used only when plan's options are equal)")
-    g.add_argument("--topics", help="only topics whose whole name matches this regular expression")
-    g.add_argument("--target", choices=["v2", "v1"], default="v2", help="target message format (default v2)")
-    g.add_argument(
-        "--timestamps",
-        choices=[t.value for t in TimestampPolicy],
-        default=TimestampPolicy.MTIME.value,
-        help="timestamps for v0 records (default mtime), as for plan",
-    )
-    g.add_argument("--leader-epoch", type=int, help="leader epoch of converted batches (default: per partition)")
-    g.add_argument("--compression", choices=[c.value for c in Codec], help="recompress every batch with this codec")
-    g.add_argument("--pack-bytes", type=int, help="group uncompressed legacy messages into batches of up to N bytes")
-    g.add_argument("--tombstone-flag", action="store_true", help="KIP-87: flag null-value records")
-    g.add_argument("--index-interval-bytes", type=int, default=4096, help="index.interval.bytes (default 4096)")
-    g.add_argument("--max-message-bytes", type=int, default=DEFAULT_MAX_MESSAGE_BYTES, help="the topics' limit")
-    g.add_argument(
-        "--digest",
-        choices=[d.value for d in DigestAlgorithm],
-        default=DigestAlgorithm.XXH3_128.value,
-        help="record digest (default xxh3-128)",
-    )
+    add_conversion_options(g)
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(handler=run)
-
-
-def convert_options(args: argparse.Namespace) -> ConvertOptions:
-    """The options ``plan`` builds from the same flags (its defaults too), so that equal flags mean equal options."""
-    return ConvertOptions(
-        target_magic=2 if args.target == "v2" else 1,
-        timestamps=TimestampPolicy(args.timestamps),
-        compression=Codec(args.compression) if args.compression else None,
-        pack_bytes=args.pack_bytes,
-        tombstone_flag=args.tombstone_flag,
-        index_interval_bytes=args.index_interval_bytes,
-        max_message_bytes=args.max_message_bytes,
-        digest=DigestAlgorithm(args.digest),
-    )
 
 
 def run(args: argparse.Namespace) -> int:
