@@ -7,6 +7,7 @@ removes the state from the log dir once the driver has archived it beside the pl
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from migrate.errors import MigrateError
@@ -15,7 +16,7 @@ from migrate.model.run_state import EventKind, LogDirPhase, PartitionState
 from migrate.model.stage_reports import FinalizeReport
 from migrate.run import fence
 from migrate.run.state import StateStore, remove_state_files
-from migrate.run.swap_record import FileTruth, partition_truth
+from migrate.run.swap_record import FileTruth, PartitionTruth, partition_truth
 from migrate.run.workspace import segment_file, state_path, sync_filesystem
 from migrate.segment.identity import edges_digest
 from migrate.stages.common import kafka_lock, locate, restore_dir_mtimes
@@ -55,7 +56,7 @@ def finalize_log_dir(plan: Plan, key: str, partial: bool = False) -> FinalizeRep
                 "`finalize --partial` deletes the originals of the migrated partitions only and leaves the others "
                 "as they are."
             )
-        unproven = _unproven(plan, key, store, migrated)
+        unproven = _unproven(plan, key, store, migrated, reconciled.truths)
         if unproven:
             raise MigrateError(
                 f"{log_dir}: refusing to finalize: {len(unproven)} live file(s) are not proven to be the verified "
@@ -72,14 +73,16 @@ def finalize_log_dir(plan: Plan, key: str, partial: bool = False) -> FinalizeRep
         return FinalizeReport(key, LogDirPhase.FINALIZED, tuple(migrated), tuple(others), reconciled.lines)
 
 
-def _unproven(plan: Plan, key: str, store: StateStore, names: list[str]) -> list[str]:
+def _unproven(
+    plan: Plan, key: str, store: StateStore, names: list[str], known: Mapping[str, PartitionTruth]
+) -> list[str]:
     """Why a migrated partition's originals may not be deleted: its live files are not all the verified outputs its
     swap record names (identity), or a live .log's first and last bytes are not the output's (a same-size rewrite
     that kept or forged its times)."""
     out = []
     for name in names:
         part = plan.partition(key, name)
-        truth = partition_truth(part, plan.plan_id, fallback=db_swap_record(plan, store, name))
+        truth = known.get(name) or partition_truth(part, plan.plan_id, fallback=db_swap_record(plan, store, name))
         if truth.record is None or truth.truth != FileTruth.CONVERTED:
             out.append(f"{part.dir}: its files are {truth.truth.value}, not the converted ones its swap recorded")
             continue

@@ -18,7 +18,8 @@ copy, truncation, deletion). Every verb that renames or deletes starts here:
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from migrate.errors import MigrateError
 from migrate.model.plan_tree import LogDirPlan, Plan
@@ -48,6 +49,8 @@ class Reconciliation:
     corrected: tuple[str, ...] = ()  # "<partition>: state said X, files say Y; now Z"
     unresolved: tuple[PartitionProblem, ...] = ()  # live files that are neither original nor ours
     removed_empty: bool = False  # a database a crash left before its first commit (nothing was changed) is gone
+    # what the files said of each partition that has a swap (finalize's proof reuses them rather than ask again)
+    truths: Mapping[str, PartitionTruth] = field(default_factory=dict, compare=False)
 
     @property
     def lines(self) -> tuple[str, ...]:
@@ -103,11 +106,11 @@ def open_reconciled(
     else:
         store = StateStore.open(log_dir, plan.plan_id)
     try:
-        corrected, unresolved = _reconcile_partitions(plan, key, store, write)
+        corrected, unresolved, truths = _reconcile_partitions(plan, key, store, write)
     except BaseException:
         store.close()
         raise
-    return store, Reconciliation(rebuilt, tuple(corrected), tuple(unresolved))
+    return store, Reconciliation(rebuilt, tuple(corrected), tuple(unresolved), truths=truths)
 
 
 def db_swap_record(plan: Plan, store: StateStore, name: str) -> PartitionSwapRecord | None:
@@ -122,9 +125,10 @@ def db_swap_record(plan: Plan, store: StateStore, name: str) -> PartitionSwapRec
 
 def _reconcile_partitions(
     plan: Plan, key: str, store: StateStore, write: bool
-) -> tuple[list[str], list[PartitionProblem]]:
+) -> tuple[list[str], list[PartitionProblem], dict[str, PartitionTruth]]:
     corrected: list[str] = []
     unresolved: list[PartitionProblem] = []
+    truths: dict[str, PartitionTruth] = {}
     states = store.partition_states()
     for name, state in sorted(states.items()):
         part = plan.partition(key, name)
@@ -132,12 +136,15 @@ def _reconcile_partitions(
         if not has_record and state not in LIVE:
             continue  # nothing renamed yet: the swap checks each file before its first rename
         try:
-            truth = partition_truth(part, plan.plan_id, fallback=db_swap_record(plan, store, name))
+            # the database's copy of the swap only where the files keep none (runs from before swap records)
+            fallback = None if has_record else db_swap_record(plan, store, name)
+            truth = partition_truth(part, plan.plan_id, fallback=fallback)
         except UnreadableSwapRecordError as exc:
             unresolved.append(
                 PartitionProblem(name, Problem("state", f"{exc}; its live files are not the planned ones"))
             )
             continue
+        truths[name] = truth
         if truth.truth == FileTruth.CHANGED:
             unresolved.append(PartitionProblem(name, Problem("live-changed", "; ".join(truth.changed[:3]), part.dir)))
             if state not in LIVE and truth.record is not None and write:
@@ -155,7 +162,7 @@ def _reconcile_partitions(
             remove_record(part.dir, plan.plan_id)
             store.reset_rolled_back([name])
             store.record_event(EventKind.STATE_CORRECTED, partition=name, why=fix)
-    return corrected, unresolved
+    return corrected, unresolved, truths
 
 
 def _segments(truth: PartitionTruth) -> list:
