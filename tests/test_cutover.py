@@ -11,23 +11,26 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from kafka_layout import lock_held_by_other_process
-from prestage_layout import add_segment, broker_log_dir, cleaner_merge, gen, retention_delete
+from prestage_layout import add_segment, broker_log_dir, cleaner_merge, gen, retention_delete, snapshot
 from runs import assert_scan_agrees, run_verb
 
 from migrate import pipeline
 from migrate.cli import main
 from migrate.engines import SerialEngine
 from migrate.kafka.names import CLEAN_SHUTDOWN_FILE, segment_name
+from migrate.model.plan_tree import ConvertOptions
 from migrate.model.stage_reports import ExecuteReport
 from migrate.planning.plan import load_plan
 from migrate.prestage.controls import Controls
 from migrate.prestage.location import default_staging_root
 from migrate.prestage.passes import PrestageRequest, run_prestage
-from migrate.prestage.record import staged_segments
+from migrate.prestage.record import judge_staged, staged_segments
 from migrate.run.faults import CRASH_ENV, CRASH_EXIT, TRACE_ENV
 
 
@@ -286,3 +289,34 @@ def test_the_cut_over_points_are_all_passed(tmp_path):
     assert run_verb("execute", plan_path, {TRACE_ENV: str(trace)}) == 0
     passed = trace.read_text().split()
     assert passed.count("before:take-staged") == 3 and passed.count("before:convert") == 1
+
+
+PRESTAGE_POINTS = [
+    "before:prestage-convert",
+    "before:prestage-seal",
+    "before:prestage-record",
+    "after:prestage-record",
+    "before:prestage-record:2",
+]
+
+
+@pytest.mark.parametrize("point", PRESTAGE_POINTS)
+def test_a_crash_anywhere_in_a_pass_leaves_the_log_dir_alone_and_the_next_pass_resumes(tmp_path, point):
+    log_dir = broker_log_dir(tmp_path / "live", partitions=1, segments=3)
+    before = snapshot(log_dir)
+    command = [sys.executable, "-m", "migrate.cli", "prestage", "--log-dirs", str(log_dir), "--rate", "0"]
+    crashed = subprocess.run(command, env={**os.environ, CRASH_ENV: point}, capture_output=True)
+    assert crashed.returncode == CRASH_EXIT, crashed.stderr.decode()[-2000:]
+    assert snapshot(log_dir) == before
+    options = ConvertOptions().for_partition(3)
+    for staged in staged_segments(log_dir):  # a record is there only with its whole, verified files
+        source = log_dir / staged.record.partition / segment_name(staged.record.base_offset, ".log")
+        assert judge_staged(staged, source, options, deep=True).usable
+    resumed = subprocess.run(command, capture_output=True)
+    assert resumed.returncode == 0, resumed.stderr.decode()[-2000:]
+    assert snapshot(log_dir) == before
+    assert sorted(s.record.base_offset for s in staged_segments(log_dir)) == [0, 100]
+    twin = cold_twin(log_dir, tmp_path)
+    assert plan_and_execute(log_dir, tmp_path / "plan.json").cutover.staged_segments == 2  # type: ignore[union-attr]
+    assert plan_and_execute(twin, tmp_path / "cold.json").ok
+    assert live_files(log_dir) == live_files(twin)
