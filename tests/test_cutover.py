@@ -102,6 +102,11 @@ def test_the_cut_over_takes_what_was_staged_and_converts_only_what_rolled_since(
     assert plan_and_execute(twin, tmp_path / "cold.json").cutover is None  # a cold run says nothing of a cut-over
     assert live_files(log_dir) == live_files(twin)
     assert main(["status", "--plan", str(plan_path)]) == 0
+    # finalize drops what is left staged for the migrated partitions (stale now), and nothing of the others
+    (default_staging_root(log_dir) / "t-9").mkdir()
+    (default_staging_root(log_dir) / "t-9" / "keep.txt").write_text("not ours")
+    assert main(["finalize", "--plan", str(plan_path)]) == 0
+    assert sorted(os.listdir(default_staging_root(log_dir))) == ["t-9"]
 
 
 def test_the_window_is_told_beside_a_cold_run(tmp_path, capsys):

@@ -30,6 +30,7 @@ from migrate.model.plan_tree import ConvertOptions, SegmentPlan
 from migrate.model.run_state import FileStat, SegmentResult, SegmentTask
 from migrate.prestage.location import default_staging_root, staging_root
 from migrate.prestage.record import (
+    STAGED_FILE_RE,
     Judgement,
     StagedSegment,
     Verdict,
@@ -138,3 +139,22 @@ def take_staged(log_dir: str, staging_dir: str, partition: str, task: SegmentTas
     with contextlib.suppress(FileNotFoundError):
         os.unlink(staged.record_path)
     return Taken(judgement, result)
+
+
+def forget_staged(log_dir: str, staging_dir: str, partitions: list[str]) -> int:
+    """Once a cut-over is finalized, what is left staged for its partitions is of sources that are gone (the taken
+    ones' records went with them): remove those files, then each emptied partition dir. Only the files a pass writes
+    are removed; the staging dir is checked as prestage checks it. Returns how many files were removed."""
+    root = staging_root(log_dir, staging_dir)
+    removed = 0
+    for name in partitions:
+        part = root / name
+        if not part.is_dir() or part.is_symlink():
+            continue
+        for path in part.iterdir():
+            if STAGED_FILE_RE.match(path.name) and path.is_file():
+                path.unlink()
+                removed += 1
+        with contextlib.suppress(OSError):  # not empty: something not ours is there, left alone
+            part.rmdir()
+    return removed

@@ -29,10 +29,8 @@ from migrate.model.plan_tree import ConvertOptions
 from migrate.prestage.controls import Aborted, Controls
 from migrate.prestage.identity import FileIdentity
 from migrate.prestage.location import refuse_overlap, staging_root
-from migrate.prestage.record import RECORD_RE, StagedSegment, judge_staged, read_record, record_path
+from migrate.prestage.record import RECORD_RE, STAGED_FILE_RE, StagedSegment, judge_staged, read_record, record_path
 from migrate.prestage.stage import StageOutcome, StageResult, StagingWriteError, discard, stage_segment
-
-_OURS = re.compile(r"^(\d{20})(\.log|\.index|\.timeindex|\.prestaged\.json)$|^\.\d{20}\.prestaged\.json\.partial$")
 
 
 @dataclass(frozen=True)
@@ -269,7 +267,7 @@ def sweep(root: Path, partitions: dict[str, Partition]) -> int:
             else:
                 vouched.add(base)
         for name in names:
-            m = _OURS.match(name)
+            m = STAGED_FILE_RE.match(name)
             if m is not None and (m.group(1) is None or int(m.group(1)) not in vouched):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(staging / name)
