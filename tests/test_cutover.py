@@ -325,3 +325,30 @@ def test_a_crash_anywhere_in_a_pass_leaves_the_log_dir_alone_and_the_next_pass_r
     assert plan_and_execute(log_dir, tmp_path / "plan.json").cutover.staged_segments == 2  # type: ignore[union-attr]
     assert plan_and_execute(twin, tmp_path / "cold.json").ok
     assert live_files(log_dir) == live_files(twin)
+
+
+def test_reverify_staged_reads_the_staged_files_and_catches_what_stat_cannot_see(tmp_path):
+    log_dir = broker_log_dir(tmp_path / "live", partitions=1, segments=3)
+    prestage(log_dir)
+    twin = cold_twin(log_dir, tmp_path)
+    (hit,) = [s for s in staged_segments(log_dir) if s.record.base_offset == 0]
+    target = hit.files[".log"]
+    with target.open("r+b") as f:  # rot on the disk: a value byte changed ...
+        f.seek(200)
+        byte = f.read(1)
+        f.seek(200)
+        f.write(bytes([byte[0] ^ 0x40]))
+    # ... that stat cannot show: the record made to agree with the file's stat as it is now
+    record = json.loads(hit.record_path.read_text())
+    st = target.stat()
+    record["staged"][".log"].update(size=st.st_size, mtime_ns=st.st_mtime_ns, ctime_ns=st.st_ctime_ns)
+    hit.record_path.write_text(json.dumps(record))
+    plan_path = tmp_path / "plan.json"
+    assert main(["plan", "--log-dirs", str(log_dir), "-o", str(plan_path), "--reverify-staged"]) == 0
+    assert load_plan(plan_path).log_dirs[0].reverify_staged is True
+    cut = execute(plan_path).cutover
+    assert cut is not None and cut.staged_segments == 1
+    (fallback,) = cut.fallbacks
+    assert segment_name(0, ".log") in fallback and "staged-changed" in fallback
+    assert plan_and_execute(twin, tmp_path / "cold.json").ok
+    assert live_files(log_dir) == live_files(twin)

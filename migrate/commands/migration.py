@@ -60,6 +60,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument(
         "--no-staged", action="store_true", help="plan cold: read and convert every segment, ignore what was staged"
     )
+    g.add_argument(
+        "--reverify-staged",
+        action="store_true",
+        help="execute re-reads every staged file and verifies it against the digests recorded when it was staged "
+        "before taking it (a full read of the staged data: the window grows with it). By default a staged file is "
+        "taken when its inode, size, mtime and ctime are as recorded after its fsync, which no write can keep.",
+    )
     g = p.add_argument_group(
         "cluster",
         "plan every broker at once on a Dask cluster with one worker per broker host: each worker plans its own "
@@ -186,6 +193,7 @@ def plan_request_from(args: argparse.Namespace, log_dirs: tuple[str, ...], check
         range_bytes=args.range_bytes or None,
         staging_dirs=_staging_dirs(log_dirs, getattr(args, "staging_dir", None)),
         use_staged=not getattr(args, "no_staged", False),
+        reverify_staged=getattr(args, "reverify_staged", False),
     )
 
 

@@ -256,6 +256,8 @@ class LogDirPlan:
     staging_dir: str | None = field(default=None, metadata=OMIT_IF_NONE)
     # the clean-shutdown marker's mtime when planned: when the broker stopped, the start of the cut-over's window
     stopped_at_ns: int | None = field(default=None, metadata=OMIT_IF_NONE)
+    # plan --reverify-staged: execute re-reads each staged file against its digests before taking it (a full read)
+    reverify_staged: bool | None = field(default=None, metadata=OMIT_IF_NONE)
 
     @property
     def label(self) -> str:

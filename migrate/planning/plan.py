@@ -113,7 +113,7 @@ def build_plan(request: PlanRequest) -> Plan:
                 cluster_id=meta.cluster_id if meta else None,
                 partitions=tuple(partitions),
                 filesystems=_space(partitions, request, found),
-                **_cutover_fields(staging, partitions, log_dir),
+                **_cutover_fields(staging, partitions, log_dir, request.reverify_staged),
             )
         )
     if found.refusals:
@@ -308,12 +308,15 @@ def _plan_compaction(
     return None
 
 
-def _cutover_fields(staging: Path | None, partitions: list[PartitionPlan], log_dir: Path) -> dict[str, object]:
+def _cutover_fields(
+    staging: Path | None, partitions: list[PartitionPlan], log_dir: Path, reverify: bool
+) -> dict[str, object]:
     """A log dir some of whose segments are planned from staging: where the staging is, and when the broker stopped
     (the window's start). Nothing for a cold plan, whose JSON stays as it was."""
     if staging is None or not any(s.staged for p in partitions for s in p.segments):
         return {}
-    return {"staging_dir": str(staging), "stopped_at_ns": stopped_at_ns(log_dir)}
+    fields: dict[str, object] = {"staging_dir": str(staging), "stopped_at_ns": stopped_at_ns(log_dir)}
+    return {**fields, "reverify_staged": True} if reverify else fields
 
 
 def _space(partitions: list[PartitionPlan], request: PlanRequest, found: _Findings) -> tuple[FilesystemSpace, ...]:

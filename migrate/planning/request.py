@@ -28,6 +28,7 @@ class PlanRequest:
     range_bytes: int | None = DEFAULT_RANGE_BYTES  # --range-bytes: larger segments convert in ranges; None: never
     staging_dirs: tuple[tuple[str, str], ...] = ()  # (log dir, its --staging-dir); else each log dir's default tree
     use_staged: bool = True  # --no-staged: plan cold, reading every segment, whatever a pre-stage pass left
+    reverify_staged: bool = False  # --reverify-staged: execute re-reads staged files against their digests
 
     def compaction_rule(self, topic: str) -> CompactionRule | None:
         return next((r for r in self.compact if r.matches(topic)), None)

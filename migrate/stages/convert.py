@@ -183,7 +183,7 @@ def convert_and_verify(plan: Plan, log_dir: str, partition: str, base_offset: in
         entry = plan.log_dir(log_dir)
         if entry.staging_dir is not None and plan.partition(log_dir, partition).segment_by_base[base_offset].staged:
             faults.point("before:take-staged")
-            taken = take_staged(entry.log_dir, entry.staging_dir, partition, task)
+            taken = take_staged(entry.log_dir, entry.staging_dir, partition, task, deep=bool(entry.reverify_staged))
             if taken.result is not None:
                 return _taken(log_dir, partition, base_offset, taken.result, started)
             fallback = f"{task.source}: {taken.judgement.verdict}: {taken.judgement.reason}"
