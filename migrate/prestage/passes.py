@@ -158,6 +158,7 @@ def _one_log_dir(
         holder = 0
     done = LogDirPass(str(target.log_dir), str(target.root), holder)
     current.log_dirs.append(done)  # a pass stopped half-way still reports what it did
+    controls.staging = target.log_dir  # statvfs only: the staging tree is on this filesystem (location.staging_root)
     partitions = {p.name: p for p in live_partitions(target.log_dir)}
     done.removed += sweep(target.root, partitions)
     try:
@@ -194,6 +195,7 @@ def _stage_partitions(
                 staging.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 raise StagingWriteError(exc.errno, exc.strerror, str(staging)) from exc
+            controls.before_segment(seg.size)
             try:
                 outcome = stage_segment(seg.path, staging, options, controls, target.log_dir)
             except LocatedError as exc:  # the conversion did not verify: as refused as bad bytes
