@@ -75,10 +75,21 @@ def roll(partition_dir: Path, *bases: int, records: int = 100) -> None:
         add_segment(partition_dir, base, records, seed=base + 7)
 
 
+def append(segment: Path, first_offset: int, records: int, tmp: Path) -> None:
+    """The broker appends ``records`` legacy messages from ``first_offset`` to the active segment."""
+    more = tmp / "append.log"
+    gen.write_segment(more, records, first_offset=first_offset, magic=0, seed=first_offset, value_bytes=100)
+    with segment.open("ab") as out:
+        out.write(more.read_bytes())
+    more.unlink()
+
+
 def test_the_cut_over_takes_what_was_staged_and_converts_only_what_rolled_since(tmp_path, capsys):
     log_dir = broker_log_dir(tmp_path / "live", partitions=3, segments=3)
     prestage(log_dir)
-    roll(log_dir / "t-0", 300, 400)  # the active segment (200) closed, and 300 closed too, after the last pass
+    # after the last pass the active segment grew, then the broker rolled twice: 200 and 350 closed, 450 active
+    append(log_dir / "t-0" / segment_name(200, ".log"), 300, 50, tmp_path)
+    roll(log_dir / "t-0", 350, 450)
     twin = cold_twin(log_dir, tmp_path)
 
     plan_path = tmp_path / "plan.json"
@@ -93,7 +104,7 @@ def test_the_cut_over_takes_what_was_staged_and_converts_only_what_rolled_since(
     assert main(["execute", "--plan", str(plan_path), "--engine", "serial", "--json"]) == 0
     out = capsys.readouterr().out
     cut = json.loads(out[out.index("{") :])["cutover"]
-    assert (cut["staged_segments"], cut["window_segments"]) == (6, 3 + 2)  # each partition's 200; t-0's 300 and 400
+    assert (cut["staged_segments"], cut["window_segments"]) == (6, 3 + 2)  # each partition's 200; t-0's 350 and 450
     assert cut["fallbacks"] == [] and cut["window_seconds"] > 0 and cut["cold_seconds"] > 0
     assert cut["staged_bytes"] == sum(s.size for p in entry.partitions for s in p.segments if s.staged)
     # the staged files were taken (renamed), their records with them: nothing usable is left to take twice
@@ -263,12 +274,23 @@ def test_a_partition_moved_to_another_log_dir_is_converted_there(tmp_path, capsy
     assert execute(tmp_path / "plan.json").ok
 
 
-# every point of a cut-over's execute that a cold run does not pass, and those around taking staged outputs
-CUTOVER_POINTS = ["before:take-staged", "before:take-staged:2", "before:convert", "before:syncfs", "commit:outcomes"]
+# the points of a cut-over's execute that a cold run does not pass, and the swap's commit points after them (the
+# cold crash matrix, tests/test_crash_recovery.py, covers every point of a cold run); then execute or rollback
+CUTOVER_CRASHES = [
+    ("before:take-staged", "execute"),
+    ("before:take-staged:2", "rollback"),
+    ("before:convert", "execute"),
+    ("before:syncfs", "rollback"),
+    ("commit:outcomes", "execute"),
+    ("commit:swap-begun", "rollback"),
+    ("after:rename:3", "execute"),
+    ("after:rename:5", "rollback"),
+    ("commit:partition-migrated", "execute"),
+]
 
 
-@pytest.mark.parametrize("point", CUTOVER_POINTS)
-def test_a_crash_anywhere_in_the_cut_over_then_execute_or_rollback_finishes(tmp_path, point):
+@pytest.mark.parametrize(("point", "then"), CUTOVER_CRASHES)
+def test_a_crash_anywhere_in_the_cut_over_then_execute_or_rollback_finishes(tmp_path, point, then):
     log_dir = broker_log_dir(tmp_path / "live", partitions=1, segments=4)
     prestage(log_dir)
     original = live_files(log_dir)
@@ -276,7 +298,7 @@ def test_a_crash_anywhere_in_the_cut_over_then_execute_or_rollback_finishes(tmp_
     plan_path = tmp_path / "plan.json"
     assert main(["plan", "--log-dirs", str(log_dir), "-o", str(plan_path)]) == 0
     assert run_verb("execute", plan_path, {CRASH_ENV: point}) == CRASH_EXIT
-    if point.endswith(":2"):  # the rollback half: a crash, then rollback puts every original back
+    if then == "rollback":  # every original back, byte for byte and mtime for mtime
         assert run_verb("rollback", plan_path, {}) == 0
         assert live_files(log_dir) == original
         return
