@@ -89,6 +89,7 @@ class Stage(str, enum.Enum):
     The dashboard and the collector walk this enum, so a stage added here is counted everywhere at once."""
 
     SURVEY = "survey"  # a broker's log dirs looked at for a cluster plan, on that broker
+    PRESTAGE = "prestage"  # a running broker's pre-stage passes, on that broker
     PREPARE = "prepare"
     COMPACT = "compact"
     CONVERT = "convert"
