@@ -229,7 +229,7 @@ def _plan_partition(
             )
         estimate = estimated_output_bytes(profile)
         # a source whose conversion passes the segment size limit becomes several segments, converted whole
-        split = predict_split(seg.path, opts, estimate)
+        split = predict_split(seg.path, opts, estimate, compacted=rule is not None)
         segments.append(
             SegmentPlan(
                 base_offset=seg.base_offset,

@@ -100,13 +100,18 @@ def _converted_sizes(u8: np.ndarray, positions: np.ndarray, sizes: np.ndarray, m
     return out
 
 
-def predict_split(path: str | Path, options: ConvertOptions, estimated_output_bytes: int) -> SegmentSplit | None:
+def predict_split(
+    path: str | Path, options: ConvertOptions, estimated_output_bytes: int, compacted: bool = False
+) -> SegmentSplit | None:
     """Where the conversion of ``path`` will cut it, or None if it fits in one segment. Reads the file once, only for
-    a source whose estimate comes near the limit; where a converted size is unknowable before conversion, the
-    estimate decides and the cuts are left to the conversion."""
+    a source whose estimate comes near the limit; where a converted size is unknowable before conversion (compressed
+    wrappers; ``compacted``: which records survive is decided at execute), the estimate decides and the cuts are
+    left to the conversion."""
     limit = options.segment_bytes_limit
     if not options.one_batch_per_message or estimated_output_bytes <= limit // 2:
         return None
+    if compacted:
+        return _estimated(estimated_output_bytes, limit)
     cutter = SegmentCutter(limit)
     cuts: list[SplitCut] = []
     total = 0
