@@ -117,9 +117,10 @@ def _files_after_swap(plan: Plan, key: str, partition: str) -> list[str]:
     part = plan.partition(key, partition)
     staged = staging_dir(part.dir, plan.plan_id)
     out = []
-    for name in sorted(os.listdir(part.dir)):
-        if not SEGMENT_RE.match(name):
-            continue
+    names = {n for n in os.listdir(part.dir) if SEGMENT_RE.match(n)}
+    if staged.is_dir():  # a split source's later outputs exist only staged until the swap
+        names |= {n for n in os.listdir(staged) if SEGMENT_RE.match(n)}
+    for name in sorted(names):
         candidate = staged / name
         out.append(str(candidate if candidate.exists() else Path(part.dir) / name))
     return out
