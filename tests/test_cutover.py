@@ -8,6 +8,7 @@ bytes and mtimes in every file, and an independent scan agreeing with what execu
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -23,10 +24,12 @@ from runs import assert_scan_agrees, run_verb
 from migrate import pipeline
 from migrate.cli import main
 from migrate.engines import SerialEngine
+from migrate.engines.dask import converted_bytes, worth_workers
 from migrate.kafka.names import CLEAN_SHUTDOWN_FILE, segment_name
 from migrate.model.plan_tree import ConvertOptions
 from migrate.model.stage_reports import ExecuteReport
-from migrate.planning.plan import load_plan
+from migrate.planning.plan import build_plan, load_plan
+from migrate.planning.request import PlanRequest
 from migrate.prestage.controls import Controls
 from migrate.prestage.location import default_staging_root
 from migrate.prestage.passes import PrestageRequest, run_prestage
@@ -136,6 +139,23 @@ def test_a_cold_plan_is_unchanged_when_nothing_was_staged(tmp_path):
     assert main(["plan", "--log-dirs", str(log_dir), "-o", str(plan_path)]) == 0
     text = plan_path.read_text()
     assert '"staged"' not in text and '"staging_dir"' not in text and '"stopped_at_ns"' not in text
+
+
+def test_a_cut_over_does_not_start_dask_workers_for_the_bytes_it_takes_from_staging(tmp_path):
+    """Taking a staged segment is three renames: a LocalCluster's workers (1.5-2.5 s to start, both cores meanwhile)
+    are worth only what the window converts (benchmarks/bench_cutover.py)."""
+    log_dir = broker_log_dir(tmp_path / "live", partitions=2, segments=3)
+    prestage(log_dir)
+    roll(log_dir / "t-0", 300)
+    plan = build_plan(PlanRequest(log_dirs=(str(log_dir),)))
+    (entry,) = plan.log_dirs
+    fresh = [s.size for p in entry.partitions for s in p.segments if not s.staged]
+    assert len(fresh) == 3 and 0 < sum(fresh) < plan.estimates.bytes  # each active segment (200), and t-0's 300
+    assert converted_bytes(plan) == sum(fresh)
+    # the same plan as if its staged segments held 10 GB: a cold run of 10 GB would start them, the cut-over not
+    heavy = dataclasses.replace(plan, estimates=dataclasses.replace(plan.estimates, bytes=int(10e9)))
+    cold = dataclasses.replace(heavy, log_dirs=(dataclasses.replace(entry, staging_dir=None),))
+    assert worth_workers(cold) and not worth_workers(heavy)
 
 
 def test_what_kafka_did_after_the_last_pass_is_converted_from_the_live_files(tmp_path, capsys):
