@@ -157,3 +157,39 @@ class AdminApiGate:
             )
             return GateVerdict(broker, False, self.source, (reason,))
         return judge(snapshot, broker, self.source)
+
+
+ADMIN_CONFIG_KEYS = {  # --admin-config keys (Kafka's client property names) -> AIOKafkaAdminClient arguments
+    "security.protocol": "security_protocol",
+    "sasl.mechanism": "sasl_mechanism",
+    "sasl.plain.username": "sasl_plain_username",
+    "sasl.plain.password": "sasl_plain_password",
+}
+SSL_KEYS = ("ssl.cafile", "ssl.certfile", "ssl.keyfile", "ssl.password")
+
+
+def client_options_from(path: str) -> dict[str, Any]:
+    """AIOKafkaAdminClient's arguments from a properties file (``--admin-config``): security.protocol,
+    sasl.mechanism, sasl.plain.username/password, and ssl.cafile/certfile/keyfile/password (PEM files)."""
+    from pathlib import Path
+
+    from migrate.kafka.properties import _java_properties
+
+    props = {key: value for _, key, value in _java_properties(Path(path))}
+    unknown = sorted(set(props) - set(ADMIN_CONFIG_KEYS) - set(SSL_KEYS))
+    if unknown:
+        raise MigrateError(
+            f"{path}: unknown key(s) {', '.join(unknown)}; the admin client takes "
+            f"{', '.join([*ADMIN_CONFIG_KEYS, *SSL_KEYS])}"
+        )
+    options: dict[str, Any] = {ADMIN_CONFIG_KEYS[k]: v for k, v in props.items() if k in ADMIN_CONFIG_KEYS}
+    if any(k in props for k in SSL_KEYS):
+        from aiokafka.helpers import create_ssl_context
+
+        options["ssl_context"] = create_ssl_context(
+            cafile=props.get("ssl.cafile"),
+            certfile=props.get("ssl.certfile"),
+            keyfile=props.get("ssl.keyfile"),
+            password=props.get("ssl.password"),
+        )
+    return options

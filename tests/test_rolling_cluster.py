@@ -1,0 +1,194 @@
+"""The rolling cut-over on the cluster test's three brokers: real Dask workers in their own mount namespaces, each
+"broker" a real process that holds its log dir's fcntl ``.lock`` and deletes the clean-shutdown marker while it
+runs and writes the marker before letting go on SIGTERM, as Kafka does; the operator's stop, start and gate
+commands are real shell scripts. No Kafka broker runs here: the Admin API gate is tested in test_rolling_gate.py."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from cluster_harness import BrokerCluster, can_unshare, make_tls
+from conftest import needs_root_power
+from kafka_layout import make_broker_logdir
+from runs import snapshot
+
+from migrate.cli import main
+from migrate.planning.plan import load_plan
+
+pytestmark = pytest.mark.slow
+HOLDINGS = {
+    1: ["plain-v0-0", "gzip-v0-0", "plain-v0-1"],
+    2: ["plain-v0-0", "gzip-v0-0", "lz4-v1-1"],
+    3: ["lz4-v1-1", "plain-v0-1"],
+}
+
+BROKER = """
+import fcntl, os, signal, sys
+log_dir, ready = sys.argv[1], sys.argv[2]
+marker = os.path.join(log_dir, ".kafka_cleanshutdown")
+lock = open(os.path.join(log_dir, ".lock"), "a")
+fcntl.lockf(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+content = b""
+if os.path.exists(marker):  # read, then deleted once the logs are loaded, as Kafka does
+    content = open(marker, "rb").read()
+    os.unlink(marker)
+
+def stop(*_):
+    with open(marker, "wb") as f:  # the clean stop writes the marker while still holding the lock
+        f.write(content)
+        f.flush()
+        os.fsync(f.fileno())
+    os._exit(0)  # and the lock goes with the process
+
+signal.signal(signal.SIGTERM, stop)
+with open(ready + ".tmp", "w") as f:
+    f.write(str(os.getpid()))
+os.rename(ready + ".tmp", ready)
+while True:
+    signal.pause()
+"""
+
+
+def scripts(root: Path, brokers: dict[int, Path]) -> dict[str, str]:
+    """The operator's commands, each appending what it did to ``root/events``."""
+    (root / "broker.py").write_text(BROKER)
+    events = root / "events"
+    case = "".join(f"  {b}) dir={d} ;;\n" for b, d in brokers.items())
+    common = f'set -e\ncase "$1" in\n{case}esac\npid={root}/broker-$1.pid\n'
+    files = {
+        "start": common
+        + f'echo "start $1" >> {events}\n'
+        + f"{sys.executable} {root}/broker.py $dir $pid </dev/null >/dev/null 2>&1 &\n"
+        + 'while [ ! -e $pid ]; do sleep 0.02; done\necho "broker $1 started"\n',
+        "stop": common + f'echo "stop $1" >> {events}\nkill -TERM $(cat $pid) && rm $pid\necho "broker $1 stopping"\n',
+        "kill9": common + f'echo "kill -9 $1" >> {events}\nkill -KILL $(cat $pid) && rm $pid\n',
+        "gate": f'echo "gate $1" >> {events}\necho "cruise control: no anomaly for broker $1"\n',
+    }
+    out = {}
+    for name, text in files.items():
+        path = root / f"{name}.sh"
+        path.write_text("#!/bin/sh\n" + text)
+        path.chmod(0o755)
+        out[name] = f"{path} {{broker}}"
+    return out
+
+
+def partitions(log_dir: Path, names: list[str]) -> dict[str, dict]:
+    """The partition dirs' every file (content and mtime) and dir mtime: the data, without Kafka's own .lock and
+    marker, which a broker's start and stop rewrite."""
+    return {name: snapshot(log_dir / name) for name in names}
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    if not can_unshare():
+        needs_root_power("brokers at one path need mount namespaces (unshare -m)")
+    tls = make_tls(tmp_path / "tls")
+    brokers = {
+        b: make_broker_logdir(tmp_path / f"b{b}", partitions=parts, broker_id=b) for b, parts in HOLDINGS.items()
+    }
+    commands = scripts(tmp_path, brokers)
+    for b in brokers:  # the brokers run
+        subprocess.run([*commands["start"].replace("{broker}", str(b)).split()], check=True, capture_output=True)
+    (tmp_path / "events").write_text("")
+    try:
+        with BrokerCluster(tls, brokers, tmp_path / "data") as c:
+            yield c, brokers, commands, tls
+    finally:
+        for pid_file in tmp_path.glob("broker-*.pid"):
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int(pid_file.read_text()), signal.SIGKILL)
+
+
+def run(capsys, *argv: str) -> tuple[int, str]:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out + "\n" + captured.err
+
+
+def events(root: Path) -> list[str]:
+    return (root / "events").read_text().splitlines()
+
+
+def test_brokers_are_cut_over_one_by_one_behind_the_gate_and_one_rolls_back_byte_for_byte(cluster, tmp_path, capsys):
+    c, brokers, commands, tls = cluster
+    before = {b: partitions(d, HOLDINGS[b]) for b, d in brokers.items()}
+    common = [
+        "rolling",
+        "--log-dirs",
+        str(c.path_of(1)),
+        "--run-dir",
+        str(tmp_path / "run"),
+        "--gate-command",
+        commands["gate"],
+        "--gate-interval",
+        "0.2",
+        "--gate-timeout",
+        "5",
+        "--start-command",
+        commands["start"],
+        "--scheduler",
+        c.address,
+        "--tls-dir",
+        str(tls),
+        "--timestamps",
+        "none",
+    ]
+
+    # broker 1 is killed instead of stopped: no clean-shutdown marker, so it is refused and nothing moves on
+    code, out = run(
+        capsys, *common, "--brokers", "1,2,3", "--stop-command", commands["kill9"], "--shutdown-timeout", "2"
+    )
+    assert code == 1, out
+    assert "broker 1: release failed" in out and "there is no clean-shutdown marker (.kafka_cleanshutdown)" in out
+    assert "Next: nothing was converted" in out and "the same rolling command with --brokers 1,2,3" in out
+    assert events(tmp_path) == ["gate 1", "kill -9 1"]
+    assert {b: partitions(d, HOLDINGS[b]) for b, d in brokers.items()} == before
+    assert not (tmp_path / "run" / "broker-1.plan.json").exists()
+
+    # the operator starts it again (Kafka recovers it), then runs the same command with a clean stop
+    subprocess.run(commands["start"].replace("{broker}", "1").split(), check=True, capture_output=True)
+    (tmp_path / "events").write_text("")
+    code, out = run(capsys, *common, "--brokers", "1,2,3", "--stop-command", commands["stop"])
+    assert code == 0, out
+    assert events(tmp_path) == [
+        event for b in (1, 2, 3) for event in (f"gate {b}", f"stop {b}", f"start {b}", f"gate {b}")
+    ]
+    for b, d in brokers.items():
+        plan = load_plan(tmp_path / "run" / f"broker-{b}.plan.json")
+        assert [(x.broker_id, x.host) for x in plan.log_dirs] == [(b, c.hosts[b])]
+        assert {p.name for p in plan.log_dirs[0].partitions} == set(HOLDINGS[b])
+        for part in HOLDINGS[b]:
+            for log in (d / part).glob("*.log"):
+                assert log.read_bytes()[16] == 2, log  # magic of the first batch: v2
+        assert (d / ".lock").exists() and not (d / ".kafka_cleanshutdown").exists()  # running again
+    assert "broker 3: converted" in out
+
+    # roll broker 2 back: stopped as an operator would, its partitions are what they were, byte for byte
+    subprocess.run(commands["stop"].replace("{broker}", "2").split(), check=True, capture_output=True)
+    deadline = time.monotonic() + 10
+    while not (brokers[2] / ".kafka_cleanshutdown").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    secure = ["--scheduler", c.address, "--tls-dir", str(tls)]
+    code, out = run(capsys, "rollback", "--plan", str(tmp_path / "run" / "broker-2.plan.json"), *secure)
+    assert code == 0, out
+    assert partitions(brokers[2], HOLDINGS[2]) == before[2]
+    assert partitions(brokers[1], HOLDINGS[1]) != before[1]
+
+
+def test_a_rolling_run_refuses_timestamps_from_each_brokers_mtime_unless_accepted(tmp_path, capsys):
+    argv = ["rolling", "--brokers", "1", "--log-dirs", str(tmp_path), "--run-dir", str(tmp_path / "run")]
+    argv += ["--stop-command", "true", "--start-command", "true", "--gate-command", "true", "--scheduler", "tls://x:1"]
+    code, out = run(capsys, *argv)  # --timestamps mtime is plan's default
+    assert code == 1
+    assert "--timestamps mtime in a rolling run would give the same offsets different timestamps on different" in out
+    assert not (tmp_path / "run").exists()
+    code, out = run(capsys, *argv[:-2], "--timestamps", "none")
+    assert code == 2 and "--scheduler" in out  # past the refusal: argparse wants the scheduler it was not given
