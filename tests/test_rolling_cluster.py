@@ -18,6 +18,7 @@ from cluster_harness import BrokerCluster, can_unshare, make_tls
 from conftest import needs_root_power
 from kafka_layout import make_broker_logdir
 from runs import snapshot
+from test_cluster import diverge
 
 from migrate.cli import main
 from migrate.planning.plan import load_plan
@@ -86,21 +87,34 @@ def partitions(log_dir: Path, names: list[str]) -> dict[str, dict]:
     return {name: snapshot(log_dir / name) for name in names}
 
 
-@pytest.fixture
-def cluster(tmp_path):
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """One cluster for this file's tests: each broker's worker sees its own root at one path (``data``), and each
+    test makes its own log dirs under the roots."""
     if not can_unshare():
         needs_root_power("brokers at one path need mount namespaces (unshare -m)")
-    tls = make_tls(tmp_path / "tls")
+    base = tmp_path_factory.mktemp("rolling-cluster")
+    tls = make_tls(base / "tls")
+    roots = {b: base / f"b{b}" for b in HOLDINGS}
+    for root in roots.values():
+        root.mkdir()
+    with BrokerCluster(tls, roots, base / "data") as c:
+        yield c, roots, tls
+
+
+@pytest.fixture
+def running(cluster, tmp_path):
+    """The brokers of a rolling run: log dirs ``rolling-logs``, each held by its running broker process."""
+    c, roots, tls = cluster
     brokers = {
-        b: make_broker_logdir(tmp_path / f"b{b}", partitions=parts, broker_id=b) for b, parts in HOLDINGS.items()
+        b: make_broker_logdir(roots[b], parts, broker_id=b, name="rolling-logs") for b, parts in HOLDINGS.items()
     }
     commands = scripts(tmp_path, brokers)
-    for b in brokers:  # the brokers run
-        subprocess.run([*commands["start"].replace("{broker}", str(b)).split()], check=True, capture_output=True)
-    (tmp_path / "events").write_text("")
     try:
-        with BrokerCluster(tls, brokers, tmp_path / "data") as c:
-            yield c, brokers, commands, tls
+        for b in brokers:
+            subprocess.run(commands["start"].replace("{broker}", str(b)).split(), check=True, capture_output=True)
+        (tmp_path / "events").write_text("")
+        yield c, brokers, commands, tls
     finally:
         for pid_file in tmp_path.glob("broker-*.pid"):
             with contextlib.suppress(ProcessLookupError, ValueError):
@@ -117,13 +131,13 @@ def events(root: Path) -> list[str]:
     return (root / "events").read_text().splitlines()
 
 
-def test_brokers_are_cut_over_one_by_one_behind_the_gate_and_one_rolls_back_byte_for_byte(cluster, tmp_path, capsys):
-    c, brokers, commands, tls = cluster
+def test_brokers_are_cut_over_one_by_one_behind_the_gate_and_one_rolls_back_byte_for_byte(running, tmp_path, capsys):
+    c, brokers, commands, tls = running
     before = {b: partitions(d, HOLDINGS[b]) for b, d in brokers.items()}
     common = [
         "rolling",
         "--log-dirs",
-        str(c.path_of(1)),
+        str(c.path_of(1) / "rolling-logs"),
         "--run-dir",
         str(tmp_path / "run"),
         "--gate-command",
@@ -192,3 +206,36 @@ def test_a_rolling_run_refuses_timestamps_from_each_brokers_mtime_unless_accepte
     assert not (tmp_path / "run").exists()
     code, out = run(capsys, *argv[:-2], "--timestamps", "none")
     assert code == 2 and "--scheduler" in out  # past the refusal: argparse wants the scheduler it was not given
+
+
+def test_a_canary_migrated_alone_is_compared_with_the_others_when_they_run(cluster, tmp_path, capsys):
+    c, roots, tls = cluster
+    brokers = {b: make_broker_logdir(roots[b], parts, broker_id=b, name="canary-logs") for b, parts in HOLDINGS.items()}
+    diverge(brokers[1] / "plain-v0-1" / "00000000000000000000.log")  # the canary's copy differs from broker 3's
+    secure = ["--scheduler", c.address, "--tls-dir", str(tls)]
+    plan = str(tmp_path / "plan.json")
+    code, out = run(
+        capsys, "plan", "--log-dirs", str(c.path_of(1) / "canary-logs"), "--brokers", "1,2,3", "-o", plan, *secure
+    )
+    assert code == 0, out
+
+    # the canary alone, while broker 3's log dir cannot be read: what it could not compare, it says
+    away = roots[3] / "canary-logs.away"
+    brokers[3].rename(away)
+    code, out = run(capsys, "execute", "--plan", plan, "--brokers", "1", "--require-consistent-replicas", *secure)
+    away.rename(brokers[3])
+    assert code == 0, out
+    assert "note: replicas of plain-v0-1 on broker(s) 3 were not compared with this run's: broker 3 (broker-3:" in out
+    assert "canary-logs does not exist on this host" in out
+    assert "replicas of plain-v0-0" not in out and "replicas of gzip-v0-0" not in out  # compared with broker 2: equal
+    assert (brokers[1] / "plain-v0-1" / "00000000000000000000.log").read_bytes()[16] == 2  # swapped
+
+    # the others later: compared with the canary's migrated copy, read only through broker 1's worker
+    before_1 = snapshot(brokers[1])
+    code, out = run(capsys, "execute", "--plan", plan, "--brokers", "2,3", "--require-consistent-replicas", *secure)
+    assert code == 1, out
+    assert "replicas of plain-v0-1 differ across brokers 3, 1: first in offsets 0..59" in out
+    assert (brokers[3] / "plain-v0-1" / "00000000000000000000.log").read_bytes()[16] == 0  # not swapped on 3
+    assert (brokers[3] / "lz4-v1-1" / "00000000000000000000.log").read_bytes()[16] == 2
+    assert all((brokers[2] / p / "00000000000000000000.log").read_bytes()[16] == 2 for p in HOLDINGS[2])
+    assert snapshot(brokers[1]) == before_1  # the canary was only read
