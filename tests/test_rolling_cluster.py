@@ -156,6 +156,20 @@ def test_brokers_are_cut_over_one_by_one_behind_the_gate_and_one_rolls_back_byte
         "none",
     ]
 
+    # the operator's gate says no (Cruise Control is fixing something): nothing is stopped, the reasons are shown
+    no = tmp_path / "no-go.sh"
+    no.write_text(
+        f'#!/bin/sh\necho "gate $1" >> {tmp_path / "events"}\necho "anomaly: disk failure on broker 3"\nexit 1\n'
+    )
+    no.chmod(0o755)
+    argv = [*common, "--brokers", "1,2,3", "--stop-command", commands["stop"], "--gate-timeout", "0.3"]
+    code, out = run(capsys, *(f"{no} {{broker}}" if a == commands["gate"] else a for a in argv))
+    assert code == 1, out
+    assert "broker 1: gate failed: the gate did not open within 0.3 s; nothing was stopped." in out
+    assert "| anomaly: disk failure on broker 3" in out and "with --brokers 1,2,3" in out
+    assert set(events(tmp_path)) == {"gate 1"}  # asked (again, within the timeout), never stopped
+    (tmp_path / "events").write_text("")
+
     # broker 1 is killed instead of stopped: no clean-shutdown marker, so it is refused and nothing moves on
     code, out = run(
         capsys, *common, "--brokers", "1,2,3", "--stop-command", commands["kill9"], "--shutdown-timeout", "2"
