@@ -1,8 +1,8 @@
 """The layout shows the pipeline: imports point down, never in a circle, and each room imports only the rooms below it.
 
 The rooms, bottom up: errors, units, codec; model; kafka, format; segment; compaction; run; planning, watch; stages,
-engines; pipeline, reports, prestage; rehearse, rolling; commands, cli, monitor. Read from the code's own import statements
-(every one, including those under TYPE_CHECKING or inside functions), as a reviewer would.
+engines; pipeline, reports, prestage; rehearse, rolling; commands, cli, monitor. Read from the code's own import
+statements (every one, including those under TYPE_CHECKING or inside functions), as a reviewer would.
 """
 
 from __future__ import annotations

@@ -240,7 +240,7 @@ def test_a_canary_migrated_alone_is_compared_with_the_others_when_they_run(clust
     away.rename(brokers[3])
     assert code == 0, out
     assert "note: replicas of plain-v0-1 on broker(s) 3 were not compared with this run's: broker 3 (broker-3:" in out
-    assert "canary-logs does not exist on this host" in out
+    assert "canary-logs of broker 3 is not there on its host" in out
     assert "replicas of plain-v0-0" not in out and "replicas of gzip-v0-0" not in out  # compared with broker 2: equal
     assert (brokers[1] / "plain-v0-1" / "00000000000000000000.log").read_bytes()[16] == 2  # swapped
 

@@ -16,11 +16,13 @@ not converted). ``common_range`` and ``compare`` run in the client, on what the 
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 
+from migrate.errors import MigrateError
 from migrate.format.digest import LogDigest
 from migrate.format.records import RecordColumns
 from migrate.kafka.names import SEGMENT_RE
@@ -30,7 +32,7 @@ from migrate.model.stage_reports import Divergence, ReplicaDigest, ReplicaRange
 from migrate.run.state import StateStore
 from migrate.run.workspace import staging_dir
 from migrate.segment.reader import read_file
-from migrate.stages.common import locate, require_local
+from migrate.stages.common import locate
 
 DEFAULT_BUCKET_OFFSETS = 10_000
 
@@ -147,8 +149,16 @@ def replica_digests(plan: Plan, key: str, spans: list[tuple[str, int, int]], buc
 # the same for both formats).
 
 
+def _require_peer(entry: LogDirPlan) -> None:
+    if not os.path.isdir(entry.log_dir):
+        raise MigrateError(
+            f"log dir {entry.log_dir} of broker {entry.broker_id} is not there on its host ({socket.gethostname()}): "
+            "a disk not mounted, or the log dir moved since the plan? Its replicas stay unchecked until it is back."
+        )
+
+
 def peer_replica_ranges(entry: LogDirPlan, plan_id: str, partitions: list[str]) -> list[ReplicaRange]:
-    require_local(entry.log_dir)
+    _require_peer(entry)
     dirs = {p.name: p.dir for p in entry.partitions}
     return [offset_range(_files_after_swap_in(dirs[p], plan_id), p, entry.broker_id) for p in partitions]
 
@@ -156,7 +166,7 @@ def peer_replica_ranges(entry: LogDirPlan, plan_id: str, partitions: list[str]) 
 def peer_replica_digests(
     entry: LogDirPlan, plan_id: str, spans: list[tuple[str, int, int]], bucket: int, algorithm: DigestAlgorithm
 ) -> list[ReplicaDigest]:
-    require_local(entry.log_dir)
+    _require_peer(entry)
     dirs = {p.name: p.dir for p in entry.partitions}
     return [
         digest_replica(_files_after_swap_in(dirs[p], plan_id), p, entry.broker_id, lo, hi, bucket, algorithm)
