@@ -181,13 +181,28 @@ def test_brokers_are_cut_over_one_by_one_behind_the_gate_and_one_rolls_back_byte
     assert {b: partitions(d, HOLDINGS[b]) for b, d in brokers.items()} == before
     assert not (tmp_path / "run" / "broker-1.plan.json").exists()
 
-    # the operator starts it again (Kafka recovers it), then runs the same command with a clean stop
+    # the operator starts it again (Kafka recovers it) and runs the same command with a clean stop; broker 1's start
+    # command fails after its conversion: the run stops there, and brokers 2 and 3 are not touched
     subprocess.run(commands["start"].replace("{broker}", "1").split(), check=True, capture_output=True)
     (tmp_path / "events").write_text("")
-    code, out = run(capsys, *common, "--brokers", "1,2,3", "--stop-command", commands["stop"])
+    fails = tmp_path / "start-fails.sh"
+    fails.write_text(f'#!/bin/sh\necho "start-fail $1" >> {tmp_path / "events"}\necho "unit kafka@$1 failed"\nexit 1\n')
+    fails.chmod(0o755)
+    argv = [*common, "--brokers", "1,2,3", "--stop-command", commands["stop"]]
+    code, out = run(capsys, *(f"{fails} {{broker}}" if a == commands["start"] else a for a in argv))
+    assert code == 1, out
+    assert f"broker 1: start failed: the start command `{fails} 1` exited 1; broker 1 is converted" in out
+    assert "unit kafka@1 failed" in out and "continue with: the same rolling command with --brokers 2,3" in out
+    assert events(tmp_path) == ["gate 1", "stop 1", "start-fail 1"]
+    assert {b: partitions(brokers[b], HOLDINGS[b]) for b in (2, 3)} == {b: before[b] for b in (2, 3)}
+
+    # the operator starts broker 1 and continues with the others
+    subprocess.run(commands["start"].replace("{broker}", "1").split(), check=True, capture_output=True)
+    (tmp_path / "events").write_text("")
+    code, out = run(capsys, *common, "--brokers", "2,3", "--stop-command", commands["stop"])
     assert code == 0, out
     assert events(tmp_path) == [
-        event for b in (1, 2, 3) for event in (f"gate {b}", f"stop {b}", f"start {b}", f"gate {b}")
+        event for b in (2, 3) for event in (f"gate {b}", f"stop {b}", f"start {b}", f"gate {b}")
     ]
     for b, d in brokers.items():
         plan = load_plan(tmp_path / "run" / f"broker-{b}.plan.json")
