@@ -151,7 +151,12 @@ def test_an_older_metadata_version_without_offline_replicas_still_judges():
     )
     snapshot = snapshot_from(old, min_isr_configs(broker_default=1), None)
     assert [r.kind for r in judge(snapshot, 2).reasons] == [ReasonKind.UNDER_REPLICATED]
-    assert [r.kind for r in judge(snapshot, 1).reasons] == [ReasonKind.UNDER_REPLICATED, ReasonKind.BELOW_MIN_ISR]
+    reasons = judge(snapshot, 1).reasons
+    assert [r.kind for r in reasons] == [ReasonKind.UNDER_REPLICATED, ReasonKind.BELOW_MIN_ISR]
+    assert (
+        "would leave orders-0 with 0 in-sync replica(s) [], below its min.insync.replicas 1 (broker default): it "
+        "would be offline for the whole window" in reasons[1].message
+    )
 
 
 def test_kafka_unreachable_is_no_go_saying_why():

@@ -163,8 +163,13 @@ def judge(snapshot: ClusterSnapshot, broker: int, source: str = "kafka-admin") -
                     GateReason(
                         ReasonKind.BELOW_MIN_ISR,
                         f"stopping broker {broker} would leave {name} with {len(left)} in-sync replica(s) "
-                        f"{_ids(left)}, below its min.insync.replicas {needed} ({origin}): acks=all producers would "
-                        "fail for the whole window. Add a replica or lower min.insync.replicas for the migration.",
+                        f"{_ids(left)}, below its min.insync.replicas {needed} ({origin}): "
+                        + (
+                            "it would be offline for the whole window (no other in-sync copy). Add a replica first."
+                            if not left
+                            else "acks=all producers would fail for the whole window. Add a replica or lower "
+                            "min.insync.replicas for the migration."
+                        ),
                         p.topic,
                         p.partition,
                         (broker, *left),
