@@ -20,6 +20,7 @@ from migrate.engines import CallResult, Engine, StageCall
 from migrate.model.plan_tree import LogDirPlan, Plan, TaskPlan
 from migrate.model.run_state import LogDirPhase, LogDirStatus, Outcome, SegmentOutcome, Stage
 from migrate.model.stage_reports import (
+    CutoverReport,
     Divergence,
     ExecuteReport,
     FinalizeReport,
@@ -163,6 +164,7 @@ def execute(
         calls = [StageCall((d.key, d.key not in stopped), d.host, plan, d.key) for d in plan.log_dirs if d.key in ready]
         results = engine.map(Stage.SWAP, swap_log_dir, calls)
         lap(Stage.SWAP)
+        swapped_at = time.time()
         errors += _errors(Stage.SWAP, calls, results)
         errors += [
             StageError(Stage.SWAP, r.value.log_dir, r.value.stopped.message, "io-error")
@@ -185,7 +187,47 @@ def execute(
         divergent_replicas=tuple(divergences),
         unchecked_replicas=tuple(unchecked),
         reconciled=reconciled,
+        cutover=cutover_report(plan, outcomes, stage_seconds, swapped_at),
     )
+
+
+def cutover_report(
+    plan: Plan, outcomes: list[SegmentOutcome], stage_seconds: dict[str, float], swapped_at: float
+) -> CutoverReport | None:
+    """For a plan that found pre-staged conversions: what was taken, what the window converted, and the window."""
+    if not any(d.staging_dir for d in plan.log_dirs):
+        return None
+    done = [o for o in outcomes if o.outcome in (Outcome.VERIFIED, Outcome.UNCHANGED)]
+    taken = [o for o in done if o.staged_seconds is not None]
+    fresh = [o for o in done if o.staged_seconds is None]
+    stops = [d.stopped_at_ns for d in plan.log_dirs if d.stopped_at_ns is not None]
+    stopped_at = min(stops) / 1e9 if stops else None
+    seconds = {stage: stage_seconds.get(stage.value, 0.0) for stage in (Stage.PREPARE, Stage.CONVERT, Stage.JOIN)}
+    delta = seconds[Stage.CONVERT] + seconds[Stage.JOIN]
+    swap = stage_seconds.get(Stage.SWAP.value, 0.0)
+    return CutoverReport(
+        staged_segments=len(taken),
+        staged_bytes=sum(o.source_bytes for o in taken),
+        window_segments=len(fresh),
+        window_bytes=sum(o.source_bytes for o in fresh),
+        fallbacks=tuple(o.staged_fallback for o in outcomes if o.staged_fallback),
+        stopped_at=stopped_at,
+        window_seconds=round(swapped_at - stopped_at, 3) if stopped_at is not None else None,
+        checks_seconds=seconds[Stage.PREPARE],
+        delta_seconds=round(delta, 3),
+        swap_seconds=swap,
+        cold_seconds=round(seconds[Stage.PREPARE] + swap + _cold_conversion(taken, fresh, delta), 3),
+    )
+
+
+def _cold_conversion(taken: list[SegmentOutcome], fresh: list[SegmentOutcome], delta: float) -> float:
+    """What converting the staged segments too would have cost this run: at the rate the window itself converted
+    (when it converted enough to measure one), else the pre-stage passes' own seconds (throttled: an overestimate)."""
+    fresh_bytes = sum(o.source_bytes for o in fresh)
+    staged_bytes = sum(o.source_bytes for o in taken)
+    if fresh_bytes >= 1 << 20 and delta > 0:
+        return delta * (fresh_bytes + staged_bytes) / fresh_bytes
+    return delta + sum(o.staged_seconds or 0.0 for o in taken)
 
 
 def _join_calls(

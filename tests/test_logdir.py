@@ -112,7 +112,7 @@ def test_segments_sort_by_offset_and_pick_up_index_siblings_and_broker_leftovers
     (part / "00000000000000000080.txnindex").write_bytes(b"\0" * 34)
     (part / "00000000000000000120.index").write_bytes(b"")  # orphan: Kafka deletes it at start-up
     (part / "00000000000000000040.log.swap").write_bytes(b"")
-    (part / "00000000000000000000.log.deleted").write_bytes(b"")
+    (part / "00000000000000000000.log.deleted").write_bytes(b"")  # unlinked unread at start-up: ignored
     (part / "00000000000000000000.index.cleaned").write_bytes(b"")
     (part / "backup.log").write_bytes(b"")  # Kafka's offsetFromFileName throws on it
     (part / "00000000000000000001.snapshot").write_bytes(b"")  # producer snapshot: ignored
@@ -128,7 +128,6 @@ def test_segments_sort_by_offset_and_pick_up_index_siblings_and_broker_leftovers
     assert (third.index, third.txn_index.size) == (None, 34)
     assert stray == [
         "00000000000000000000.index.cleaned",
-        "00000000000000000000.log.deleted",
         "00000000000000000040.log.swap",
     ]
     assert unexpected == ["00000000000000000120.index", "backup.log"]

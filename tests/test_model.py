@@ -32,6 +32,17 @@ def test_the_example_plan_loads_and_validates():
     assert to_json(plan) == example()  # load and dump are exact inverses
 
 
+def test_the_example_cut_over_plan_loads_and_validates():
+    text = (REPO / "plans" / "example-cutover-plan.json").read_text()
+    jsonschema.validate(json.loads(text), SCHEMA)
+    plan = load_plan_json(text)
+    (entry,) = plan.log_dirs
+    assert entry.staging_dir == "/tmp/klm-example/data/.kafka-log-migrate-staging/kafka" and entry.stopped_at_ns
+    staged = [(p.name, s.base_offset) for p in entry.partitions for s in p.segments if s.staged]
+    assert staged == [("t-0", 0), ("t-0", 50), ("t-1", 0), ("t-1", 50)]
+    assert to_json(plan) == json.loads(text)
+
+
 def test_an_edited_plan_is_refused_with_advice_to_replan():
     data = example()
     data["log_dirs"][0]["partitions"][0]["leader_epoch"] += 1

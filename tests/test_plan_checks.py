@@ -71,7 +71,7 @@ def test_prepare_recheck_refuses_what_changed_since_planning(broker):
     recheck_log_dir(entry, plan.plan_id)  # nothing changed: no refusal
 
     (broker / FENCE_NAME).mkdir()
-    (broker / "plain-v0-0" / "00000000000000000040.log.deleted").write_bytes(b"")
+    (broker / "plain-v0-0" / "00000000000000000040.log.cleaned").write_bytes(b"")
     with pytest.raises(ExecuteRefusedError, match=r"refusing to execute \(2 problems\)") as info:
         recheck_log_dir(entry, plan.plan_id)
     assert [p.kind for p in info.value.problems] == [ProblemKind.MIGRATION_IN_PROGRESS, ProblemKind.STRAY_FILES]

@@ -4,6 +4,7 @@ found, and a full disk leaves the log dir untouched with a message that says wha
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -19,7 +20,7 @@ from migrate.cli import main
 from migrate.kafka.names import segment_name
 from migrate.model.plan_tree import ConvertOptions
 from migrate.prestage import pagecache
-from migrate.prestage.controls import Controls
+from migrate.prestage.controls import MAX_PIECE, Controls, SpaceFloor
 from migrate.prestage.location import StagingPlaceError, default_staging_root, staging_root
 from migrate.prestage.passes import PrestageRequest, run_prestage
 from migrate.prestage.record import RECORD_RE, judge_staged, staged_segments
@@ -125,16 +126,27 @@ def test_the_page_cache_is_left_as_found(tmp_path):
             assert not resident(path).any(), f"{path}: staged output left in the page cache"
 
 
-@pytest.fixture
-def small_disk(tmp_path):
-    mount = tmp_path / "small-disk"
+@contextlib.contextmanager
+def _tmpfs(mount: Path, size: str):
     mount.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)]).returncode != 0:
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mount)]).returncode != 0:
         needs_root_power("mounting a tmpfs needs CAP_SYS_ADMIN")
     try:
         yield mount
     finally:
         subprocess.run(["umount", str(mount)], check=True)
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    with _tmpfs(tmp_path / "small-disk", "1m") as mount:
+        yield mount
+
+
+@pytest.fixture
+def sixteen_mb_disk(tmp_path):
+    with _tmpfs(tmp_path / "disk", "16m") as mount:
+        yield mount
 
 
 def test_a_full_disk_removes_partial_outputs_and_leaves_the_log_dir_alone(small_disk, capsys):
@@ -143,7 +155,7 @@ def test_a_full_disk_removes_partial_outputs_and_leaves_the_log_dir_alone(small_
     with open(small_disk / "filler", "wb") as f:  # room for about one staged segment of the four
         f.write(b"\0" * max(shutil.disk_usage(small_disk).free - 150_000, 0))
 
-    assert main(["prestage", "--log-dirs", str(log_dir), "--rate", "0"]) == 1
+    assert main(["prestage", "--log-dirs", str(log_dir), "--rate", "0", "--min-free", "0"]) == 1
     out = capsys.readouterr().out
     assert "No space left on device" in out and "the log dirs were not touched" in out
     assert "bytes free of" in out and "run prestage again" in out and "stopped early" in out
@@ -159,3 +171,87 @@ def test_a_log_dir_that_is_a_mount_root_is_refused(small_disk, tmp_path):
         staging_root(small_disk)
     with pytest.raises(StagingPlaceError, match="another filesystem"):
         staging_root(small_disk, tmp_path / "elsewhere")
+
+
+def test_the_free_space_floor_stops_a_pass_before_the_broker_runs_short(small_disk, capsys):
+    log_dir = broker_log_dir(small_disk / "data", partitions=1, segments=3, records=800)
+    before = snapshot(log_dir)
+    with open(small_disk / "filler", "wb") as f:  # room above a 10% floor for one staged segment, not two
+        f.write(b"\0" * max(shutil.disk_usage(small_disk).free - 550_000, 0))
+    assert main(["prestage", "--log-dirs", str(log_dir), "--rate", "0"]) == 1  # --min-free 10% by default
+    out = capsys.readouterr().out
+    assert "the floor is 104.9 KB (--min-free)" in out and "the next segment may need" in out, out
+    assert snapshot(log_dir) == before
+    _assert_whole(log_dir)
+    assert len(list(staged_segments(log_dir))) == 1  # the first fitted; the second would have passed the floor
+
+
+class _BrokerWrites(Controls):
+    """The broker's own appends fill the filesystem while a segment is staged (at the ``after``-th piece of I/O)."""
+
+    def __init__(self, filler: Path, size: int, after: int, **kw) -> None:
+        super().__init__(**kw)
+        self.piece = 4096
+        self.filler, self.size, self.after, self.calls = filler, size, after, 0
+
+    def gate(self, size: int) -> None:
+        self.calls += 1
+        if self.calls == self.after:
+            self.filler.write_bytes(b"\0" * self.size)
+        super().gate(size)
+
+
+def test_the_floor_is_watched_while_a_segment_is_written(sixteen_mb_disk, monkeypatch):
+    from migrate.prestage import controls as controls_module
+
+    monkeypatch.setattr(controls_module, "_SPACE_CHECK_BYTES", 256 << 10)  # a small segment: look every 256 KiB
+    log_dir = broker_log_dir(sixteen_mb_disk / "data", partitions=1, segments=2, records=30_000)
+    before = snapshot(log_dir)
+    free = shutil.disk_usage(sixteen_mb_disk).free
+    # once the read is under way the broker's appends leave 3 MB: the floor (1.6 MB) is passed half-way through
+    # the 5 MB output, long before the disk is full
+    writes = _BrokerWrites(sixteen_mb_disk / "broker-writes", free - (3 << 20), after=2, space_floor=SpaceFloor(0.10))
+    controls = writes
+    report = run_prestage(PrestageRequest(log_dirs=(str(log_dir),)), controls)
+    assert "floor" in report.stopped and "the segment in progress was discarded" in report.stopped
+    assert snapshot(log_dir) == before
+    assert list(staged_segments(log_dir)) == []
+    root = default_staging_root(log_dir)
+    assert not root.exists() or all(not os.listdir(p) for p in root.iterdir())  # no partial output left
+
+
+def test_the_rate_file_changes_the_rate_while_running(tmp_path):
+    rate_file = tmp_path / "rate"
+    notes: list[str] = []
+    controls = Controls(1_000_000, rate_file=rate_file, on_pause=notes.append, rate_file_poll_seconds=0)
+    controls.check()
+    assert controls.rate == 1_000_000  # no file yet: --rate holds
+    rate_file.write_text("20MB\n")
+    controls.check()
+    assert controls.rate == 20_000_000 and controls.piece == MAX_PIECE
+    assert notes[-1].endswith("the rate is now 20.0 MB/s")
+    rate_file.write_text("fast please")
+    os.utime(rate_file, ns=(1, 1))
+    controls.check()
+    assert controls.rate == 20_000_000 and "the rate stays 20.0 MB/s" in notes[-1]
+    rate_file.write_text("0")
+    os.utime(rate_file, ns=(2, 2))
+    controls.check()
+    assert controls.rate is None and notes[-1].endswith("the rate is now unlimited")
+
+
+def test_a_pass_runs_at_the_lowest_cpu_and_a_low_io_priority(tmp_path):
+    log_dir = broker_log_dir(tmp_path, partitions=1, segments=2)
+    probe = (
+        "import os, sys; from migrate.cli import main; from migrate.prestage.priority import io_priority; "
+        "code = main(['prestage', '--log-dirs', sys.argv[1], '--rate', '0'] + sys.argv[2:]); "
+        "print(os.getpriority(os.PRIO_PROCESS, 0), *io_priority()); sys.exit(code)"
+    )
+    seen = {}
+    for extra in ([], ["--priority", "idle"], ["--priority", "normal"]):
+        proc = subprocess.run([sys.executable, "-c", probe, str(log_dir), *extra], capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        seen[" ".join(extra) or "default"] = proc.stdout.split()[-3:]
+    assert seen["default"] == ["19", "2", "7"]  # nice 19, best effort at its lowest level
+    assert seen["--priority idle"] == ["19", "3", "0"]
+    assert seen["--priority normal"][0] == str(os.getpriority(os.PRIO_PROCESS, 0))

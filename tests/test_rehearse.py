@@ -162,6 +162,12 @@ def test_rehearsal_of_every_fixture_passes_with_identical_fingerprints(broker, t
         assert windows[b.broker].window_seconds == pytest.approx(sum(expected.values()), rel=1e-3)
     assert p.cluster_parallel_seconds == max(windows[b.broker].window_seconds for b in cluster)
     assert p.cluster_serial_seconds == pytest.approx(sum(windows[b.broker].window_seconds for b in cluster))
+    # after pre-staging only what changed since the last pass is planned and converted in the window
+    for b in cluster:
+        w = windows[b.broker]
+        scaled = 0.01 * (w.seconds_by_step["plan-check"] + w.seconds_by_step["execute"])
+        assert w.cutover_seconds == pytest.approx(scaled + w.seconds_by_step["verify"], rel=1e-3)
+    assert p.cluster_rolling_cutover_seconds == pytest.approx(sum(windows[b.broker].cutover_seconds for b in cluster))
     # the JSON report on disk is the same report
     on_disk = json.loads(paths.report.read_text())
     assert on_disk["ok"] is True and on_disk["id"] == report.id

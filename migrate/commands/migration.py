@@ -47,6 +47,28 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--host-map", default="", help="log dir to Dask worker host: /data/a=10.0.0.5,/data/b=10.0.0.6")
     p.add_argument("--json", action="store_true", help="print the plan summary as JSON")
     g = p.add_argument_group(
+        "cut-over after pre-staging",
+        "a segment that `prestage` converted while the broker ran, whose source is provably the file it read (device, "
+        "inode, size, mtime, ctime and its first and last bytes) and whose staged files are as written, is planned "
+        "from its staged conversion without reading it; execute takes the staged files instead of converting. "
+        "Anything else is converted in the window, as a cold run would.",
+    )
+    g.add_argument(
+        "--staging-dir",
+        help="the staging tree of each log dir, comma-separated in the order of --log-dirs, as given to prestage "
+        "(default: <parent of log dir>/.kafka-log-migrate-staging/<log dir name>, used when it exists)",
+    )
+    g.add_argument(
+        "--no-staged", action="store_true", help="plan cold: read and convert every segment, ignore what was staged"
+    )
+    g.add_argument(
+        "--reverify-staged",
+        action="store_true",
+        help="execute re-reads every staged file and verifies it against the digests recorded when it was staged "
+        "before taking it (a full read of the staged data: the window grows with it). By default a staged file is "
+        "taken when its inode, size, mtime and ctime are as recorded after its fsync, which no write can keep.",
+    )
+    g = p.add_argument_group(
         "cluster",
         "plan every broker at once on a Dask cluster with one worker per broker host: each worker plans its own "
         "host's log dirs",
@@ -170,7 +192,19 @@ def plan_request_from(args: argparse.Namespace, log_dirs: tuple[str, ...], check
         if args.compact_memory_limit is not None
         else None,
         range_bytes=args.range_bytes or None,
+        staging_dirs=_staging_dirs(log_dirs, getattr(args, "staging_dir", None)),
+        use_staged=not getattr(args, "no_staged", False),
+        reverify_staged=getattr(args, "reverify_staged", False),
     )
+
+
+def _staging_dirs(log_dirs: tuple[str, ...], given: str | None) -> tuple[tuple[str, str], ...]:
+    if not given:
+        return ()
+    staging = tuple(given.split(","))
+    if len(staging) != len(log_dirs) or any(not d.strip() for d in staging):
+        raise ValueError(f"--staging-dir names {len(staging)} dirs for {len(log_dirs)} log dirs: give one per log dir")
+    return tuple(zip(log_dirs, staging))
 
 
 def run_plan(args: argparse.Namespace) -> int:
@@ -195,6 +229,12 @@ def run_plan(args: argparse.Namespace) -> int:
         if s.tail_drop
     ]
     text = [f"warning: {w}" for w in plan.warnings] + [f"note: {x}" for x in drops]
+    staged = [s for d in plan.log_dirs for p in d.partitions for s in p.segments if s.staged]
+    if staged:
+        text.append(
+            f"cut-over: {len(staged)} segments ({human_bytes(sum(s.size for s in staged))}) are planned from their "
+            f"pre-staged conversions; {est.segments - len(staged)} are converted in the window."
+        )
     text += [
         f"plan {plan.plan_id} written to {args.output}: {est.partitions} partitions, {est.segments} segments, "
         f"{human_bytes(est.bytes)} in, about {human_bytes(est.estimated_output_bytes)} out.",
@@ -297,6 +337,7 @@ def execute_text(report_: ExecuteReport, plan_path: str, summary_lines: list[str
             f"this run's: {u.reason}. The run of those brokers compares theirs with this one's (execute --brokers "
             "... --require-consistent-replicas fails a partition whose replicas differ)."
         )
+    lines += cutover_lines(report_)
     lines += summary_lines or []
     mixed = [p.partition for d in report_.log_dirs for p in d.partitions if p.state.mixed]
     report_cmd = f"`kafka-log-migrate report --plan {plan_path}` writes the Parquet table and HTML report of the run"
@@ -323,6 +364,27 @@ def execute_text(report_: ExecuteReport, plan_path: str, summary_lines: list[str
             f"{report_cmd}."
         )
     return "\n".join(lines)
+
+
+def cutover_lines(report_: ExecuteReport) -> list[str]:
+    """The window of a cut-over run, beside a cold run of the same data."""
+    c = report_.cutover
+    if c is None:
+        return []
+    lines = [
+        f"cut-over: {c.staged_segments} segments ({human_bytes(c.staged_bytes)}) taken from pre-staging, "
+        f"{c.window_segments} ({human_bytes(c.window_bytes)}) converted in the window",
+    ]
+    if c.window_seconds is not None:
+        lines.append(
+            f"  window since the broker stopped: {c.window_seconds:.1f} s (this run: checks {c.checks_seconds:.1f} s, "
+            f"delta conversion {c.delta_seconds:.1f} s, swap {c.swap_seconds:.1f} s); a cold run of the same data: "
+            f"about {c.cold_seconds:.1f} s"
+        )
+    lines += [f"  converted anew instead of taken: {f}" for f in c.fallbacks[:20]]
+    if len(c.fallbacks) > 20:
+        lines.append(f"  ... and {len(c.fallbacks) - 20} more")
+    return lines
 
 
 def run_verify(args: argparse.Namespace) -> int:

@@ -9,12 +9,14 @@ import dataclasses
 from migrate.codec import to_json
 from migrate.commands.options import add_conversion_options, convert_options
 from migrate.commands.output import emit, note
-from migrate.prestage.controls import DEFAULT_WINDOW_SECONDS, Controls
+from migrate.prestage.controls import DEFAULT_WINDOW_SECONDS, Controls, SpaceFloor, parse_rate
 from migrate.prestage.passes import PassReport, PrestageReport, PrestageRequest, run_prestage
+from migrate.prestage.priority import IoClass, lower_priority
 from migrate.units import human_bytes, parse_data_bytes
 
 EXIT_USAGE = 2
 DEFAULT_RATE = "50MB"
+DEFAULT_MIN_FREE = "10%"
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -56,6 +58,25 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="SECONDS",
         help=f"the window the rate is held over, within 8%% (default {DEFAULT_WINDOW_SECONDS:g})",
     )
+    p.add_argument(
+        "--rate-file",
+        help="a file holding a rate (as --rate: 20MB, 0 for no limit), re-read within a second of each change: "
+        "adjust the throttle while the pass runs; until it exists, --rate holds",
+    )
+    p.add_argument(
+        "--min-free",
+        default=DEFAULT_MIN_FREE,
+        help="free space to leave on each staging filesystem, which the broker writes to: a percentage of the "
+        f"filesystem (10%%) or bytes (50G), 0 for none; checked before each segment and while it is written (default "
+        f"{DEFAULT_MIN_FREE.replace('%', '%%')})",
+    )
+    p.add_argument(
+        "--priority",
+        choices=("low", "idle", "normal"),
+        default="low",
+        help="low (default): nice 19 and best-effort I/O at its lowest level; idle: nice 19 and idle I/O (disk time "
+        "only when the broker wants none; may starve behind a busy broker); normal: as started",
+    )
     p.add_argument("--pause-file", help="while this file exists, no I/O (looked at several times a second)")
     p.add_argument("--abort-file", help="when this file appears, stop: the segment in progress is discarded")
     g = p.add_argument_group("conversion options (as for plan: staging is used only when plan's options are equal)")
@@ -71,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
         note("kafka-log-migrate: error: --log-dirs or --staging-dir holds an empty path (a doubled or trailing comma?)")
         return EXIT_USAGE
     try:
-        rate = None if args.rate.strip() in ("0", "unlimited") else parse_data_bytes(args.rate)
+        rate = parse_rate(args.rate)
         threshold = parse_data_bytes(args.threshold) if args.threshold is not None else None
         if args.passes < 1 or args.throttle_window <= 0:
             raise ValueError("--passes and --throttle-window must be positive")
@@ -84,14 +105,36 @@ def run(args: argparse.Namespace) -> int:
             passes=args.passes,
             threshold_bytes=threshold,
         )
-        controls = Controls(rate, args.pause_file, args.abort_file, args.throttle_window, on_pause=note)
+        controls = Controls(
+            rate,
+            args.pause_file,
+            args.abort_file,
+            args.throttle_window,
+            on_pause=note,
+            rate_file=args.rate_file,
+            space_floor=parse_min_free(args.min_free),
+        )
     except ValueError as exc:
         note(f"kafka-log-migrate: error: {exc}")
         return EXIT_USAGE
+    if args.priority != "normal":
+        io_class = IoClass.IDLE if args.priority == "idle" else IoClass.BEST_EFFORT
+        for problem in lower_priority(io_class):
+            note(f"warning: could not lower the {problem}; the throttle still holds")
     report = run_prestage(request, controls, on_pass=lambda p: None if args.json else note(pass_text(p, controls)))
     body = to_json(dataclasses.asdict(report)) | {"window_totals": controls.window_totals(), "ok": report.ok}
     emit(body, args.json, summary_text(report, controls))
     return 0 if report.ok else 1
+
+
+def parse_min_free(text: str) -> SpaceFloor | None:
+    """``10%`` of the filesystem or bytes (``50G``); ``0``: no floor, a full disk stops the pass instead."""
+    text = text.strip()
+    if text in ("0", "0%"):
+        return None
+    if text.endswith("%"):
+        return SpaceFloor(fraction=float(text[:-1]) / 100)
+    return SpaceFloor(fraction=0.0, min_bytes=parse_data_bytes(text))
 
 
 def pass_text(done: PassReport, controls: Controls) -> str:

@@ -214,11 +214,17 @@ def report_text(report: RehearsalReport) -> str:
             lines.append(f"  {r.step:<11} {speed:>12}" + (f"  ({r.note})" if r.note else ""))
         for b in p.brokers:
             back = f"; rollback {hs(b.rollback_seconds)}" if b.rollback_seconds is not None else ""
-            lines.append(f"  broker {b.broker}: {hb(b.bytes)} -> window {hs(b.window_seconds)}{back}")
+            cut = f"; pre-staged cut-over {hs(b.cutover_seconds)}" if b.cutover_seconds is not None else ""
+            lines.append(f"  broker {b.broker}: {hb(b.bytes)} -> window {hs(b.window_seconds)}{cut}{back}")
         if p.cluster_parallel_seconds is not None and p.cluster_serial_seconds is not None:
             lines.append(
                 f"  cluster ({len(p.brokers) - 1} brokers): {hs(p.cluster_parallel_seconds)} all at once, "
                 f"{hs(p.cluster_serial_seconds)} one after the other"
+            )
+        if p.cluster_rolling_cutover_seconds is not None:
+            lines.append(
+                f"  pre-staged, rolling one broker at a time: {hs(p.cluster_rolling_cutover_seconds)} of broker "
+                f"downtime in all ({p.cutover_changed_fraction:.0%} of the data changed after each last pass)"
             )
         lines += [f"  note: {c}" for c in p.caveats]
     lines.append(f"report: {report.report_path}" + (f" (HTML: {report.html_report})" if report.html_report else ""))

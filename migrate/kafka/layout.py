@@ -12,6 +12,7 @@ from migrate.errors import LogDirAccessError
 from migrate.kafka.names import (
     CHECKPOINT_FILES,
     CLEAN_SHUTDOWN_FILE,
+    DELETED_SUFFIX,
     FENCE_NAME,
     INDEX_RE,
     INDEX_SUFFIXES,
@@ -59,7 +60,7 @@ class Partition:
     partition: int
     path: Path
     segments: list[Segment] = field(default_factory=list)
-    stray_files: list[str] = field(default_factory=list)  # .swap/.cleaned/.deleted: a broker died mid-operation
+    stray_files: list[str] = field(default_factory=list)  # .swap/.cleaned: a broker died mid-operation
     unexpected_files: list[str] = field(default_factory=list)  # *.log not named <20 digits>.log, orphan indexes
     kind: str = "current"
 
@@ -88,6 +89,8 @@ def list_segments(partition_dir: str | Path) -> tuple[list[Segment], list[str], 
         if not entry.is_file():
             continue
         name = entry.name
+        if name.endswith(DELETED_SUFFIX):
+            continue
         if name.endswith(STRAY_SUFFIXES):
             stray.append(name)
             continue

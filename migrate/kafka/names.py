@@ -7,8 +7,10 @@
   KRaft metadata log, not data.
 - A segment is ``<20-digit base offset>.log`` with ``.index``, ``.timeindex`` and ``.txnindex`` siblings
   (``LogFileUtils.filenamePrefixFromOffset``: the one place here that builds such a name is ``segment_name``).
-  ``.swap``, ``.cleaned`` and ``.deleted`` files are left by a broker that died during a cleaner/split/delete
-  operation; it completes or discards them at its next start.
+  ``.swap`` and ``.cleaned`` files are left by a broker that died during a cleaner or split operation; it completes
+  or discards them at its next start. ``.deleted`` files are segments retention or the cleaner already replaced,
+  waiting for ``file.delete.delay.ms``: a clean stop leaves them, and the next start unlinks them unread
+  (``LogLoader.removeTempFilesAndCollectSwapFiles``), so they are not data and are ignored.
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ CHECKPOINT_FILES = (RECOVERY_POINT_CHECKPOINT, REPLICATION_CHECKPOINT, LOG_START
 SEGMENT_RE = re.compile(r"^(\d{20})\.log$", re.ASCII)
 INDEX_SUFFIXES = (".index", ".timeindex", ".txnindex")
 INDEX_RE = re.compile(r"^(\d{20})(\.index|\.timeindex|\.txnindex)$", re.ASCII)
-STRAY_SUFFIXES = (".swap", ".cleaned", ".deleted")
+STRAY_SUFFIXES = (".swap", ".cleaned")
+DELETED_SUFFIX = ".deleted"
 SKIPPED_DIRS = {"remote-log-index-cache"}
 METADATA_TOPIC = "__cluster_metadata"
 DIR_SUFFIXES = {"-delete": "delete", "-future": "future", "-stray": "stray"}

@@ -157,6 +157,9 @@ class SegmentPlan:
     # a segment converted in ranges whose outputs' places are known: the first cut is (0, 0), the last (size, the
     # converted size); left out of the JSON when None
     range_cuts: tuple[RangeCut, ...] | None = field(default=None, metadata=OMIT_IF_NONE)
+    # a pre-stage pass converted this segment and its source is provably the file it read (migrate.prestage.cutover):
+    # execute takes the staged outputs instead of converting; left out of the JSON when None (nothing staged)
+    staged: bool | None = field(default=None, metadata=OMIT_IF_NONE)
 
     @property
     def file(self) -> str:
@@ -249,6 +252,12 @@ class LogDirPlan:
     cluster_id: str | None
     partitions: tuple[PartitionPlan, ...]
     filesystems: tuple[FilesystemSpace, ...] = ()
+    # where this log dir's pre-staged conversions are (a cut-over plan); None: nothing staged was found
+    staging_dir: str | None = field(default=None, metadata=OMIT_IF_NONE)
+    # the clean-shutdown marker's mtime when planned: when the broker stopped, the start of the cut-over's window
+    stopped_at_ns: int | None = field(default=None, metadata=OMIT_IF_NONE)
+    # plan --reverify-staged: execute re-reads each staged file against its digests before taking it (a full read)
+    reverify_staged: bool | None = field(default=None, metadata=OMIT_IF_NONE)
 
     @property
     def label(self) -> str:

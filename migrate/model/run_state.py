@@ -257,6 +257,10 @@ class SegmentOutcome:
     problem: Problem | None = None
     result: SegmentResult | None = None
     finished_at: float = 0.0
+    # taken from a pre-stage pass's outputs: the seconds that pass spent converting and verifying it (a cold run's cost)
+    staged_seconds: float | None = None
+    # the plan named staged outputs, but they could not be used (a source or staged file changed since): why
+    staged_fallback: str = ""
 
 
 @dataclass(frozen=True)

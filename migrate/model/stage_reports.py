@@ -204,6 +204,24 @@ class SegmentTotals:
 
 
 @dataclass(frozen=True)
+class CutoverReport:
+    """A run of a plan that found pre-staged conversions: what staging saved, and the broker's window, from its stop
+    (the clean-shutdown marker's mtime) to the end of the swap, beside what converting the same data cold costs."""
+
+    staged_segments: int  # taken from staging: renamed into place, not converted
+    staged_bytes: int  # their source bytes
+    window_segments: int  # converted in the window: rolled since the last pass, the old active segment, changed
+    window_bytes: int
+    fallbacks: tuple[str, ...]  # planned from staging but converted anew: which segment, and why
+    stopped_at: float | None  # the earliest clean-shutdown marker's mtime of the run's log dirs, seconds since 1970
+    window_seconds: float | None  # stopped_at to the end of the swap (plan and the operator's pauses included)
+    checks_seconds: float  # execute's re-checks under the lock (prepare)
+    delta_seconds: float  # converting and verifying what staging did not cover
+    swap_seconds: float
+    cold_seconds: float  # the same run without staging (its staged bytes at the window's own conversion rate)
+
+
+@dataclass(frozen=True)
 class ExecuteReport:
     plan_id: str
     engine: str
@@ -217,6 +235,7 @@ class ExecuteReport:
     divergent_replicas: tuple[Divergence, ...] = ()  # replicas of one partition whose records differ across brokers
     reconciled: tuple[str, ...] = ()  # where the state database disagreed with the files, and was corrected
     unchecked_replicas: tuple[UncheckedReplica, ...] = ()  # replicas on brokers outside the run, not compared
+    cutover: CutoverReport | None = None  # a plan that found pre-staged conversions
 
     @property
     def unmigrated(self) -> list[PartitionStatus]:

@@ -2,10 +2,14 @@
 
 Refused, each with the path, the byte position where there is one, and what to do: a path that is not a Kafka log
 dir (or is a partition dir), a held ``.lock``, no clean-shutdown marker, a migration in progress, stray
-``.swap``/``.cleaned``/``.deleted`` files, a checksum that does not match, an unknown magic byte, damage in the middle
-of a partition, a torn tail (unless ``--truncate-tail``, which drops it from the partition's last segment only and
-lists what it drops), and too little space on any filesystem that holds partitions. Those checks are one table,
-``migrate.planning.checks``; a refusal (PlanRefusedError) carries each problem as a record.
+``.swap``/``.cleaned`` files (``.deleted`` ones are ignored: Kafka's loader unlinks them unread), a checksum that
+does not match, an unknown magic byte, damage in the middle of a partition, a torn tail (unless ``--truncate-tail``,
+which drops it from the partition's last segment only and lists what it drops), and too little space on any
+filesystem that holds partitions. Those checks are one table, ``migrate.planning.checks``; a refusal
+(PlanRefusedError) carries each problem as a record.
+
+After a pre-stage pass (``migrate.prestage``), a segment whose staged conversion provably stands for it is planned
+from its record without being read (``migrate.prestage.cutover``): the plan of a cut-over costs the delta.
 
 With ``--compact`` rules, every partition of a matching topic is planned whatever its format (v2-only ones too)
 and read in full now: pass one of compaction (``migrate.compaction.pass_one``) runs here, so the plan shows per
@@ -50,6 +54,7 @@ from migrate.model.plan_tree import (
 )
 from migrate.planning.checks import CompactionAttempt, LogDirSubject, Scope, SegmentSubject, judge
 from migrate.planning.request import PlanRequest
+from migrate.prestage.cutover import plan_staged, staged_for, staging_tree, stopped_at_ns
 from migrate.run.workspace import write_durably
 from migrate.segment.profile import SegmentProfile, profile_segment
 
@@ -90,8 +95,10 @@ def build_plan(request: PlanRequest) -> Plan:
         found.warnings.extend(layout.warnings)
         meta = read_meta_properties(log_dir)
         wanted = [p for p in layout.partitions if not topic_re or topic_re.fullmatch(p.topic)]
+        override = request.staging_dir_of(raw, log_dir)
+        staging = staging_tree(log_dir, override) if request.use_staged else None
         partitions = []
-        for planned, refusals, warnings in _plan_partitions(wanted, request):
+        for planned, refusals, warnings in _plan_partitions(wanted, request, staging):
             found.refusals += refusals
             found.warnings += warnings
             if planned is not None:
@@ -106,6 +113,7 @@ def build_plan(request: PlanRequest) -> Plan:
                 cluster_id=meta.cluster_id if meta else None,
                 partitions=tuple(partitions),
                 filesystems=_space(partitions, request, found),
+                **_cutover_fields(staging, partitions, log_dir, request.reverify_staged),
             )
         )
     if found.refusals:
@@ -148,21 +156,21 @@ PARALLEL_CHUNK = 64
 PartitionFindings = tuple[PartitionPlan | None, list[PlanProblem], list[str]]
 
 
-def _plan_one(part: Partition, request: PlanRequest) -> PartitionFindings:
+def _plan_one(part: Partition, request: PlanRequest, staging: Path | None) -> PartitionFindings:
     found = _Findings()
-    planned = _plan_partition(part, request, found)
+    planned = _plan_partition(part, request, found, staging)
     return planned, found.refusals, found.warnings
 
 
-def _plan_chunk(parts: list[Partition], request: PlanRequest) -> list[PartitionFindings]:
-    return [_plan_one(p, request) for p in parts]
+def _plan_chunk(parts: list[Partition], request: PlanRequest, staging: Path | None) -> list[PartitionFindings]:
+    return [_plan_one(p, request, staging) for p in parts]
 
 
-def _plan_partitions(parts: list[Partition], request: PlanRequest) -> list[PartitionFindings]:
+def _plan_partitions(parts: list[Partition], request: PlanRequest, staging: Path | None) -> list[PartitionFindings]:
     """Each partition's plan and findings, in order; on several processes for large log dirs."""
     cores = os.cpu_count() or 1
     if cores < 2 or sum(len(p.segments) for p in parts) < PARALLEL_MIN_SEGMENTS:
-        return _plan_chunk(parts, request)
+        return _plan_chunk(parts, request, staging)
     import concurrent.futures
     import multiprocessing
 
@@ -170,18 +178,32 @@ def _plan_partitions(parts: list[Partition], request: PlanRequest) -> list[Parti
     # spawn, not fork: the caller may hold threads (a Dask client) that a forked child would inherit half-locked
     context = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(max_workers=cores, mp_context=context) as pool:
-        return [found for chunk in pool.map(_plan_chunk, chunks, [request] * len(chunks)) for found in chunk]
+        n = len(chunks)
+        return [found for chunk in pool.map(_plan_chunk, chunks, [request] * n, [staging] * n) for found in chunk]
 
 
-def _plan_partition(part: Partition, request: PlanRequest, found: _Findings) -> PartitionPlan | None:
+def _plan_partition(
+    part: Partition, request: PlanRequest, found: _Findings, staging: Path | None = None
+) -> PartitionPlan | None:
     opts = request.options
     found.refusals += judge(Scope.PARTITION, part)
     segments = []
     rule = request.compaction_rule(part.topic)
     refusals_before = len(found.refusals)
+    epochs = leader_epoch_entries(part.path)
+    epoch = request.leader_epoch if request.leader_epoch is not None else (epochs[0][0] if epochs else 0)
+    not_taken: list[str] = []
     for seg in part.segments:
         if not seg.size:
             continue
+        staged = staged_for(staging, part.name, seg.base_offset) if staging and rule is None else None
+        if staged is not None and seg is not part.segments[-1]:
+            taken = plan_staged(staged, seg.path, opts.for_partition(epoch))
+            if taken.judgement.usable:
+                if taken.segment is not None:
+                    segments.append(taken.segment)
+                continue
+            not_taken.append(f"{seg.path.name} ({taken.judgement.verdict}: {taken.judgement.reason})")
         # a crash can tear only the segment being appended to: the partition's last (a roll follows a full write)
         subject = SegmentSubject(seg.path, seg.base_offset, seg is part.segments[-1], request, rule is not None)
         try:
@@ -216,13 +238,16 @@ def _plan_partition(part: Partition, request: PlanRequest, found: _Findings) -> 
                 range_cuts=profile.range_cuts,
             )
         )
+    if not_taken:
+        found.warnings.append(
+            f"{part.path}: {len(not_taken)} pre-staged conversion(s) not used, converted now from the source: "
+            f"{'; '.join(not_taken[:3])}{' ...' if len(not_taken) > 3 else ''}"
+        )
     if not segments:
         return None
     compaction = None
     if rule is not None and len(found.refusals) == refusals_before:
         compaction = _plan_compaction(part, segments, rule, request, found)
-    epochs = leader_epoch_entries(part.path)
-    epoch = request.leader_epoch if request.leader_epoch is not None else (epochs[0][0] if epochs else 0)
     return PartitionPlan(
         name=part.name,
         topic=part.topic,
@@ -283,6 +308,17 @@ def _plan_compaction(
     return None
 
 
+def _cutover_fields(
+    staging: Path | None, partitions: list[PartitionPlan], log_dir: Path, reverify: bool
+) -> dict[str, object]:
+    """A log dir some of whose segments are planned from staging: where the staging is, and when the broker stopped
+    (the window's start). Nothing for a cold plan, whose JSON stays as it was."""
+    if staging is None or not any(s.staged for p in partitions for s in p.segments):
+        return {}
+    fields: dict[str, object] = {"staging_dir": str(staging), "stopped_at_ns": stopped_at_ns(log_dir)}
+    return {**fields, "reverify_staged": True} if reverify else fields
+
+
 def _space(partitions: list[PartitionPlan], request: PlanRequest, found: _Findings) -> tuple[FilesystemSpace, ...]:
     """Staging needs room on the filesystem of each partition's real directory (a partition dir may be a symlink
     onto another disk); the originals stay as hard links until finalize."""
@@ -295,7 +331,8 @@ def _space(partitions: list[PartitionPlan], request: PlanRequest, found: _Findin
         real.setdefault(dev, resolved)
     out = []
     for dev, parts in sorted(by_device.items()):
-        need = int(sum(p.estimated_output_bytes for p in parts) * SPACE_MARGIN)
+        # a staged segment's outputs are on this filesystem already: taking them renames, it needs no room
+        need = int(sum(s.estimated_output_bytes for p in parts for s in p.segments if not s.staged) * SPACE_MARGIN)
         space = FilesystemSpace(dev, real[dev], len(parts), need, free_bytes(real[dev], request.free_bytes_cap))
         found.refusals += judge(Scope.FILESYSTEM, space)
         out.append(space)
@@ -313,7 +350,8 @@ def make_tasks(
     drown the scheduler, one task per log dir would leave workers idle. A segment larger than ``range_bytes`` gets a
     task per range of about that size instead (``ByteRange``), so that one large partition keeps every worker busy;
     not in a compacted partition (its survivors are checked record by record, segment by segment) nor under
-    ``--pack-bytes`` (packing follows the entries a reader groups, so ranges would move batch boundaries)."""
+    ``--pack-bytes`` (packing follows the entries a reader groups, so ranges would move batch boundaries). A segment
+    planned from staging costs a few renames, not its bytes."""
     split = range_bytes is not None and range_bytes > 0 and (options is None or options.pack_bytes is None)
     tasks: list[TaskPlan] = []
     for d in log_dirs:
@@ -322,6 +360,12 @@ def make_tasks(
         for p in d.partitions:
             for s in p.segments:
                 ref = SegmentRef(p.name, s.base_offset)
+                if s.staged:  # taking staged outputs renames three files: as light as a tiny segment
+                    current.append(ref)
+                    if len(current) >= task_segments:
+                        tasks.append(TaskPlan(f"t{len(tasks):05d}", d.key, tuple(current), size))
+                        current, size = [], 0
+                    continue
                 if split and s.size > range_bytes and p.compaction is None:  # type: ignore[operator]
                     for span in _ranges(s, range_bytes):  # type: ignore[arg-type]
                         tasks.append(TaskPlan(f"t{len(tasks):05d}", d.key, (ref,), span.end - span.start, span))

@@ -26,9 +26,16 @@ class PlanRequest:
     drop_tombstones_older_than_ms: int | None = None  # --drop-tombstones-older-than (compacted partitions only)
     compact_memory_limit: int | None = None  # --compact-memory-limit: pass one's state per partition, at most
     range_bytes: int | None = DEFAULT_RANGE_BYTES  # --range-bytes: larger segments convert in ranges; None: never
+    staging_dirs: tuple[tuple[str, str], ...] = ()  # (log dir, its --staging-dir); else each log dir's default tree
+    use_staged: bool = True  # --no-staged: plan cold, reading every segment, whatever a pre-stage pass left
+    reverify_staged: bool = False  # --reverify-staged: execute re-reads staged files against their digests
 
     def compaction_rule(self, topic: str) -> CompactionRule | None:
         return next((r for r in self.compact if r.matches(topic)), None)
+
+    def staging_dir_of(self, raw: str, resolved: Path) -> str | None:
+        given = dict(self.staging_dirs)
+        return given.get(raw) or given.get(str(resolved))
 
     def host_of(self, raw: str, resolved: Path) -> str | None:
         hosts = dict(self.host_map)

@@ -29,10 +29,8 @@ from migrate.model.plan_tree import ConvertOptions
 from migrate.prestage.controls import Aborted, Controls
 from migrate.prestage.identity import FileIdentity
 from migrate.prestage.location import refuse_overlap, staging_root
-from migrate.prestage.record import RECORD_RE, StagedSegment, judge_staged, read_record, record_path
+from migrate.prestage.record import RECORD_RE, STAGED_FILE_RE, StagedSegment, judge_staged, read_record, record_path
 from migrate.prestage.stage import StageOutcome, StageResult, StagingWriteError, discard, stage_segment
-
-_OURS = re.compile(r"^(\d{20})(\.log|\.index|\.timeindex|\.prestaged\.json)$|^\.\d{20}\.prestaged\.json\.partial$")
 
 
 @dataclass(frozen=True)
@@ -160,6 +158,7 @@ def _one_log_dir(
         holder = 0
     done = LogDirPass(str(target.log_dir), str(target.root), holder)
     current.log_dirs.append(done)  # a pass stopped half-way still reports what it did
+    controls.staging = target.log_dir  # statvfs only: the staging tree is on this filesystem (location.staging_root)
     partitions = {p.name: p for p in live_partitions(target.log_dir)}
     done.removed += sweep(target.root, partitions)
     try:
@@ -196,6 +195,7 @@ def _stage_partitions(
                 staging.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 raise StagingWriteError(exc.errno, exc.strerror, str(staging)) from exc
+            controls.before_segment(seg.size)
             try:
                 outcome = stage_segment(seg.path, staging, options, controls, target.log_dir)
             except LocatedError as exc:  # the conversion did not verify: as refused as bad bytes
@@ -269,7 +269,7 @@ def sweep(root: Path, partitions: dict[str, Partition]) -> int:
             else:
                 vouched.add(base)
         for name in names:
-            m = _OURS.match(name)
+            m = STAGED_FILE_RE.match(name)
             if m is not None and (m.group(1) is None or int(m.group(1)) not in vouched):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(staging / name)

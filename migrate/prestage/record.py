@@ -34,6 +34,10 @@ from migrate.run.workspace import write_durably
 RECORD_VERSION = 1
 RECORD_SUFFIX = ".prestaged.json"
 RECORD_RE = re.compile(r"^(\d{20})\.prestaged\.json$", re.ASCII)
+# every file a pass writes in a partition's staging dir: staged outputs, records, and a record's temporary file
+STAGED_FILE_RE = re.compile(
+    r"^(\d{20})(\.log|\.index|\.timeindex|\.prestaged\.json)$|^\.\d{20}\.prestaged\.json\.partial$", re.ASCII
+)
 STAGED_SUFFIXES = (".log", ".index", ".timeindex")
 
 

@@ -35,6 +35,7 @@ from migrate.prestage.record import (
     record_path,
     write_record,
 )
+from migrate.run import faults
 from migrate.segment.convert import check_planned, finish_outputs, live_stats, stream_entries
 from migrate.segment.indexes import IndexBuilder
 from migrate.segment.verify import verify_segment
@@ -97,6 +98,7 @@ def stage_segment(
                 expected_inode=st.st_ino,
             )
             try:
+                faults.point("before:prestage-convert")
                 result = convert(task, src, st, controls)
             except LocatedError as exc:
                 changed = _changed(source, fd, before)
@@ -109,6 +111,7 @@ def stage_segment(
                 if changed:
                     discard(partition_staging, base_offset)
                     return _rejected(source, changed)
+                faults.point("before:prestage-seal")
                 staged = _seal(result, options, controls)
                 record = StagedRecord(
                     version=RECORD_VERSION,
@@ -126,10 +129,12 @@ def stage_segment(
                 )
                 controls.check()
                 target = record_path(partition_staging, base_offset)
+                faults.point("before:prestage-record")
                 try:
                     write_record(target, record)
                 except OSError as exc:
                     raise StagingWriteError(exc.errno, exc.strerror, str(target)) from exc
+                faults.point("after:prestage-record")
             except BaseException:
                 discard(partition_staging, base_offset)
                 raise

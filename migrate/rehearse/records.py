@@ -189,6 +189,9 @@ class BrokerWindow:
     seconds_by_step: dict[str, float]
     window_seconds: float  # the window's steps one after the other, on this broker
     rollback_seconds: float | None
+    # after pre-staging (``prestage`` while the broker runs): plan and execute of what changed since the last pass
+    # only, at CUTOVER_CHANGED_FRACTION of the bytes; verify as in the cold window
+    cutover_seconds: float | None = None
 
 
 @dataclass(frozen=True)
@@ -200,6 +203,8 @@ class Projection:
     cluster_parallel_seconds: float | None  # every broker at once: the slowest broker's window
     cluster_serial_seconds: float | None  # one broker after the other
     caveats: tuple[str, ...] = ()
+    cluster_rolling_cutover_seconds: float | None = None  # every broker pre-staged, then cut over one after the other
+    cutover_changed_fraction: float | None = None  # of each broker's bytes, changed after its last pre-stage pass
 
 
 @dataclass(frozen=True)

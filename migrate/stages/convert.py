@@ -27,10 +27,12 @@ from migrate.model.run_state import (
     Problem,
     RangeProgress,
     SegmentOutcome,
+    SegmentResult,
     SegmentState,
     SegmentTask,
 )
 from migrate.model.stage_reports import ConvertTaskResult, RangePart
+from migrate.prestage.cutover import take_staged
 from migrate.run import faults
 from migrate.run.state import StateStore
 from migrate.run.workspace import checked_work_dir, segment_file, sync_filesystem
@@ -175,8 +177,16 @@ def convert_range_task(plan: Plan, task: TaskPlan, run: str = "") -> RangePart:
 
 def convert_and_verify(plan: Plan, log_dir: str, partition: str, base_offset: int) -> SegmentOutcome:
     started = time.perf_counter()
+    fallback = ""
     try:
         task = segment_task(plan, log_dir, partition, base_offset)
+        entry = plan.log_dir(log_dir)
+        if entry.staging_dir is not None and plan.partition(log_dir, partition).segment_by_base[base_offset].staged:
+            faults.point("before:take-staged")
+            taken = take_staged(entry.log_dir, entry.staging_dir, partition, task, deep=bool(entry.reverify_staged))
+            if taken.result is not None:
+                return _taken(log_dir, partition, base_offset, taken.result, started)
+            fallback = f"{task.source}: {taken.judgement.verdict}: {taken.judgement.reason}"
         faults.point("before:convert")
         result = convert_segment(task)
     except UnsafePathError as exc:
@@ -200,6 +210,7 @@ def convert_and_verify(plan: Plan, log_dir: str, partition: str, base_offset: in
         records=result.records,
         convert_seconds=converted - started,
         result=result,
+        staged_fallback=fallback,
     )
     if result.status != ConversionStatus.CONVERTED:
         return _with(base, outcome=Outcome.UNCHANGED, finished_at=time.time())
@@ -221,6 +232,24 @@ def convert_and_verify(plan: Plan, log_dir: str, partition: str, base_offset: in
             base, outcome=Outcome.REFUSED, problem=problem, verify_seconds=verify_seconds, finished_at=time.time()
         )
     return _with(base, verify_seconds=verify_seconds, finished_at=time.time())
+
+
+def _taken(log_dir: str, partition: str, base_offset: int, result: SegmentResult, started: float) -> SegmentOutcome:
+    """A segment whose pre-staged conversion was taken: verified by the pass that staged it, from disk, and provably
+    unchanged since (``migrate.prestage.cutover``)."""
+    return SegmentOutcome(
+        log_dir,
+        partition,
+        base_offset,
+        Outcome.VERIFIED,
+        source_bytes=result.source_bytes,
+        output_bytes=result.output_bytes,
+        records=result.records,
+        convert_seconds=time.perf_counter() - started,
+        result=result,
+        finished_at=time.time(),
+        staged_seconds=result.seconds,
+    )
 
 
 def _survivors_expected(plan: Plan, log_dir: str, partition: str, task: SegmentTask) -> Iterator[Record] | None:

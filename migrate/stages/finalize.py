@@ -1,4 +1,5 @@
-"""finalize: delete the originals (and any staging) once the operator is satisfied; no rollback after this.
+"""finalize: delete the originals (and any staging, a cut-over's leftover pre-staging too) once the operator is
+satisfied; no rollback after this.
 
 Refused while a partition is not migrated, unless ``partial``: then the migrated partitions are finalized and the
 others are left exactly as they were (legacy data, untouched), to be planned again later. ``forget_log_dir`` then
@@ -14,6 +15,7 @@ from migrate.errors import MigrateError
 from migrate.model.plan_tree import Plan
 from migrate.model.run_state import EventKind, LogDirPhase, PartitionState
 from migrate.model.stage_reports import FinalizeReport
+from migrate.prestage.cutover import forget_staged
 from migrate.run import fence
 from migrate.run.state import StateStore, remove_state_files
 from migrate.run.swap_record import FileTruth, PartitionTruth, partition_truth
@@ -70,6 +72,8 @@ def finalize_log_dir(plan: Plan, key: str, partial: bool = False) -> FinalizeRep
             store.set_phase(LogDirPhase.FINALIZED, EventKind.FINALIZED, migrated=len(migrated), left=len(others))
             if fence.lower_fence(log_dir):
                 store.record_event(EventKind.FENCE_DOWN)
+        if entry.staging_dir is not None:  # a cut-over: what is left staged for its migrated partitions is stale
+            forget_staged(entry.log_dir, entry.staging_dir, migrated)
         return FinalizeReport(key, LogDirPhase.FINALIZED, tuple(migrated), tuple(others), reconciled.lines)
 
 
