@@ -1,7 +1,8 @@
 """The rolling cut-over on the cluster test's three brokers: real Dask workers in their own mount namespaces, each
 "broker" a real process that holds its log dir's fcntl ``.lock`` and deletes the clean-shutdown marker while it
 runs and writes the marker before letting go on SIGTERM, as Kafka does; the operator's stop, start and gate
-commands are real shell scripts. No Kafka broker runs here: the Admin API gate is tested in test_rolling_gate.py."""
+commands are real shell scripts. Every broker pre-stages while it runs, and each cut-over takes what it staged. No
+Kafka broker runs here: the Admin API gate is tested in test_rolling_gate.py."""
 
 from __future__ import annotations
 
@@ -156,6 +157,11 @@ def test_brokers_are_cut_over_one_by_one_behind_the_gate_and_one_rolls_back_byte
         "none",
     ]
 
+    # every broker pre-stages while it runs (on its host; the same files its worker sees at the shared path)
+    for d in brokers.values():
+        code, out = run(capsys, "prestage", "--log-dirs", str(d), "--timestamps", "none")
+        assert code == 0 and "everything closed is staged: 0 B left in closed segments" in out, out
+
     # the operator's gate says no (Cruise Control is fixing something): nothing is stopped, the reasons are shown
     no = tmp_path / "no-go.sh"
     no.write_text(
@@ -191,6 +197,7 @@ def test_brokers_are_cut_over_one_by_one_behind_the_gate_and_one_rolls_back_byte
     argv = [*common, "--brokers", "1,2,3", "--stop-command", commands["stop"]]
     code, out = run(capsys, *(f"{fails} {{broker}}" if a == commands["start"] else a for a in argv))
     assert code == 1, out
+    assert "broker 1: execute ok" in out and "4 taken from pre-staging, 3 converted in the window" in out
     assert f"broker 1: start failed: the start command `{fails} 1` exited 1; broker 1 is converted" in out
     assert "unit kafka@1 failed" in out and "continue with: the same rolling command with --brokers 2,3" in out
     assert events(tmp_path) == ["gate 1", "stop 1", "start-fail 1"]
@@ -201,6 +208,8 @@ def test_brokers_are_cut_over_one_by_one_behind_the_gate_and_one_rolls_back_byte
     (tmp_path / "events").write_text("")
     code, out = run(capsys, *common, "--brokers", "2,3", "--stop-command", commands["stop"])
     assert code == 0, out
+    assert "7 segments converted and verified; 4 taken from pre-staging, 3 converted in the window" in out  # broker 2
+    assert "4 segments converted and verified; 2 taken from pre-staging, 2 converted in the window" in out  # broker 3
     assert events(tmp_path) == [
         event for b in (2, 3) for event in (f"gate {b}", f"stop {b}", f"start {b}", f"gate {b}")
     ]

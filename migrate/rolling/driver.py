@@ -8,7 +8,7 @@ For each broker, in the order given (the canary first):
 3. on the broker's worker, until each log dir's ``.lock`` is released and its clean-shutdown marker is there: a broker
    that stopped uncleanly (killed, crashed) is refused, since Kafka must recover that log before anything reads it;
 4. its plan, made on its worker after the stop (as ``plan --log-dirs``), written beside the run, and ``execute`` of it
-   (the same library functions; where the broker pre-staged, the cut-over uses what it staged once that lands);
+   (the same library functions: where the broker pre-staged, the cut-over takes what it staged);
 5. the operator's start command, then the gate again: the next broker waits until this one is back in sync.
 
 The run stops at the first failure and says which broker, in what state, and what to run next; it never goes on
@@ -257,6 +257,9 @@ class RollingRun:
                     f"the gate, and continue with: {after}",
                 )
             detail = f"{report.totals.verified} segments converted and verified"
+            if report.cutover is not None:
+                c = report.cutover
+                detail += f"; {c.staged_segments} taken from pre-staging, {c.window_segments} converted in the window"
             detail += "".join(f"; warning: replicas of {d.partition} differ" for d in report.divergent_replicas)
             passed(Step.EXECUTE, started, detail)
         else:
