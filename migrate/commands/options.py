@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import argparse
 
-from migrate.model.plan_tree import DEFAULT_MAX_MESSAGE_BYTES, Codec, ConvertOptions, DigestAlgorithm, TimestampPolicy
+from migrate.model.plan_tree import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    MAX_SEGMENT_BYTES,
+    Codec,
+    ConvertOptions,
+    DigestAlgorithm,
+    TimestampPolicy,
+)
 
 
 def add_conversion_options(g: argparse._ArgumentGroup) -> None:
@@ -46,6 +53,13 @@ def add_conversion_options(g: argparse._ArgumentGroup) -> None:
         "source entry is refused",
     )
     g.add_argument(
+        "--max-segment-bytes",
+        type=int,
+        help=f"the topics' segment.bytes (default and ceiling {MAX_SEGMENT_BYTES}, the largest .log Kafka opens): "
+        "under Kafka's rules a source whose conversion passes it becomes several segments cut at batch boundaries, "
+        "each named after its first batch's base offset, as Kafka's own split of an overflowed segment writes them",
+    )
+    g.add_argument(
         "--digest",
         choices=[d.value for d in DigestAlgorithm],
         default=DigestAlgorithm.XXH3_128.value,
@@ -65,4 +79,6 @@ def convert_options(args: argparse.Namespace) -> ConvertOptions:
         index_interval_bytes=args.index_interval_bytes,
         max_message_bytes=args.max_message_bytes,
         digest=DigestAlgorithm(args.digest),
+        # the ceiling is the default: left out of the plan, so plans made without the flag keep their ids
+        max_segment_bytes=None if args.max_segment_bytes in (None, MAX_SEGMENT_BYTES) else args.max_segment_bytes,
     )

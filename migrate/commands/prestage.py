@@ -7,11 +7,15 @@ import argparse
 import dataclasses
 
 from migrate.codec import to_json
+from migrate.commands.engine import add_cluster_options
 from migrate.commands.options import add_conversion_options, convert_options
 from migrate.commands.output import emit, note
-from migrate.prestage.controls import DEFAULT_WINDOW_SECONDS, Controls, SpaceFloor, parse_rate
+from migrate.model.run_state import Stage
+from migrate.prestage.cluster import BrokerPrestage, PrestageJob, prestage_broker
+from migrate.prestage.controls import DEFAULT_WINDOW_SECONDS, Controls, ControlSettings, parse_rate
 from migrate.prestage.passes import PassReport, PrestageReport, PrestageRequest, run_prestage
-from migrate.prestage.priority import IoClass, lower_priority
+from migrate.prestage.priority import Priority, take_priority
+from migrate.prestage.replicas import DifferenceKind, StagedReplicaCheck, compare_staged
 from migrate.units import human_bytes, parse_data_bytes
 
 EXIT_USAGE = 2
@@ -31,7 +35,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "what rolled or changed since. Reads and writes are throttled together; a pause file stops all I/O within a "
         "second, an abort file stops the run leaving no partial staged file. The page cache is left as found.",
     )
-    p.add_argument("--log-dirs", required=True, help="comma-separated log dirs of one broker (its log.dirs)")
+    p.add_argument(
+        "--log-dirs",
+        help="comma-separated log dirs of one broker (its log.dirs); with --scheduler, each broker's own, at the same "
+        "paths on every broker",
+    )
     p.add_argument(
         "--staging-dir",
         help="the staging tree of each log dir, comma-separated in the order of --log-dirs: on the log dir's "
@@ -82,17 +90,29 @@ def register(sub: argparse._SubParsersAction) -> None:
     g = p.add_argument_group("conversion options (as for plan: staging is used only when plan's options are equal)")
     add_conversion_options(g)
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    g = p.add_argument_group(
+        "cluster",
+        "pre-stage every broker at once from here, on a Dask cluster with one worker per broker host (as for a "
+        "cluster plan): each broker's passes run on its own host in a process of their own, with the options above; "
+        "then the replicas are compared on the staged outputs before any broker is cut over",
+    )
+    g.add_argument("--scheduler", help="address of the cluster's scheduler (tls://HOST:8786)")
+    g.add_argument("--broker-config", help="path of server.properties on each broker host: its log.dirs are pre-staged")
+    g.add_argument("--brokers", help="the broker ids that must answer, e.g. 1,2,3")
+    add_cluster_options(g, brokers=False)
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    log_dirs = tuple(args.log_dirs.split(","))
+    if not args.log_dirs and not (args.scheduler and args.broker_config):
+        note("kafka-log-migrate: error: give --log-dirs (or, with --scheduler, --broker-config)")
+        return EXIT_USAGE
+    log_dirs = tuple(args.log_dirs.split(",")) if args.log_dirs else ()
     staging = tuple(args.staging_dir.split(",")) if args.staging_dir else ()
     if any(not d.strip() for d in log_dirs + staging):
         note("kafka-log-migrate: error: --log-dirs or --staging-dir holds an empty path (a doubled or trailing comma?)")
         return EXIT_USAGE
     try:
-        rate = parse_rate(args.rate)
         threshold = parse_data_bytes(args.threshold) if args.threshold is not None else None
         if args.passes < 1 or args.throttle_window <= 0:
             raise ValueError("--passes and --throttle-window must be positive")
@@ -105,36 +125,106 @@ def run(args: argparse.Namespace) -> int:
             passes=args.passes,
             threshold_bytes=threshold,
         )
-        controls = Controls(
-            rate,
-            args.pause_file,
-            args.abort_file,
-            args.throttle_window,
-            on_pause=note,
-            rate_file=args.rate_file,
-            space_floor=parse_min_free(args.min_free),
-        )
+        settings = control_settings(args)
+        controls = settings.build(on_pause=note)
     except ValueError as exc:
         note(f"kafka-log-migrate: error: {exc}")
         return EXIT_USAGE
-    if args.priority != "normal":
-        io_class = IoClass.IDLE if args.priority == "idle" else IoClass.BEST_EFFORT
-        for problem in lower_priority(io_class):
-            note(f"warning: could not lower the {problem}; the throttle still holds")
+    priority = Priority(args.priority)
+    if args.scheduler:
+        return run_cluster(args, PrestageJob(request, settings, priority, args.broker_config))
+    for problem in take_priority(priority):
+        note(f"warning: could not lower the {problem}; the throttle still holds")
     report = run_prestage(request, controls, on_pass=lambda p: None if args.json else note(pass_text(p, controls)))
     body = to_json(dataclasses.asdict(report)) | {"window_totals": controls.window_totals(), "ok": report.ok}
     emit(body, args.json, summary_text(report, controls))
     return 0 if report.ok else 1
 
 
-def parse_min_free(text: str) -> SpaceFloor | None:
-    """``10%`` of the filesystem or bytes (``50G``); ``0``: no floor, a full disk stops the pass instead."""
-    text = text.strip()
-    if text in ("0", "0%"):
-        return None
+def control_settings(args: argparse.Namespace) -> ControlSettings:
+    """The controls the operator set; ``--min-free``: ``10%`` of the filesystem or bytes (``50G``), ``0`` for no
+    floor (a full disk then stops the pass)."""
+    text = args.min_free.strip()
+    fraction: float | None = None
+    min_bytes = 0
     if text.endswith("%"):
-        return SpaceFloor(fraction=float(text[:-1]) / 100)
-    return SpaceFloor(fraction=0.0, min_bytes=parse_data_bytes(text))
+        fraction = float(text[:-1]) / 100 or None
+    else:
+        min_bytes = parse_data_bytes(text)
+    return ControlSettings(
+        rate=parse_rate(args.rate),
+        pause_file=args.pause_file,
+        abort_file=args.abort_file,
+        window_seconds=args.throttle_window,
+        rate_file=args.rate_file,
+        min_free_fraction=fraction,
+        min_free_bytes=min_bytes,
+    )
+
+
+def run_cluster(args: argparse.Namespace, job: PrestageJob) -> int:
+    """Every broker's passes on its own worker at once, then their replicas compared on the staged outputs."""
+    from migrate.commands.engine import make_engine, parse_brokers
+    from migrate.engines import StageCall  # only a cluster run needs the engines
+
+    brokers = parse_brokers(args.brokers or "")
+    engine, _ = make_engine(argparse.Namespace(**{**vars(args), "engine": "dask"}))
+    try:
+        workers = engine.workers(expect=len(brokers))  # type: ignore[attr-defined]
+        calls = [StageCall((job, address), host=address) for address in workers]
+        results = engine.map(Stage.PRESTAGE, prestage_broker, calls)
+    finally:
+        engine.close()
+    failed = [f"{c.host}: {r.error}" for c, r in zip(calls, results) if not r.ok]
+    done = sorted((r.value for r in results if r.ok), key=lambda b: (b.broker_id is None, b.broker_id or 0))
+    found = {b.broker_id for b in done}
+    failed += [f"broker {b}: no worker answered (start `dask worker` on its host)" for b in brokers if b not in found]
+    check = compare_staged({b.broker_id: list(b.digests) for b in done if b.broker_id is not None})
+    body = {
+        "brokers": [to_json(dataclasses.replace(b, digests=())) for b in done],
+        "failed": failed,
+        "replicas": to_json(check),
+    }
+    emit(body, args.json, "\n".join(cluster_text(done, failed, check)))
+    ok = not failed and all(b.ok and b.refusal is None for b in done) and not check.diverged
+    return 0 if ok else 1
+
+
+def cluster_text(done: list[BrokerPrestage], failed: list[str], check: StagedReplicaCheck) -> list[str]:
+    lines = []
+    for b in done:
+        if b.refusal is not None:
+            lines.append(f"broker {b.broker_id or '?'} ({b.worker}): REFUSED: {b.refusal}")
+            continue
+        state = "ready" if b.ready else ("stopped early" if not b.ok else "done")
+        lines.append(
+            f"broker {b.broker_id} ({b.host}): {state} after {b.passes} pass(es): staged {b.staged} segments "
+            f"({human_bytes(b.staged_bytes)}), {b.kept} kept from before; left {human_bytes(b.left_bytes)} in "
+            f"closed segments, {human_bytes(b.active_bytes)} in active ones"
+        )
+        lines += [f"  {p}" for p in (*b.notes, *b.problems)[:20]]
+    lines += [f"error: {f}" for f in failed]
+    lines.append(
+        f"replicas on the staged outputs: {check.compared} staged segments compared with their peers', "
+        f"{check.uncompared} not comparable here (their peers staged other segment boundaries, or none yet: execute "
+        "compares those after converting)"
+    )
+    for d in check.differences:
+        groups = " vs ".join("+".join(map(str, g)) for g in d.groups)
+        where = f"{d.partition} segment {d.base_offset} (offsets {d.first_offset}..{d.last_offset})"
+        if d.kind == DifferenceKind.RECORDS:
+            lines.append(
+                f"DIVERGED: {where}: brokers {groups} hold different records. Find the right copy before any cut-over "
+                "(a replica diverged: reassign or re-replicate the partition from its leader)."
+            )
+        else:
+            lines.append(
+                f"warning: {where}: brokers {groups} converted the same records with different timestamps (each "
+                "replica's own segment mtime under --timestamps mtime): while the cluster serves both formats the "
+                "same offsets would carry different timestamps. Pre-stage and plan with --timestamps none, or accept "
+                "it knowingly (rolling asks you to)."
+            )
+    return lines
 
 
 def pass_text(done: PassReport, controls: Controls) -> str:

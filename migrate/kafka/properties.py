@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from migrate.errors import MalformedLogDirFileError
+from migrate.errors import MalformedLogDirFileError, MigrateError
 from migrate.kafka.java_text import LINE_BREAK, java_int, java_split, read_lines
 from migrate.kafka.names import CLEAN_SHUTDOWN_FILE, LEADER_EPOCH_CHECKPOINT, META_PROPERTIES
 
@@ -253,3 +253,12 @@ def read_leader_epoch_checkpoint(path: str | Path) -> list[tuple[int, int]]:
 def leader_epoch_entries(partition_dir: str | Path) -> list[tuple[int, int]]:
     """(epoch, start offset) entries of a partition's leader-epoch-checkpoint; [] if it has none."""
     return read_leader_epoch_checkpoint(Path(partition_dir) / LEADER_EPOCH_CHECKPOINT)
+
+
+def log_dirs_of(broker_config: str | Path) -> tuple[str, ...]:
+    """``log.dirs`` (else ``log.dir``) of a broker's server.properties, as Kafka reads it."""
+    props = {key: value for _, key, value in _java_properties(Path(broker_config))}
+    raw = props.get("log.dirs") or props.get("log.dir")
+    if not raw:
+        raise MigrateError(f"{broker_config}: no log.dirs (nor log.dir); give --log-dirs instead")
+    return tuple(d.strip() for d in raw.split(",") if d.strip())

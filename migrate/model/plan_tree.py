@@ -89,6 +89,9 @@ class ConvertOptions:
     chunk_bytes: int = DEFAULT_CHUNK_BYTES  # read size: peak memory is about this plus the largest batch
     # the run's own checks use the fast digest; sha256 (what `oracle dump --summary` prints) on request
     digest: DigestAlgorithm = DigestAlgorithm.XXH3_128
+    # like a topic's segment.bytes: a source whose conversion exceeds it becomes several segments cut at batch
+    # boundaries (None: Kafka's ceiling, MAX_SEGMENT_BYTES); left out of the JSON when None, so plan ids stay
+    max_segment_bytes: int | None = field(default=None, metadata=OMIT_IF_NONE)
 
     def __post_init__(self) -> None:
         # plain strings from callers and old plans become the enums, so equality and JSON stay exact
@@ -109,6 +112,22 @@ class ConvertOptions:
         for name in ("index_interval_bytes", "max_message_bytes", "chunk_bytes"):
             if getattr(self, name) < 1:
                 raise ModelError(f"options.{name}: must be positive, not {getattr(self, name)}")
+        if self.max_segment_bytes is not None:
+            if not 1 <= self.max_segment_bytes <= MAX_SEGMENT_BYTES:
+                raise ModelError(
+                    f"options.max_segment_bytes: {self.max_segment_bytes} is not in 1..{MAX_SEGMENT_BYTES} (Kafka "
+                    "opens no larger .log)"
+                )
+            if not self.one_batch_per_message:
+                raise ModelError(
+                    "options.max_segment_bytes: segments are split at batch boundaries under Kafka's rules only; "
+                    "drop --pack-bytes and --compression, or drop --max-segment-bytes"
+                )
+
+    @property
+    def segment_bytes_limit(self) -> int:
+        """The largest converted .log: ``max_segment_bytes``, else the largest Kafka opens."""
+        return MAX_SEGMENT_BYTES if self.max_segment_bytes is None else self.max_segment_bytes
 
     @property
     def one_batch_per_message(self) -> bool:
@@ -146,6 +165,28 @@ class RangeCut:
 
 
 @dataclass(frozen=True)
+class SplitCut:
+    """Where one output of a split source starts, after the first: ``position``, the source byte position of the entry
+    whose batch opens it, and ``base_offset``, that batch's base offset, which names the output file."""
+
+    position: int
+    base_offset: int
+
+
+@dataclass(frozen=True)
+class SegmentSplit:
+    """A source whose converted form exceeds the segment size limit (``ConvertOptions.segment_bytes_limit``) becomes
+    ``outputs`` segments cut at batch boundaries, as Kafka's ``LocalLog.splitOverflowedSegment`` writes them: a batch
+    goes into the current output while it fits, else opens the next, named after its base offset. The rule reads
+    only the source's bytes and the options, so replicas cut alike. ``cuts``: where the second and later outputs
+    start, when every entry's converted size is known before conversion; None where the source holds compressed
+    wrappers (recompressed: only conversion knows their size) or is compacted, ``outputs`` then an estimate."""
+
+    outputs: int
+    cuts: tuple[SplitCut, ...] | None = None
+
+
+@dataclass(frozen=True)
 class SegmentPlan:
     base_offset: int
     size: int
@@ -160,6 +201,8 @@ class SegmentPlan:
     # a pre-stage pass converted this segment and its source is provably the file it read (migrate.prestage.cutover):
     # execute takes the staged outputs instead of converting; left out of the JSON when None (nothing staged)
     staged: bool | None = field(default=None, metadata=OMIT_IF_NONE)
+    # a source converted into several segments (never in ranges); left out of the JSON when None
+    split: SegmentSplit | None = field(default=None, metadata=OMIT_IF_NONE)
 
     @property
     def file(self) -> str:

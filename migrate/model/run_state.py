@@ -6,7 +6,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
-from migrate.model.plan_tree import ConvertOptions, DigestAlgorithm, TailDrop
+from migrate.model.plan_tree import OMIT_IF_NONE, ConvertOptions, DigestAlgorithm, SegmentSplit, TailDrop
 
 # --- the run's state -------------------------------------------------------------------------------------------
 
@@ -89,6 +89,7 @@ class Stage(str, enum.Enum):
     The dashboard and the collector walk this enum, so a stage added here is counted everywhere at once."""
 
     SURVEY = "survey"  # a broker's log dirs looked at for a cluster plan, on that broker
+    PRESTAGE = "prestage"  # a running broker's pre-stage passes, on that broker
     PREPARE = "prepare"
     COMPACT = "compact"
     CONVERT = "convert"
@@ -140,6 +141,7 @@ class SegmentTask:
     expected_inode: int | None = None
     tail_drop: TailDrop | None = None  # the only tail the plan allows to be dropped
     survivors: str | None = None  # compacted partition: .npy of the offsets to keep (migrate.stages.compact)
+    split: SegmentSplit | None = None  # the plan cuts the converted source into several segments
 
 
 class ConversionStatus(str, enum.Enum):
@@ -149,6 +151,18 @@ class ConversionStatus(str, enum.Enum):
 
     def __str__(self) -> str:
         return self.value
+
+
+@dataclass(frozen=True)
+class SplitPart:
+    """One output segment of a split source after the first (which keeps the source's name and ``SegmentResult``'s
+    own ``outputs``): its base offset (its name), its staged files, and the offsets it holds."""
+
+    base_offset: int
+    outputs: dict[str, str]  # suffix -> staged path
+    output_stats: dict[str, FileStat]
+    last_offset: int
+    batches: int
 
 
 @dataclass
@@ -185,6 +199,13 @@ class SegmentResult:
     # changed since, though its size, mtime and inode did not (a same-size rewrite)
     source_ctime_ns: int = 0
     source_edges: str = ""
+    # a split source (SegmentTask.split): the outputs after the first, in offset order; left out of the JSON when None
+    parts: tuple[SplitPart, ...] | None = field(default=None, metadata=OMIT_IF_NONE)
+
+    @property
+    def output_count(self) -> int:
+        """How many segments the source became (0 when nothing was written)."""
+        return (1 if self.outputs else 0) + len(self.parts or ())
 
     @property
     def output_sizes(self) -> dict[str, int]:

@@ -16,24 +16,14 @@ from __future__ import annotations
 import dataclasses
 import socket
 from dataclasses import replace
-from pathlib import Path
 
 from migrate.errors import ClusterPlanRefusedError, MigrateError, PlanProblem, PlanRefusedError, ProblemKind
-from migrate.kafka.properties import _java_properties, read_meta_properties
+from migrate.kafka.properties import log_dirs_of, read_meta_properties
 from migrate.model.plan_tree import Estimates, LogDirPlan, Plan, TaskPlan
 from migrate.model.run_state import Stage
 from migrate.planning.checks import ClusterSubject, Scope, judge
 from migrate.planning.plan import build_plan
 from migrate.planning.request import BrokerSurvey, PlanRequest
-
-
-def log_dirs_of(broker_config: str | Path) -> tuple[str, ...]:
-    """``log.dirs`` (else ``log.dir``) of a broker's server.properties, as Kafka reads it."""
-    props = {key: value for _, key, value in _java_properties(Path(broker_config))}
-    raw = props.get("log.dirs") or props.get("log.dir")
-    if not raw:
-        raise MigrateError(f"{broker_config}: no log.dirs (nor log.dir); give --log-dirs instead")
-    return tuple(d.strip() for d in raw.split(",") if d.strip())
 
 
 def survey_broker(request: PlanRequest, broker_config: str | None, worker: str) -> BrokerSurvey:

@@ -57,6 +57,7 @@ from migrate.planning.request import PlanRequest
 from migrate.prestage.cutover import plan_staged, staged_for, staging_tree, stopped_at_ns
 from migrate.run.workspace import write_durably
 from migrate.segment.profile import SegmentProfile, profile_segment
+from migrate.segment.split import predict_split
 
 # Growth of one uncompressed legacy message rewritten as a single-record v2 batch: 61 bytes of batch header and
 # about 7 of record framing replace 26 (v0) or 34 (v1) bytes of message overhead.
@@ -226,6 +227,9 @@ def _plan_partition(
                 "broker accepted it, so the topic's max.message.bytes is at least that. Its converted batch keeps "
                 "about that size; consumers need fetch.max.bytes at least as large."
             )
+        estimate = estimated_output_bytes(profile)
+        # a source whose conversion passes the segment size limit becomes several segments, converted whole
+        split = predict_split(seg.path, opts, estimate, compacted=rule is not None)
         segments.append(
             SegmentPlan(
                 base_offset=seg.base_offset,
@@ -233,9 +237,10 @@ def _plan_partition(
                 mtime_ns=seg.mtime_ns,
                 inode=os.stat(seg.path).st_ino,
                 entries_by_magic=dict(sorted(profile.entries_by_magic.items())),
-                estimated_output_bytes=estimated_output_bytes(profile),
+                estimated_output_bytes=estimate,
                 tail_drop=tail_drop,
-                range_cuts=profile.range_cuts,
+                range_cuts=profile.range_cuts if split is None else None,
+                split=split,
             )
         )
     if not_taken:
@@ -366,7 +371,9 @@ def make_tasks(
                         tasks.append(TaskPlan(f"t{len(tasks):05d}", d.key, tuple(current), size))
                         current, size = [], 0
                     continue
-                if split and s.size > range_bytes and p.compaction is None:  # type: ignore[operator]
+                # a source that splits is converted whole by one task (its cuts follow the output of every batch
+                # before them), streaming: memory stays bounded by the chunk
+                if split and s.size > range_bytes and p.compaction is None and s.split is None:  # type: ignore[operator]
                     for span in _ranges(s, range_bytes):  # type: ignore[arg-type]
                         tasks.append(TaskPlan(f"t{len(tasks):05d}", d.key, (ref,), span.end - span.start, span))
                     continue

@@ -14,6 +14,7 @@ import os
 import time
 from bisect import bisect_left
 from collections.abc import Callable
+from dataclasses import dataclass
 from itertools import accumulate
 from pathlib import Path
 
@@ -72,6 +73,33 @@ class SpaceFloor:
                 "writing more; the segment in progress was discarded and what was staged before is kept. Free space "
                 "there (or lower --min-free), then run prestage again."
             )
+
+
+@dataclass(frozen=True)
+class ControlSettings:
+    """What an operator sets for a run's controls: plain values, so that a broker's worker can build its own."""
+
+    rate: int | None = None
+    pause_file: str | None = None
+    abort_file: str | None = None
+    window_seconds: float = DEFAULT_WINDOW_SECONDS
+    rate_file: str | None = None
+    min_free_fraction: float | None = 0.10  # None with min_free_bytes 0: no floor
+    min_free_bytes: int = 0
+
+    def build(self, on_pause: Callable[[str], None] | None = None) -> Controls:
+        floor = None
+        if self.min_free_fraction is not None or self.min_free_bytes:
+            floor = SpaceFloor(self.min_free_fraction or 0.0, self.min_free_bytes)
+        return Controls(
+            self.rate,
+            self.pause_file,
+            self.abort_file,
+            self.window_seconds,
+            on_pause=on_pause,
+            rate_file=self.rate_file,
+            space_floor=floor,
+        )
 
 
 class Controls:

@@ -4,13 +4,13 @@ again.
 
 Plan reads every byte of a segment it converts (checksums, damage, a torn tail). A staged segment it does not read:
 its source's five identity fields and edge digest, equal to those recorded when the pre-stage pass read, converted
-and verified it, prove it is that file, so the plan of a cut-over costs the delta, not the data. Execute asks again
-just before taking it (a staged file deleted, truncated or written since the plan, or a source touched since: that
-segment is converted from its source, as a cold run would), then renames the staged files into the partition's work
-dir, where every conversion of the run lies: from there on a taken segment is a converted one, verified before the
-swap, fenced, swapped, rolled back and finalized the same way. A rename keeps the inode, size and mtime the swap
-checks. The staged record is removed last, so a crash in between leaves nothing the next run trusts: it converts
-that segment anew.
+and verified it, prove it is that file, so the plan of a cut-over costs the delta, not the data. Execute asks again,
+by stat, just before taking it (a staged file deleted, truncated or written since the plan, or a source touched
+since: that segment is converted from its source, as a cold run would), then renames the staged files into the
+partition's work dir, where every conversion of the run lies: from there on a taken segment is a converted one,
+verified before the swap, fenced, swapped, rolled back and finalized the same way. A rename keeps the inode, size
+and mtime the swap checks. The staged record is removed last, so a crash in between leaves nothing the next run
+trusts: it converts that segment anew.
 
 Never for a compacted partition (its outputs depend on every segment's survivors, decided at execute) and never
 with other options or another leader epoch than the plan's (``record.judge_staged``).
@@ -113,7 +113,9 @@ def take_staged(log_dir: str, staging_dir: str, partition: str, task: SegmentTas
     staged = staged_for(root, partition, task.base_offset)
     if staged is None:
         return Taken(Judgement(Verdict.STAGED_CHANGED, f"its pre-stage record under {root / partition} is gone"))
-    judgement = judge_staged(staged, task.source, task.options, deep=deep)
+    # by stat: plan read the source's edges, and nothing can rewrite it in place without changing its ctime but a
+    # process writing through a mapping, i.e. a running broker, which execute's prepare refuses (its .lock is held)
+    judgement = judge_staged(staged, task.source, task.options, edges=False, deep=deep)
     if not judgement.usable:
         return Taken(judgement)
     identity = staged.record.source_identity

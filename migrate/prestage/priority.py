@@ -24,6 +24,22 @@ class IoClass(int, enum.Enum):
     IDLE = 3  # served only when no one else wants the disk: may starve behind a busy broker
 
 
+class Priority(str, enum.Enum):
+    LOW = "low"  # nice 19, best-effort I/O at its lowest level
+    IDLE = "idle"  # nice 19, idle I/O
+    NORMAL = "normal"  # as started
+
+    def __str__(self) -> str:
+        return self.value
+
+
+def take_priority(priority: Priority) -> list[str]:
+    """Set ``priority`` for this process; what could not be set (empty when all was)."""
+    if priority == Priority.NORMAL:
+        return []
+    return lower_priority(IoClass.IDLE if priority == Priority.IDLE else IoClass.BEST_EFFORT)
+
+
 def lower_priority(io_class: IoClass = IoClass.BEST_EFFORT) -> list[str]:
     """Nice 19 and the I/O class ``io_class`` (best effort at level 7, or idle) for this process and the threads
     and processes it starts; returns what could not be set, for the operator (empty when all was)."""

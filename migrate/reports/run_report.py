@@ -79,6 +79,7 @@ SCHEMA = pa.schema(
         ("problem_file", pa.string()),
         ("problem_position", pa.int64()),
         ("problem_offset", pa.int64()),
+        ("output_segments", pa.int32()),  # a split source became several (issue 25); null where not converted
     ]
 )
 
@@ -248,6 +249,7 @@ def build_table(plan: Plan, rows: list[StateRows], plan_path: str | Path | None 
                     "problem_file": problem.path if problem else None,
                     "problem_position": problem.position if problem else None,
                     "problem_offset": problem.offset if problem else None,
+                    "output_segments": result.output_count if converted and result is not None else None,
                 }
                 for name, value in row.items():
                     columns[name].append(value)

@@ -7,8 +7,7 @@ from dataclasses import dataclass
 
 from migrate.errors import MigrateError
 from migrate.kafka.lock import lock_holder
-from migrate.kafka.properties import has_clean_shutdown, read_meta_properties
-from migrate.planning.cluster import log_dirs_of
+from migrate.kafka.properties import has_clean_shutdown, log_dirs_of, read_meta_properties
 
 
 @dataclass(frozen=True)

@@ -26,13 +26,13 @@ import sqlite3
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from migrate.codec import from_json, to_json
 from migrate.errors import MigrateError, StateWriteError
-from migrate.model.plan_tree import LogDirPlan
+from migrate.model.plan_tree import OMIT_IF_NONE, LogDirPlan
 from migrate.model.run_state import (
     EventKind,
     FileStat,
@@ -92,6 +92,9 @@ class SwapFile:
     suffix: str
     original: FileStat | None
     output: FileStat
+    # a split source's later output: the base offset naming its live file (None: the row's own segment); its
+    # original is None, so a rollback removes it
+    base_offset: int | None = field(default=None, metadata=OMIT_IF_NONE)
 
 
 @dataclass(frozen=True)

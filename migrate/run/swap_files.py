@@ -65,6 +65,12 @@ class SegmentFiles:
     def backup(self, suffix: str) -> str:
         return self._paths[1] + suffix + BACKUP_SUFFIX
 
+    def of(self, f: SwapFile) -> SegmentFiles:
+        """The files of the segment ``f`` belongs to: this one, or a split source's later output."""
+        if f.base_offset is None or f.base_offset == self.base_offset:
+            return self
+        return SegmentFiles(self.partition_dir, self.plan_id, f.base_offset)
+
     @cached_property
     def _paths(self) -> tuple[str, str]:
         """The live and the staged path of this segment without a suffix."""
@@ -74,13 +80,45 @@ class SegmentFiles:
     # --- before the swap -------------------------------------------------------------------------------------
 
     def staged_intact(self, result: SegmentResult) -> bool:
-        """The staged outputs are still what the conversion wrote and verified."""
-        return all(_stat(self.staged(sfx)) == want for sfx, want in result.output_stats.items())
+        """The staged outputs are still what the conversion wrote and verified (a split source's every output)."""
+        if not all(_stat(self.staged(sfx)) == want for sfx, want in result.output_stats.items()):
+            return False
+        return all(
+            _stat(SegmentFiles(self.partition_dir, self.plan_id, part.base_offset).staged(sfx)) == want
+            for part in result.parts or ()
+            for sfx, want in part.output_stats.items()
+        )
 
     def plan_swap(self, result: SegmentResult) -> tuple[SwapFile, ...]:
         """What the swap of this segment will do, checked against the live files the conversion saw: a live file
-        that changed since (a broker ran) fails the partition before anything is renamed."""
-        files = []
+        that changed since (a broker ran) fails the partition before anything is renamed. A split source's later
+        outputs come first: new files (no original), each named by its base offset, so that the source's own
+        ``.log`` is the last file renamed and the first put back."""
+        files = [
+            *(
+                SwapFile(sfx, None, output, part.base_offset)
+                for part in result.parts or ()
+                for sfx, output in part.output_stats.items()
+            )
+        ]
+        for f in files:
+            target = self.of(f)
+            live, staged = _stat(target.live(f.suffix)), _stat(target.staged(f.suffix))
+            if live is not None:
+                raise SourceChangedError(
+                    f"{target.live(f.suffix)} exists ({_describe(live)}), where a segment split from "
+                    f"{self.live('.log')} must go",
+                    path=target.live(f.suffix),
+                    hint="Nothing was changed. A broker wrote there, or the partition holds a stray segment: "
+                    "`rollback` or re-plan after checking the partition with `scan`.",
+                )
+            if staged != f.output:
+                raise SourceChangedError(
+                    f"the staged {target.staged(f.suffix)} is not what was verified: {_describe(staged)}, verified "
+                    f"{_describe(f.output)}",
+                    path=target.staged(f.suffix),
+                    hint="Run `execute` again: the segment is converted anew.",
+                )
         for sfx, output in result.output_stats.items():
             live = _stat(self.live(sfx))
             before = result.live_before.get(sfx)
@@ -106,17 +144,18 @@ class SegmentFiles:
         nor the output, or a staged file that is no longer what was verified. Empty: every rename can be done."""
         problems = []
         for f in files:
-            live = _stat(self.live(f.suffix))
+            at = self.of(f)
+            live = _stat(at.live(f.suffix))
             if live == f.output:
                 continue
             if live != f.original:
                 problems.append(
-                    f"{self.live(f.suffix)} is {_describe(live)}: neither the original ({_describe(f.original)}) nor "
+                    f"{at.live(f.suffix)} is {_describe(live)}: neither the original ({_describe(f.original)}) nor "
                     f"the verified output ({_describe(f.output)})"
                 )
-            elif (staged := _stat(self.staged(f.suffix))) != f.output:
+            elif (staged := _stat(at.staged(f.suffix))) != f.output:
                 problems.append(
-                    f"the staged {self.staged(f.suffix)} is {_describe(staged)}, not the verified output "
+                    f"the staged {at.staged(f.suffix)} is {_describe(staged)}, not the verified output "
                     f"({_describe(f.output)})"
                 )
         return problems
@@ -126,7 +165,8 @@ class SegmentFiles:
     def swap_in(self, files: tuple[SwapFile, ...]) -> None:
         """Back up each original and rename the staged file over it; finishes a swap a crash interrupted."""
         for f in files:
-            live, staged, kept = self.live(f.suffix), self.staged(f.suffix), self.backup(f.suffix)
+            at = self.of(f)
+            live, staged, kept = at.live(f.suffix), at.staged(f.suffix), at.backup(f.suffix)
             current = _stat(live)
             if current == f.output:
                 continue  # renamed before a crash
@@ -151,18 +191,19 @@ class SegmentFiles:
         """Live files that are neither the original nor our unchanged output: something wrote them after the swap."""
         changed = []
         for f in files:
-            current = _stat(self.live(f.suffix))
+            at = self.of(f)
+            current = _stat(at.live(f.suffix))
             if current in (f.output, f.original):
                 continue
-            if f.original is not None and _stat(self.staged(f.suffix)) == f.output:
+            if f.original is not None and _stat(at.staged(f.suffix)) == f.output:
                 # its output is still staged: this file was never swapped, so only "changed since planned" is true
                 changed.append(
-                    f"{self.live(f.suffix)}: {_describe(current)}; it was never swapped (its verified output is still "
+                    f"{at.live(f.suffix)}: {_describe(current)}; it was never swapped (its verified output is still "
                     f"staged) and is no longer the original ({_describe(f.original)})"
                 )
                 continue
             changed.append(
-                f"{self.live(f.suffix)}: {_describe(current)}; the migration swapped in {_describe(f.output)} "
+                f"{at.live(f.suffix)}: {_describe(current)}; the migration swapped in {_describe(f.output)} "
                 f"(original: {_describe(f.original)})"
             )
         return changed
@@ -170,7 +211,8 @@ class SegmentFiles:
     def restore(self, files: tuple[SwapFile, ...], force: bool = False) -> None:
         """Put every original back (bytes and mtime: the same inode) and remove files the migration added."""
         for f in reversed(files):
-            live, kept = self.live(f.suffix), self.backup(f.suffix)
+            at = self.of(f)
+            live, kept = at.live(f.suffix), at.backup(f.suffix)
             current = _stat(live)
             if current != f.output and current != f.original and not force:
                 raise SourceChangedError(
@@ -188,7 +230,7 @@ class SegmentFiles:
             if current == f.original:
                 _unlink(kept)  # a second link to the live inode, or nothing
                 continue
-            if current != f.output and _stat(self.staged(f.suffix)) == f.output:
+            if current != f.output and _stat(at.staged(f.suffix)) == f.output:
                 # never renamed (only --force gets here with a changed file). Written to in place (appended,
                 # truncated), the original inode is the live file and its backup alike: kept as the broker left it.
                 # Deleted or replaced by another file, the backup is still the original: it is put back, never
@@ -208,4 +250,4 @@ class SegmentFiles:
             os.replace(kept, live)
             faults.point("after:restore")
         for f in files:
-            _unlink(self.staged(f.suffix))
+            _unlink(self.of(f).staged(f.suffix))

@@ -158,7 +158,8 @@ def partition_truth(part: PartitionPlan, plan_id: str, fallback: PartitionSwapRe
     original = converted = 0
     changed_files = []
     for base, f in record.files():
-        live = os.path.join(part.dir, segment_name(base, f.suffix))
+        # a split source's later outputs name their own segment; their original is "missing"
+        live = os.path.join(part.dir, segment_name(base if f.base_offset is None else f.base_offset, f.suffix))
         current = _stat(live)
         if current == f.output:
             converted += 1

@@ -23,7 +23,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Protocol
 
 import numpy as np
 
@@ -34,7 +34,7 @@ from migrate.format.digest import LogDigest, timestamps_only
 from migrate.format.entries import Entry
 from migrate.format.records import NO_TIMESTAMP, Compression, Record, RecordColumns, TimestampType
 from migrate.kafka.names import segment_name
-from migrate.model.plan_tree import MAX_SEGMENT_BYTES, SEGMENT_SUFFIXES, ConvertOptions, TimestampPolicy
+from migrate.model.plan_tree import SEGMENT_SUFFIXES, ConvertOptions, TimestampPolicy
 from migrate.model.run_state import ConversionStatus, FileStat, SegmentResult, SegmentTask
 from migrate.segment.compacted import load_survivors, retained
 from migrate.segment.identity import edges_digest_of
@@ -279,7 +279,7 @@ def convert_segment(task: SegmentTask) -> SegmentResult:
     try:
         check_planned(task, st)
         live_dir = os.path.dirname(task.source)
-        live = _live_files(live_dir, task.base_offset)
+        live = live_files(live_dir, task.base_offset)
         staging = task.staging_dir
         os.makedirs(staging, exist_ok=True)
         # staged files are written under their final names: the staging dir is private, and a staged file is trusted
@@ -323,7 +323,7 @@ def convert_segment(task: SegmentTask) -> SegmentResult:
 _WRITE_BUFFER = 1 << 20  # coalesces the small writes of copied or compressed batches; a run's batches go straight
 
 
-def _live_files(live_dir: str, base_offset: int) -> dict[str, os.stat_result]:
+def live_files(live_dir: str, base_offset: int) -> dict[str, os.stat_result]:
     """The live files a conversion's outputs will replace, as they are now."""
     out = {}
     for sfx in SUFFIXES:
@@ -334,7 +334,7 @@ def _live_files(live_dir: str, base_offset: int) -> dict[str, os.stat_result]:
 
 def live_stats(live_dir: str | Path, base_offset: int) -> dict[str, FileStat]:
     """The identity of the live files a conversion's outputs will replace, as they are now."""
-    return {sfx: FileStat.of(x) for sfx, x in _live_files(str(live_dir), base_offset).items()}
+    return {sfx: FileStat.of(x) for sfx, x in live_files(str(live_dir), base_offset).items()}
 
 
 def _finish(
@@ -347,24 +347,38 @@ def _finish(
 ) -> None:
     """Give a staged output (open as ``fd``) the owner, group and mode of the live file it replaces (else of the
     source ``.log``) and the source's mtime; record it in ``result``."""
-    ref = live.get(sfx, source)
+    stat = _own(fd, live.get(sfx, source), source)
+    result.outputs[sfx] = path
+    result.output_stats[sfx] = stat
+    if sfx == ".log":
+        result.output_bytes = stat.size
+
+
+def _own(fd: int, ref: os.stat_result, source: os.stat_result) -> FileStat:
+    """Give the file open as ``fd`` the owner, group and mode of ``ref`` and the source's mtime; its identity."""
     mine = os.fstat(fd)
     if (mine.st_uid, mine.st_gid) != (ref.st_uid, ref.st_gid):
         os.fchown(fd, ref.st_uid, ref.st_gid)
     if mine.st_mode & 0o7777 != ref.st_mode & 0o7777:
         os.fchmod(fd, ref.st_mode & 0o7777)
     os.utime(fd, ns=(source.st_atime_ns, source.st_mtime_ns))
-    result.outputs[sfx] = path
-    result.output_stats[sfx] = FileStat(mine.st_ino, mine.st_size, source.st_mtime_ns)
-    if sfx == ".log":
-        result.output_bytes = mine.st_size
+    return FileStat(mine.st_ino, mine.st_size, source.st_mtime_ns)
+
+
+def finish_output(path: str, ref: os.stat_result, source: os.stat_result) -> FileStat:
+    """``path`` given the owner, group and mode of ``ref`` (the live file of its kind) and the source's mtime."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return _own(fd, ref, source)
+    finally:
+        os.close(fd)
 
 
 def finish_outputs(
     result: SegmentResult, finals: dict[str, Path], live_dir: Path, base_offset: int, source: Path, st: os.stat_result
 ) -> None:
     """Give each staged output the owner and mode of the live file it replaces and the source's mtime; record it."""
-    live = _live_files(str(live_dir), base_offset)
+    live = live_files(str(live_dir), base_offset)
     for sfx in SUFFIXES:
         fd = os.open(finals[sfx], os.O_RDONLY)
         try:
@@ -385,15 +399,17 @@ class StreamRun:
 def stream_entries(
     task: SegmentTask,
     src: BinaryIO,
-    out: BinaryIO,
+    out: BinaryIO | None,
     st: os.stat_result,
     *,
     index: IndexBuilder | None = None,
     start: int = 0,
     limit: int | None = None,
+    splitter: SplitSink | None = None,
 ) -> StreamRun:
     """Convert the entries of ``src`` (at file position ``start``) that start before ``limit`` (all, when None),
-    writing them to ``out``; ``index`` gets every written batch. The result holds everything but the outputs."""
+    writing them to ``out``; ``index`` gets every written batch. The result holds everything but the outputs.
+    ``splitter`` (a split source, ``migrate.segment.split``) takes every batch instead of ``out`` and ``index``."""
     opts = task.options
     result = SegmentResult(source=task.source, base_offset=task.base_offset, status=ConversionStatus.CONVERTED)
     result.source_bytes = st.st_size
@@ -406,7 +422,19 @@ def stream_entries(
     source_digest = LogDigest(timed=False, algorithm=opts.digest)
     output_digest = LogDigest(plain=False, algorithm=opts.digest)
     stop = _stream(
-        task, src, out, converter, index, source_digest, output_digest, result, _survivors(task), start, limit, st
+        task,
+        src,
+        out,
+        converter,
+        index,
+        source_digest,
+        output_digest,
+        result,
+        _survivors(task),
+        start,
+        limit,
+        st,
+        splitter,
     )
     if result.entries_in == 0:
         result.status = ConversionStatus.EMPTY
@@ -450,7 +478,7 @@ def check_planned(task: SegmentTask, st: os.stat_result) -> None:
 def _stream(
     task: SegmentTask,
     src: BinaryIO,
-    out: BinaryIO,
+    out: BinaryIO | None,
     converter: _Converter,
     index: IndexBuilder | None,
     source_digest: LogDigest,
@@ -460,6 +488,7 @@ def _stream(
     start: int,
     limit: int | None,
     st: os.stat_result,
+    splitter: SplitSink | None = None,
 ) -> int:
     """``survivors``: compaction's pass two keeps only the records at these offsets (sorted). Returns the file
     position after the last entry read."""
@@ -498,17 +527,22 @@ def _stream(
             else:
                 _check_batch_sizes(kept, written_item, opts, buf_position, path)
                 data = written_item.data
-            out.write(data)
             written += len(data)
-            if written > MAX_SEGMENT_BYTES:
+            if splitter is not None:
+                splitter.write(data, *_batch_columns(written_item), _source_positions(kept, written_item, buf_position))
+            elif written > opts.segment_bytes_limit:
                 raise SegmentRefusedError(
-                    f"the converted segment would exceed {MAX_SEGMENT_BYTES} bytes, the largest .log Kafka opens",
+                    f"the converted segment would exceed {opts.segment_bytes_limit} bytes, the "
+                    f"{'largest .log Kafka opens' if opts.max_segment_bytes is None else '--max-segment-bytes'}",
                     position=buf_position + item.first_position,
                     path=path,
-                    hint="Convert this partition with compression (--compression lz4) or --pack-bytes, which "
-                    "shrink the output, or lower segment.bytes and let Kafka roll smaller segments first.",
+                    hint="Under Kafka's rules `plan` cuts a source whose conversion passes the limit into several "
+                    "segments: re-plan. With --compression or --pack-bytes it cannot; convert without them, or lower "
+                    "segment.bytes and let Kafka roll smaller segments first.",
                 )
-            if index is not None:
+            else:
+                out.write(data)  # type: ignore[union-attr]
+            if index is not None and splitter is None:
                 index.add_batches(written_item.sizes, written_item.last_offsets, written_item.max_timestamps)
             source_digest.update(kept.records)  # what the output must hold: with compaction, the survivors only
             output_digest.update(written_item.output_records)
@@ -530,6 +564,31 @@ def _stream(
             result.truncated_tail_bytes = entries.tail.size
     result.output_bytes = written
     return stop
+
+
+class SplitSink(Protocol):
+    """Where a split source's batches go (``migrate.segment.split.SplitWriter``)."""
+
+    def write(
+        self,
+        data: bytes | memoryview,
+        sizes: np.ndarray,
+        last_offsets: np.ndarray,
+        max_timestamps: np.ndarray,
+        source_positions: np.ndarray,
+    ) -> None: ...
+
+
+def _batch_columns(written: _Written) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    return written.sizes, written.last_offsets, written.max_timestamps
+
+
+def _source_positions(item: Entry, written: _Written, buf_position: int) -> np.ndarray:
+    """Where the source entry of each written batch starts in the file: a run's messages each, else the entry."""
+    positions = getattr(item, "positions", None)
+    if positions is not None and len(positions) == len(written.sizes):
+        return buf_position + np.asarray(positions, np.int64)
+    return np.full(len(written.sizes), buf_position + item.first_position, np.int64)
 
 
 def _drop(item: Entry, converter: _Converter, result: SegmentResult, base: int, buf_position: int, path: str) -> None:

@@ -134,43 +134,88 @@ def verify_segment(
     expected: Iterable[Record] | None = None,
 ) -> SegmentCheck:
     """Check the staged outputs named by ``result`` against what the conversion promised; ``expected`` (a compacted
-    partition's survivors in this segment) adds a record-by-record comparison with them."""
+    partition's survivors in this segment) adds a record-by-record comparison with them. A split source's outputs
+    (``result.parts``) are read in order into one digest: every record of the source once, in order, across them."""
     base = result.base_offset if base_offset is None else base_offset
     log_path = result.outputs.get(".log", "")
     check = SegmentCheck(path=log_path)
     digest = LogDigest(plain=False, timed=True, algorithm=result.digest, splits=result.digest_splits)
-    rebuilt = IndexBuilder(base, options.index_interval_bytes)
-    try:
-        back = read_back(log_path, digest, rebuilt, options.target_magic, options.chunk_bytes)
-    except (CorruptRecordError, OSError) as exc:
-        check.fail(f"cannot read the converted log: {exc}")
-        return check
-    check.batches = back.batches
-    check.records = back.records
+    outputs = [(base, result.outputs, result.output_stats)]
+    outputs += [(p.base_offset, p.outputs, p.output_stats) for p in result.parts or ()]
+    below_magic = 0
+    for n, (part_base, files, _) in enumerate(outputs):
+        rebuilt = IndexBuilder(part_base, options.index_interval_bytes)
+        seen = _Span()
+        try:
+            back = read_back(files[".log"], digest, rebuilt, options.target_magic, options.chunk_bytes, seen.add)
+        except (CorruptRecordError, OSError) as exc:
+            check.fail(f"cannot read the converted log {files['.log']}: {exc}")
+            return check
+        check.batches += back.batches
+        below_magic += back.below_magic
+        if back.tail:
+            check.fail(f"{files['.log']}: {back.tail} bytes after the last complete batch")
+        if result.parts is not None:
+            _check_part(check, files[".log"], part_base, n, outputs, back, seen, options)
+        _check_indexes(files, part_base, rebuilt, check, options)
+    check.records = digest.records
     check.digest_ts = digest.hexdigests()[1]
-    if back.tail:
-        check.fail(f"{back.tail} bytes after the last complete batch")
     if expected is not None:
         try:
-            for problem in compare_records(log_path, expected):
+            for problem in compare_records([files[".log"] for _, files, _ in outputs], expected):
                 check.fail(problem)
         except CorruptRecordError as exc:
             check.fail(f"cannot compare the records with the compaction survivors: {exc}")
     if check.digest_ts != result.output_digest_ts:
         check.fail(_digest_problem(result, log_path, check.digest_ts, options.chunk_bytes))
-    if back.records != result.records:
-        check.fail(f"{back.records} records read back, {result.records} in the source")
-    if back.below_magic:
-        check.fail(f"{back.below_magic} batches below magic {options.target_magic} remain")
-    _check_indexes(result, base, rebuilt, check, options)
-    for sfx, path in result.outputs.items():
-        st = os.stat(path)
-        want = result.output_stats.get(sfx)
-        if st.st_mtime_ns != result.mtime_ns:
-            check.fail(f"{path} has mtime_ns {st.st_mtime_ns}, the source had {result.mtime_ns}")
-        if want is None or st.st_size != want.size:
-            check.fail(f"{path} is {st.st_size} bytes, {want.size if want else 'nothing'} were written")
+    if check.records != result.records:
+        check.fail(f"{check.records} records read back, {result.records} in the source")
+    if below_magic:
+        check.fail(f"{below_magic} batches below magic {options.target_magic} remain")
+    for _, files, stats in outputs:
+        for sfx, path in files.items():
+            st = os.stat(path)
+            want = stats.get(sfx)
+            if st.st_mtime_ns != result.mtime_ns:
+                check.fail(f"{path} has mtime_ns {st.st_mtime_ns}, the source had {result.mtime_ns}")
+            if want is None or st.st_size != want.size:
+                check.fail(f"{path} is {st.st_size} bytes, {want.size if want else 'nothing'} were written")
     return check
+
+
+@dataclass
+class _Span:
+    """The last offset of the batches read back from one output."""
+
+    last_offset: int | None = None
+
+    def add(self, batches: BatchColumns) -> None:
+        if len(batches):
+            self.last_offset = int(batches.last_offsets[-1])
+
+
+def _check_part(
+    check: SegmentCheck,
+    log_path: str,
+    base: int,
+    n: int,
+    outputs: list,
+    back: ReadBack,
+    seen: _Span,
+    options: ConvertOptions,
+) -> None:
+    """One output of a split source: within the size limit, opened by a batch of its own base offset (the first may
+    start above it, as Kafka's segments do), every offset below the next output's base offset."""
+    if back.size > options.segment_bytes_limit:
+        check.fail(f"{log_path} holds {back.size} bytes, over the segment size limit {options.segment_bytes_limit}")
+    first_base = int.from_bytes(back.head[:8], "big", signed=True) if len(back.head) >= 8 else None
+    if n > 0 and first_base != base:
+        check.fail(f"{log_path}: its first batch's base offset is {first_base}, not {base}, the offset it is named for")
+    if n + 1 < len(outputs) and (seen.last_offset is None or seen.last_offset >= outputs[n + 1][0]):
+        check.fail(
+            f"{log_path}: its last offset {seen.last_offset} is not below the next output's base offset "
+            f"{outputs[n + 1][0]}"
+        )
 
 
 def _digest_problem(result: SegmentResult, log_path: str, got: str, chunk_bytes: int) -> str:
@@ -178,7 +223,8 @@ def _digest_problem(result: SegmentResult, log_path: str, got: str, chunk_bytes:
     on this (rare) path only, digests the records read back without timestamps for comparison with the source."""
     plain = LogDigest(plain=True, timed=False, algorithm=result.digest, splits=result.digest_splits)
     with contextlib.suppress(CorruptRecordError, OSError):  # the difference itself is the finding
-        read_back(log_path, plain, None, 0, chunk_bytes)
+        for path in [log_path, *(p.outputs[".log"] for p in result.parts or ())]:
+            read_back(path, plain, None, 0, chunk_bytes)
     if result.source_digest and plain.hexdigests()[0] == result.source_digest:
         return f"timestamps differ from what the conversion wrote: {result.digest} {got} != {result.output_digest_ts}"
     return (
@@ -190,11 +236,12 @@ def _digest_problem(result: SegmentResult, log_path: str, got: str, chunk_bytes:
 _FIELDS = ("offset", "key", "value", "headers", "timestamp")
 
 
-def compare_records(log_path: str, expected: Iterable[Record], limit: int = 5) -> list[str]:
-    """The records of ``log_path`` against ``expected``, one by one: the first differences, each named by record
-    index, offset and field."""
+def compare_records(log_paths: str | list[str], expected: Iterable[Record], limit: int = 5) -> list[str]:
+    """The records of ``log_paths`` (one log, or a split source's outputs in order) against ``expected``, one by
+    one: the first differences, each named by record index, offset and field."""
     problems: list[str] = []
-    written = (r for chunk in read_file(log_path) for r in iter_records(chunk.entries.items))
+    paths = [log_paths] if isinstance(log_paths, str) else log_paths
+    written = (r for path in paths for chunk in read_file(path) for r in iter_records(chunk.entries.items))
     for i, (got, want) in enumerate(itertools.zip_longest(written, expected)):
         if got is None:
             problems.append(f"record {i}: offset {want.offset} must survive compaction but is not in the output")
@@ -221,11 +268,11 @@ def _short(value: object) -> str:
 
 
 def _check_indexes(
-    result: SegmentResult, base: int, rebuilt: IndexBuilder, check: SegmentCheck, options: ConvertOptions
+    outputs: dict[str, str], base: int, rebuilt: IndexBuilder, check: SegmentCheck, options: ConvertOptions
 ) -> None:
     """The index files must be exactly what Kafka's recovery builds from the batches read back."""
-    index_data = _read(result.outputs[".index"])
-    time_data = _read(result.outputs[".timeindex"])
+    index_data = _read(outputs[".index"])
+    time_data = _read(outputs[".timeindex"])
     want_index, want_time = rebuilt.finish()
     if want_index == index_data and want_time == time_data:
         return
@@ -239,7 +286,7 @@ def _check_indexes(
             f"time index differs from the one Kafka's recovery would build ({len(time_data)} vs {len(want_time)} bytes)"
         )
     try:
-        explain_index_difference(result.outputs[".log"], base, index_data, time_data, check, options.chunk_bytes)
+        explain_index_difference(outputs[".log"], base, index_data, time_data, check, options.chunk_bytes)
     except (CorruptRecordError, OSError) as exc:
         check.fail(f"cannot read the converted log to explain the index difference: {exc}")
 

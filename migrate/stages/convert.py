@@ -39,6 +39,7 @@ from migrate.run.workspace import checked_work_dir, segment_file, sync_filesyste
 from migrate.segment.compacted import load_survivors
 from migrate.segment.convert import convert_segment
 from migrate.segment.ranges import convert_range
+from migrate.segment.split import convert_split
 from migrate.segment.verify import verify_segment
 from migrate.stages.common import WORKABLE, locate, unconverted
 from migrate.stages.compact import survivors_path
@@ -59,6 +60,7 @@ def segment_task(plan: Plan, log_dir: str, partition: str, base_offset: int) -> 
         expected_inode=seg.inode,
         tail_drop=seg.tail_drop,
         survivors=str(survivors_path(p.dir, plan.plan_id)) if p.compaction is not None else None,
+        split=seg.split,
     )
 
 
@@ -188,7 +190,7 @@ def convert_and_verify(plan: Plan, log_dir: str, partition: str, base_offset: in
                 return _taken(log_dir, partition, base_offset, taken.result, started)
             fallback = f"{task.source}: {taken.judgement.verdict}: {taken.judgement.reason}"
         faults.point("before:convert")
-        result = convert_segment(task)
+        result = convert_segment(task) if task.split is None else convert_split(task)
     except UnsafePathError as exc:
         problem = Problem("unsafe-path", str(exc), exc.path)
         return unconverted(log_dir, partition, base_offset, Outcome.REFUSED, problem, started)
@@ -217,11 +219,11 @@ def convert_and_verify(plan: Plan, log_dir: str, partition: str, base_offset: in
     try:
         check = verify_segment(result, task.options, expected=_survivors_expected(plan, log_dir, partition, task))
     except OSError as exc:
-        _discard(result.outputs)
+        _discard(result)
         return _with(base, outcome=Outcome.FAILED, problem=Problem.of(exc), finished_at=time.time())
     verify_seconds = time.perf_counter() - converted
     if not check.ok:
-        _discard(result.outputs)
+        _discard(result)
         problem = Problem(
             "verify",
             f"the converted segment did not verify: {'; '.join(check.problems[:5])}. Nothing live was changed; this "
@@ -272,6 +274,7 @@ def _with(base: SegmentOutcome, /, **changes) -> SegmentOutcome:
     return replace(base, **changes)
 
 
-def _discard(outputs: dict[str, str]) -> None:
-    for path in outputs.values():
-        Path(path).unlink(missing_ok=True)
+def _discard(result: SegmentResult) -> None:
+    for outputs in [result.outputs, *(p.outputs for p in result.parts or ())]:
+        for path in outputs.values():
+            Path(path).unlink(missing_ok=True)

@@ -86,10 +86,15 @@ def _check_live(plan: Plan, key: str, store: StateStore) -> LiveCheck:
                 problems += changed
                 continue
             live = {sfx: str(segment_file(part.dir, row.base, sfx)) for sfx in row.result.outputs}
-            if any(not os.path.exists(p) for p in live.values()):
+            # a split source's later outputs are live under their own names
+            parts = tuple(
+                replace(s, outputs={sfx: str(segment_file(part.dir, s.base_offset, sfx)) for sfx in s.outputs})
+                for s in row.result.parts or ()
+            )
+            if any(not os.path.exists(p) for p in [*live.values(), *(p for s in parts for p in s.outputs.values())]):
                 problems.append(f"{name}/{row.base}: a live file is missing")
                 continue
-            result = replace(row.result, outputs=live)
+            result = replace(row.result, outputs=live, parts=parts or None)
             try:
                 check = verify_segment(result, plan.options.for_partition(part.leader_epoch))
             except (OSError, LocatedError) as exc:

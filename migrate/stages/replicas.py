@@ -122,9 +122,10 @@ def _files_after_swap(plan: Plan, key: str, partition: str) -> list[str]:
 def _files_after_swap_in(partition_dir: str, plan_id: str) -> list[str]:
     staged = staging_dir(partition_dir, plan_id)
     out = []
-    for name in sorted(os.listdir(partition_dir)):
-        if not SEGMENT_RE.match(name):
-            continue
+    names = {n for n in os.listdir(partition_dir) if SEGMENT_RE.match(n)}
+    if staged.is_dir():  # a split source's later outputs exist only staged until the swap
+        names |= {n for n in os.listdir(staged) if SEGMENT_RE.match(n)}
+    for name in sorted(names):
         candidate = staged / name
         out.append(str(candidate if candidate.exists() else Path(partition_dir) / name))
     return out
