@@ -23,12 +23,13 @@ from migrate.errors import MigrateError
 from migrate.watch import runlog
 
 # their order in --help
-COMMAND_MODULES = ("scan", "prestage", "migration", "maintenance", "report", "rehearse", "dump", "demo")
+COMMAND_MODULES = ("scan", "prestage", "migration", "rolling", "maintenance", "report", "rehearse", "dump", "demo")
 VERBS: dict[str, str] = {  # verb -> the module of migrate.commands that registers it
     "scan": "scan",
     "prestage": "prestage",
     "plan": "migration",
     "execute": "migration",
+    "rolling": "rolling",
     "verify": "migration",
     "status": "maintenance",
     "rollback": "maintenance",

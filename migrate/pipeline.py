@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from migrate.engines import CallResult, Engine, StageCall
-from migrate.model.plan_tree import Plan, TaskPlan
+from migrate.model.plan_tree import LogDirPlan, Plan, TaskPlan
 from migrate.model.run_state import LogDirPhase, LogDirStatus, Outcome, SegmentOutcome, Stage
 from migrate.model.stage_reports import (
     CutoverReport,
@@ -32,6 +32,7 @@ from migrate.model.stage_reports import (
     SegmentTotals,
     StageError,
     StatusReport,
+    UncheckedReplica,
     VerifyReport,
 )
 from migrate.run.run_lock import RunLock
@@ -48,6 +49,8 @@ from migrate.stages.replicas import (
     common_range,
     compare,
     fail_divergent,
+    peer_replica_digests,
+    peer_replica_ranges,
     replica_digests,
     replica_ranges,
 )
@@ -76,6 +79,7 @@ def execute(
     engine: Engine,
     accelerator: str = "",
     require_consistent_replicas: bool = False,
+    replica_peers: tuple[LogDirPlan, ...] = (),
 ) -> ExecuteReport:
     stage_seconds: dict[str, float] = {}
     clock = time.perf_counter()
@@ -150,7 +154,7 @@ def execute(
             o.log_dir for o in outcomes if o.outcome == Outcome.FAILED and o.problem and o.problem.kind == "io-error"
         }
 
-        divergences = check_replicas(plan, engine, [d for d in ready if d not in stopped])
+        divergences, unchecked = compare_replicas(plan, engine, [d for d in ready if d not in stopped], replica_peers)
         if divergences:
             lap(Stage.REPLICAS)
             if require_consistent_replicas:
@@ -181,6 +185,7 @@ def execute(
         problems=tuple(o for o in outcomes if o.outcome in (Outcome.REFUSED, Outcome.FAILED)),
         accelerator=accelerator,
         divergent_replicas=tuple(divergences),
+        unchecked_replicas=tuple(unchecked),
         reconciled=reconciled,
         cutover=cutover_report(plan, outcomes, stage_seconds, swapped_at),
     )
@@ -250,38 +255,107 @@ def _join_calls(
 def check_replicas(
     plan: Plan, engine: Engine, keys: list[str], bucket: int = DEFAULT_BUCKET_OFFSETS
 ) -> list[Divergence]:
-    """Compare the replicas of every partition planned on several brokers: each broker's offset range first, then
-    digests of the range they all hold; a divergence names the partition, the brokers and the first differing
-    offsets."""
+    """Compare the replicas of every partition planned on several brokers of ``plan``: each broker's offset range
+    first, then digests of the range they all hold; a divergence names the partition, the brokers and the first
+    differing offsets."""
+    return compare_replicas(plan, engine, keys, (), bucket)[0]
+
+
+def compare_replicas(
+    plan: Plan,
+    engine: Engine,
+    keys: list[str],
+    peers: tuple[LogDirPlan, ...] = (),
+    bucket: int = DEFAULT_BUCKET_OFFSETS,
+) -> tuple[list[Divergence], list[UncheckedReplica]]:
+    """``check_replicas``, also against ``peers``: log dirs of the cluster plan on brokers outside this run
+    (``--brokers``), read only through their own workers. A canary migrated alone is compared by the later run of
+    the others, and the run says which replicas it could not compare (a peer unreachable or unreadable)."""
     holders: dict[str, list[tuple[str, int | None]]] = {}
     for d in plan.log_dirs:
         if d.key in keys:
             for p in d.partitions:
                 holders.setdefault(p.name, []).append((d.key, d.broker_id))
+    ours = set(holders)
+    peer_of = {d.key: d for d in peers}
+    for d in peers:
+        for p in d.partitions:
+            if p.name in ours:
+                holders[p.name].append((d.key, d.broker_id))
     # a partition planned on several brokers: its replicas (two log dirs of one broker hold no replicas of each other)
     groups = {name: [k for k, _ in hs] for name, hs in sorted(holders.items()) if len({b for _, b in hs}) > 1}
     if not groups:
-        return []
+        return [], []
+    broker_of = {k: b for hs in holders.values() for k, b in hs}
     per_key: dict[str, list[str]] = {}
     for name, ks in groups.items():
         for k in ks:
             per_key.setdefault(k, []).append(name)
-    hosts = {d.key: d.host for d in plan.log_dirs}
-    calls = [StageCall((k, names), hosts[k], plan, k) for k, names in per_key.items()]
+    hosts = {d.key: d.host for d in (*plan.log_dirs, *peers)}
+    unread: dict[str, str] = {}  # log dir key -> why it could not be read
+
+    def collect(
+        stage: Stage, fns: tuple[Callable[..., Any], Callable[..., Any]], calls: tuple[list[StageCall], list[StageCall]]
+    ) -> list[Any]:
+        out = []
+        for fn, batch in zip(fns, calls):  # one plan per map: the run's calls carry it, the peers' none
+            for c, r in zip(batch, engine.map(stage, fn, batch) if batch else []):
+                if r.ok:
+                    out += r.value
+                else:
+                    unread.setdefault(c.log_dir, r.error)
+        return out
+
+    def split(make: Callable[[str, list[str]], tuple[Any, ...]]) -> tuple[list[StageCall], list[StageCall]]:
+        own = [StageCall(make(k, ns), hosts[k], plan, k) for k, ns in per_key.items() if k not in peer_of]
+        theirs = [StageCall(make(k, ns), hosts[k], None, k) for k, ns in per_key.items() if k in peer_of]
+        return own, theirs
+
+    def range_args(k: str, names: list[str]) -> tuple[Any, ...]:
+        return (k, names) if k not in peer_of else (peer_of[k], plan.plan_id, names)
+
     ranges: dict[str, list[ReplicaRange]] = {}
-    for r in engine.map(Stage.REPLICA_RANGES, replica_ranges, calls):
-        for rr in r.value if r.ok else []:
-            ranges.setdefault(rr.partition, []).append(rr)
-    spans = {name: common_range(rs) for name, rs in ranges.items() if len(rs) == len(groups[name])}
-    calls = [
-        StageCall((k, [(n, *spans[n]) for n in names if spans.get(n)], bucket), hosts[k], plan, k)
-        for k, names in per_key.items()
-    ]
+    for rr in collect(Stage.REPLICA_RANGES, (replica_ranges, peer_replica_ranges), split(range_args)):
+        ranges.setdefault(rr.partition, []).append(rr)
+    unchecked: list[UncheckedReplica] = []
+    spans: dict[str, tuple[int, int]] = {}
+    for name, ks in groups.items():
+        answered = ranges.get(name, [])
+        missing = [k for k in ks if k in unread]
+        if missing:
+            unchecked.append(
+                UncheckedReplica(
+                    name,
+                    tuple(broker_of[k] for k in missing),
+                    "; ".join(f"broker {broker_of[k]} ({k}) could not be read: {unread[k]}" for k in missing),
+                )
+            )
+        if len({r.broker_id for r in answered}) < 2 or len(answered) != len(ks) - len(missing):
+            continue
+        span = common_range(answered)
+        if span is None:
+            unchecked.append(
+                UncheckedReplica(name, tuple(r.broker_id for r in answered), "the replicas hold no offsets in common")
+            )
+        else:
+            spans[name] = span
+
+    def digest_args(k: str, names: list[str]) -> tuple[Any, ...]:
+        chosen = [(n, *spans[n]) for n in names if n in spans]
+        if k not in peer_of:
+            return (k, chosen, bucket)
+        return (peer_of[k], plan.plan_id, chosen, bucket, plan.options.digest)
+
     digests: dict[str, list[ReplicaDigest]] = {}
-    for r in engine.map(Stage.REPLICA_DIGESTS, replica_digests, calls):
-        for rd in r.value if r.ok else []:
-            digests.setdefault(rd.partition, []).append(rd)
-    return [d for rs in digests.values() if (d := compare(rs)) is not None]
+    for rd in collect(Stage.REPLICA_DIGESTS, (replica_digests, peer_replica_digests), split(digest_args)):
+        digests.setdefault(rd.partition, []).append(rd)
+    for name in spans:
+        got = {r.broker_id for r in digests.get(name, [])}
+        lost = [k for k in groups[name] if k in unread and broker_of[k] not in got]
+        if lost and not any(u.partition == name for u in unchecked):
+            why = "; ".join(f"broker {broker_of[k]} ({k}) could not be read: {unread[k]}" for k in lost)
+            unchecked.append(UncheckedReplica(name, tuple(broker_of[k] for k in lost), why))
+    return [d for rs in digests.values() if (d := compare(rs)) is not None], unchecked
 
 
 def archive_dir(plan_path: str | Path) -> Path:

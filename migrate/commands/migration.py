@@ -15,6 +15,7 @@ from migrate.engines.watched import WatchedEngine
 from migrate.errors import MigrateError
 from migrate.model.plan_tree import (
     DEFAULT_RANGE_BYTES,
+    LogDirPlan,
     Plan,
 )
 from migrate.model.stage_reports import ExecuteReport
@@ -273,6 +274,7 @@ def run_execute(args: argparse.Namespace) -> int:
                 watched,
                 accelerator=accelerator,
                 require_consistent_replicas=args.require_consistent_replicas,
+                replica_peers=_replica_peers(args, plan),
             )
         rows, _ = report.collect(plan, watched, args.plan)
     finally:
@@ -283,6 +285,17 @@ def run_execute(args: argparse.Namespace) -> int:
         body["summary"] = report.summary_json(summary)
     result(body, args.json, execute_text(outcome, args.plan, report.summary_lines(summary) if summary else []))
     return 0 if outcome.ok else 1
+
+
+def _replica_peers(args: argparse.Namespace, plan: Plan) -> tuple[LogDirPlan, ...]:
+    """With --brokers: the cluster plan's other brokers' log dirs, whose replicas this run compares with its own
+    (read only, through their workers): a canary migrated alone is compared when the others run."""
+    if not getattr(args, "brokers", None):
+        return ()
+    from migrate.planning.plan import load_plan
+
+    ours = {d.key for d in plan.log_dirs}
+    return tuple(d for d in load_plan(args.plan).log_dirs if d.key not in ours)
 
 
 def execute_text(report_: ExecuteReport, plan_path: str, summary_lines: list[str] | None = None) -> str:
@@ -317,6 +330,12 @@ def execute_text(report_: ExecuteReport, plan_path: str, summary_lines: list[str
             f"offsets {d.first_offset}..{d.last_offset} (digests: "
             + ", ".join(f"broker {b} {h[:12]}" for b, h in d.digests.items())
             + ")"
+        )
+    for u in report_.unchecked_replicas:
+        lines.append(
+            f"note: replicas of {u.partition} on broker(s) {', '.join(map(str, u.brokers))} were not compared with "
+            f"this run's: {u.reason}. The run of those brokers compares theirs with this one's (execute --brokers "
+            "... --require-consistent-replicas fails a partition whose replicas differ)."
         )
     lines += cutover_lines(report_)
     lines += summary_lines or []

@@ -149,6 +149,16 @@ class Divergence:
     digests: dict[str, str]  # broker id (as text) -> that range's digest
 
 
+@dataclass(frozen=True)
+class UncheckedReplica:
+    """A partition whose replicas on some brokers were not compared with this run's (a peer outside ``--brokers``
+    that could not be read, or replicas that share no offsets), and why."""
+
+    partition: str
+    brokers: tuple[int | None, ...]  # the brokers whose replica was not compared
+    reason: str
+
+
 # --- what a command reports ------------------------------------------------------------------------------------
 
 
@@ -224,6 +234,7 @@ class ExecuteReport:
     accelerator: str = ""  # the C accelerator's state: "active", or why the slow path runs
     divergent_replicas: tuple[Divergence, ...] = ()  # replicas of one partition whose records differ across brokers
     reconciled: tuple[str, ...] = ()  # where the state database disagreed with the files, and was corrected
+    unchecked_replicas: tuple[UncheckedReplica, ...] = ()  # replicas on brokers outside the run, not compared
     cutover: CutoverReport | None = None  # a plan that found pre-staged conversions
 
     @property

@@ -16,15 +16,17 @@ not converted). ``common_range`` and ``compare`` run in the client, on what the 
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 
+from migrate.errors import MigrateError
 from migrate.format.digest import LogDigest
 from migrate.format.records import RecordColumns
 from migrate.kafka.names import SEGMENT_RE
-from migrate.model.plan_tree import DigestAlgorithm, Plan
+from migrate.model.plan_tree import DigestAlgorithm, LogDirPlan, Plan
 from migrate.model.run_state import Problem
 from migrate.model.stage_reports import Divergence, ReplicaDigest, ReplicaRange
 from migrate.run.state import StateStore
@@ -114,15 +116,18 @@ def compare(replicas: list[ReplicaDigest]) -> Divergence | None:
 
 
 def _files_after_swap(plan: Plan, key: str, partition: str) -> list[str]:
-    part = plan.partition(key, partition)
-    staged = staging_dir(part.dir, plan.plan_id)
+    return _files_after_swap_in(plan.partition(key, partition).dir, plan.plan_id)
+
+
+def _files_after_swap_in(partition_dir: str, plan_id: str) -> list[str]:
+    staged = staging_dir(partition_dir, plan_id)
     out = []
-    names = {n for n in os.listdir(part.dir) if SEGMENT_RE.match(n)}
+    names = {n for n in os.listdir(partition_dir) if SEGMENT_RE.match(n)}
     if staged.is_dir():  # a split source's later outputs exist only staged until the swap
         names |= {n for n in os.listdir(staged) if SEGMENT_RE.match(n)}
     for name in sorted(names):
         candidate = staged / name
-        out.append(str(candidate if candidate.exists() else Path(part.dir) / name))
+        out.append(str(candidate if candidate.exists() else Path(partition_dir) / name))
     return out
 
 
@@ -139,6 +144,37 @@ def replica_digests(plan: Plan, key: str, spans: list[tuple[str, int, int]], buc
     ]
 
 
+# --- a peer's replica: a broker of the cluster plan outside this run (--brokers), read only ----------------------
+# The run's plan is restricted to its brokers, so a peer's log dir travels as its own entry of the cluster plan; a
+# peer already migrated is read from its live files, one not yet migrated from its originals (the content digest is
+# the same for both formats).
+
+
+def _require_peer(entry: LogDirPlan) -> None:
+    if not os.path.isdir(entry.log_dir):
+        raise MigrateError(
+            f"log dir {entry.log_dir} of broker {entry.broker_id} is not there on its host ({socket.gethostname()}): "
+            "a disk not mounted, or the log dir moved since the plan? Its replicas stay unchecked until it is back."
+        )
+
+
+def peer_replica_ranges(entry: LogDirPlan, plan_id: str, partitions: list[str]) -> list[ReplicaRange]:
+    _require_peer(entry)
+    dirs = {p.name: p.dir for p in entry.partitions}
+    return [offset_range(_files_after_swap_in(dirs[p], plan_id), p, entry.broker_id) for p in partitions]
+
+
+def peer_replica_digests(
+    entry: LogDirPlan, plan_id: str, spans: list[tuple[str, int, int]], bucket: int, algorithm: DigestAlgorithm
+) -> list[ReplicaDigest]:
+    _require_peer(entry)
+    dirs = {p.name: p.dir for p in entry.partitions}
+    return [
+        digest_replica(_files_after_swap_in(dirs[p], plan_id), p, entry.broker_id, lo, hi, bucket, algorithm)
+        for p, lo, hi in spans
+    ]
+
+
 def fail_divergent(plan: Plan, key: str, divergences: list[Divergence]) -> list[str]:
     """--require-consistent-replicas: fail this log dir's divergent partitions, untouched, before the swap."""
     _, log_dir = locate(plan, key)
@@ -150,9 +186,10 @@ def fail_divergent(plan: Plan, key: str, divergences: list[Divergence]) -> list[
                 continue
             message = (
                 f"replicas of {d.partition} differ across brokers {', '.join(map(str, d.brokers))} in offsets "
-                f"{d.first_offset}..{d.last_offset}; with --require-consistent-replicas it is not swapped on any of "
-                "them. Find the right replica (compare with `kafka-log-migrate dump --print-data-log`), restore the "
-                "others from it, re-plan and run again."
+                f"{d.first_offset}..{d.last_offset}; with --require-consistent-replicas it is not swapped on any "
+                "broker of this run (a broker migrated in an earlier run, e.g. the canary, keeps its swap: `rollback` "
+                "it there if its copy is the wrong one). Find the right replica (compare with `kafka-log-migrate dump "
+                "--print-data-log`), restore the others from it, re-plan and run again."
             )
             store.fail_partition(d.partition, Problem("replica-divergence", message))
             failed.append(d.partition)

@@ -1,0 +1,135 @@
+"""``rolling``: cut a cluster over broker by broker, each behind a gate (migrate/rolling/)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from migrate.codec import to_json
+from migrate.commands.engine import add_cluster_options, make_engine, parse_brokers
+from migrate.commands.migration import add_plan_options, plan_request_from
+from migrate.errors import MigrateError
+from migrate.watch.runlog import note, result
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "rolling",
+        help="cut a running cluster over one broker at a time, each behind a gate",
+        description="For each broker of --brokers in order: wait for the gate (Kafka's Admin API at "
+        "--bootstrap-server: no under-replicated or offline partition, none that stopping this broker would put "
+        "under min.insync.replicas, no reassignment in flight; and/or --gate-command), run --stop-command, wait for "
+        "its log dirs' .lock to be released and the clean-shutdown marker to appear (refused otherwise), plan and "
+        "execute its log dirs on its own Dask worker, run --start-command, and wait for the gate again. Stops at the "
+        "first failure, naming the broker and what to run next; never goes on to the next broker after a failure.",
+    )
+    p.add_argument("--brokers", required=True, help="broker ids in the order to cut over, the canary first: 1,2,3")
+    p.add_argument("--log-dirs", help="comma-separated log dirs, at the same paths on every broker")
+    p.add_argument("--broker-config", help="path of server.properties on each broker host (its log.dirs)")
+    p.add_argument(
+        "--run-dir", required=True, help="where each broker's plan is written (broker-<id>.plan.json); keep it"
+    )
+    p.add_argument("--stop-command", required=True, help="stops a broker, e.g. 'systemctl stop kafka@{broker}'")
+    p.add_argument("--start-command", required=True, help="starts it again, e.g. 'systemctl start kafka@{broker}'")
+    g = p.add_argument_group("gate (at least one)")
+    g.add_argument("--bootstrap-server", help="Kafka's bootstrap servers, for the Admin API gate (host:9092,...)")
+    g.add_argument(
+        "--admin-config",
+        help="properties for the admin client: security.protocol, sasl.mechanism, sasl.plain.username, "
+        "sasl.plain.password, ssl.cafile, ssl.certfile, ssl.keyfile, ssl.password",
+    )
+    g.add_argument(
+        "--gate-command",
+        help="the operator's own gate, run through the shell with {broker} replaced: exit 0 = go, its output shown "
+        "(Cruise Control's or Strimzi's checks)",
+    )
+    g.add_argument("--gate-timeout", type=float, default=600.0, help="seconds to wait for a gate to open (600)")
+    g.add_argument("--gate-interval", type=float, default=10.0, help="seconds between two gate checks (10)")
+    g.add_argument("--gate-command-timeout", type=float, default=60.0, help="seconds one gate command may take (60)")
+    g = p.add_argument_group("waits")
+    g.add_argument(
+        "--shutdown-timeout",
+        type=float,
+        default=300.0,
+        help="seconds to wait after the stop command for the .lock to be released and the marker written (300)",
+    )
+    g.add_argument("--command-timeout", type=float, default=600.0, help="seconds a stop or start command may take")
+    p.add_argument(
+        "--accept-per-broker-timestamps",
+        action="store_true",
+        help="allow --timestamps mtime (the default of plan): v0 records then get each broker's own segment mtime "
+        "as their timestamp, so replicas of the same offsets differ in timestamps while both formats are served",
+    )
+    p.add_argument("--require-consistent-replicas", action="store_true", help="as execute's")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    add_plan_options(p)
+    g = p.add_argument_group("cluster")
+    g.add_argument("--scheduler", required=True, help="the Dask scheduler with one worker per broker host")
+    add_cluster_options(g, brokers=False)
+    p.set_defaults(handler=run_rolling)
+
+
+def run_rolling(args: argparse.Namespace) -> int:
+    from migrate.rolling.driver import RollingRun, RollingSettings, refuse_unsafe_options
+    from migrate.rolling.kafka_admin import AdminApiGate, client_options_from
+    from migrate.rolling.operator_gate import CommandGate, Gate
+
+    if not args.log_dirs and not args.broker_config:
+        raise SystemExit(_usage("give --log-dirs or --broker-config"))
+    if not args.bootstrap_server and not args.gate_command:
+        raise SystemExit(
+            _usage(
+                "a rolling run needs a gate: --bootstrap-server (Kafka's Admin API) and/or --gate-command (yours). "
+                "Stopping brokers without one can take partitions offline."
+            )
+        )
+    try:
+        request = plan_request_from(args, tuple(args.log_dirs.split(",")) if args.log_dirs else (), check=False)
+    except ValueError as exc:
+        raise SystemExit(_usage(str(exc))) from None
+    refuse_unsafe_options(request.options, args.accept_per_broker_timestamps)
+    brokers = parse_brokers(args.brokers)
+    if not brokers or len(set(brokers)) != len(brokers):
+        raise MigrateError(f"--brokers {args.brokers}: give each broker id once, in the order to cut over")
+    gates: list[Gate] = []
+    if args.bootstrap_server:
+        options = client_options_from(args.admin_config) if args.admin_config else {}
+        gates.append(AdminApiGate(args.bootstrap_server, client_options=options))
+    if args.gate_command:
+        gates.append(CommandGate(args.gate_command, args.gate_command_timeout))
+    settings = RollingSettings(
+        brokers=brokers,
+        request=request,
+        stop_command=args.stop_command,
+        start_command=args.start_command,
+        run_dir=Path(args.run_dir),
+        broker_config=args.broker_config,
+        gate_timeout_s=args.gate_timeout,
+        gate_interval_s=args.gate_interval,
+        release_timeout_s=args.shutdown_timeout,
+        command_timeout_s=args.command_timeout,
+        require_consistent_replicas=args.require_consistent_replicas,
+    )
+    engine, _ = make_engine(argparse.Namespace(**{**vars(args), "engine": "dask"}))
+    try:
+        report = RollingRun(engine, settings, gates, say=note).run()
+    finally:
+        engine.close()
+    lines = [
+        f"broker {b.broker}: {'converted' if b.ok else 'FAILED'}" + (f" (plan {b.plan_path})" if b.plan_path else "")
+        for b in report.brokers
+    ]
+    if report.not_started:
+        lines.append(f"not started: broker(s) {', '.join(map(str, report.not_started))}")
+    if report.ok:
+        lines.append(
+            "Every broker is converted and back. Per broker: `kafka-log-migrate verify --plan <run dir>/broker-<id>"
+            ".plan.json --scheduler ...`; once satisfied, `finalize` each plan (or `rollback` one, its broker stopped)."
+        )
+    result(to_json(report), args.json, "\n".join(lines))
+    return 0 if report.ok else 1
+
+
+def _usage(message: str) -> int:
+    note(f"kafka-log-migrate: error: {message}")
+    return 2

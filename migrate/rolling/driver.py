@@ -1,0 +1,347 @@
+"""The rolling cut-over: one broker at a time, each only once the cluster can spare it.
+
+For each broker, in the order given (the canary first):
+
+1. the gate (``gate.py``; Kafka's Admin API and/or the operator's command), asked again until it opens or its
+   timeout passes: nothing is stopped while it says no;
+2. the operator's stop command (``--stop-command 'systemctl stop kafka@{broker}'``);
+3. on the broker's worker, until each log dir's ``.lock`` is released and its clean-shutdown marker is there: a broker
+   that stopped uncleanly (killed, crashed) is refused, since Kafka must recover that log before anything reads it;
+4. its plan, made on its worker after the stop (as ``plan --log-dirs``), written beside the run, and ``execute`` of it
+   (the same library functions: where the broker pre-staged, the cut-over takes what it staged);
+5. the operator's start command, then the gate again: the next broker waits until this one is back in sync.
+
+The run stops at the first failure and says which broker, in what state, and what to run next; it never goes on
+to the next broker after one failed. Each broker's plan is its own (``broker-<id>.plan.json``), so ``status``,
+``verify``, ``rollback`` and ``finalize`` take it as after any cluster run.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from migrate import pipeline
+from migrate.engines import StageCall
+from migrate.errors import ClusterPlanRefusedError, MigrateError
+from migrate.model.plan_tree import ConvertOptions, TimestampPolicy
+from migrate.model.run_state import Stage
+from migrate.planning.cluster import merge, survey_broker
+from migrate.planning.plan import write_plan
+from migrate.planning.request import PlanRequest
+from migrate.rolling.broker_host import LogDirRelease, WorkerBroker, identify, release_state
+from migrate.rolling.gate import GateVerdict
+from migrate.rolling.operator_gate import Gate, for_broker, run_operator_command, wait_for_go
+
+
+class Step(str, enum.Enum):
+    GATE = "gate"
+    STOP = "stop"
+    RELEASE = "release"  # the log dirs' lock released and the clean-shutdown marker written
+    PLAN = "plan"
+    EXECUTE = "execute"
+    START = "start"
+    GATE_AFTER = "gate-after-start"
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    step: Step
+    ok: bool
+    seconds: float
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class BrokerCutover:
+    broker: int
+    ok: bool
+    steps: tuple[StepRecord, ...]
+    plan_path: str = ""
+    failure: str = ""  # which step failed, the broker's state, and what to run next
+
+
+@dataclass(frozen=True)
+class RollingSettings:
+    brokers: tuple[int, ...]  # in order: the canary first
+    request: PlanRequest  # the plan options, and the log dirs when no broker config is given
+    stop_command: str
+    start_command: str
+    run_dir: Path  # each broker's plan is written here
+    broker_config: str | None = None  # server.properties on each broker host, instead of log dirs
+    gate_timeout_s: float = 600.0
+    gate_interval_s: float = 10.0
+    release_timeout_s: float = 300.0
+    release_interval_s: float = 1.0
+    command_timeout_s: float = 600.0
+    require_consistent_replicas: bool = False
+
+
+@dataclass(frozen=True)
+class RollingReport:
+    ok: bool
+    brokers: tuple[BrokerCutover, ...]
+    not_started: tuple[int, ...] = ()
+    gate_verdicts: tuple[GateVerdict, ...] = field(default=())
+
+
+MTIME_REFUSAL = (
+    "--timestamps mtime in a rolling run would give the same offsets different timestamps on different brokers: each "
+    "replica's v0 segments get LogAppendTime from that broker's own segment mtime, and while converted and legacy "
+    "replicas are both served, a consumer (or a follower fetching from a converted leader) sees the timestamp of "
+    "whichever broker it reads. Use --timestamps none (Kafka's own cleaner's CreateTime -1; pre-stage with the same "
+    "option), or give --accept-per-broker-timestamps to accept the difference."
+)
+
+
+def refuse_unsafe_options(options: ConvertOptions, accept_per_broker_timestamps: bool) -> None:
+    """Options that are safe for a one-shot offline run but not while converted and legacy replicas serve together."""
+    if options.timestamps == TimestampPolicy.MTIME and not accept_per_broker_timestamps:
+        raise MigrateError(MTIME_REFUSAL)
+
+
+def find_workers(engine: Any, settings: RollingSettings) -> dict[int, WorkerBroker]:
+    """Each broker's worker, by the broker id its log dirs hold; refused when a broker of the run has none."""
+    workers = engine.workers(expect=len(settings.brokers))
+    calls = [StageCall((settings.request.log_dirs, settings.broker_config, w), host=w) for w in workers]
+    found: dict[int, WorkerBroker] = {}
+    problems: list[str] = []
+    claimed_twice: set[int] = set()
+    for call, r in zip(calls, engine.map(Stage.SURVEY, identify, calls)):
+        who = r.value if r.ok else WorkerBroker(call.host or "?", None, (), r.error)
+        if who.broker_id is None:
+            problems.append(f"worker {who.worker}: {who.problem}")
+        elif who.broker_id in found:
+            claimed_twice.add(who.broker_id)
+            problems.append(
+                f"broker {who.broker_id} is claimed by workers {found[who.broker_id].worker} and {who.worker}"
+            )
+        else:
+            found[who.broker_id] = who
+    missing = [b for b in settings.brokers if b not in found]
+    problems += [
+        f"broker {b} has no worker. On its host run: dask worker {engine.address} --name broker-{b} --nthreads 1 "
+        "(with the TLS options)"
+        for b in missing
+    ]
+    if missing or claimed_twice & set(settings.brokers):
+        raise MigrateError("cannot start the rolling run, nothing was stopped: " + "; ".join(problems))
+    return found
+
+
+class RollingRun:
+    """One rolling run over ``settings.brokers`` on ``engine`` (a DaskEngine on the cluster's scheduler)."""
+
+    def __init__(
+        self,
+        engine: Any,
+        settings: RollingSettings,
+        gates: Sequence[Gate],
+        say: Callable[[str], None] = print,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.engine = engine
+        self.settings = settings
+        self.gates = gates
+        self.say = say
+        self.clock = clock
+        self.verdicts: list[GateVerdict] = []
+
+    def run(self) -> RollingReport:
+        workers = find_workers(self.engine, self.settings)
+        self.settings.run_dir.mkdir(parents=True, exist_ok=True)
+        done: list[BrokerCutover] = []
+        for i, broker in enumerate(self.settings.brokers):
+            self.say(f"broker {broker}: cut-over {i + 1} of {len(self.settings.brokers)}")
+            result = self.cut_over(broker, workers[broker], rest=self.settings.brokers[i:])
+            done.append(result)
+            if not result.ok:
+                self.say(result.failure)
+                return RollingReport(False, tuple(done), self.settings.brokers[i + 1 :], tuple(self.verdicts))
+            self.say(f"broker {broker}: converted and back in service (plan {result.plan_path})")
+        return RollingReport(True, tuple(done), (), tuple(self.verdicts))
+
+    # --- one broker -------------------------------------------------------------------------------------------
+
+    def cut_over(self, broker: int, worker: WorkerBroker, rest: tuple[int, ...]) -> BrokerCutover:
+        s = self.settings
+        steps: list[StepRecord] = []
+        plan_path = s.run_dir / f"broker-{broker}.plan.json"
+        resume = self._resume(rest)
+        after = self._resume(rest[1:]) if len(rest) > 1 else "nothing: it was the last broker"
+
+        def fail(step: Step, started: float, detail: str, what_next: str) -> BrokerCutover:
+            steps.append(StepRecord(step, False, round(self.clock() - started, 3), detail))
+            text = f"broker {broker}: {step.value} failed: {detail}\nNext: {what_next}"
+            return BrokerCutover(broker, False, tuple(steps), str(plan_path) if plan_path.exists() else "", text)
+
+        def passed(step: Step, started: float, detail: str = "") -> None:
+            steps.append(StepRecord(step, True, round(self.clock() - started, 3), detail))
+            self.say(
+                f"broker {broker}: {step.value} ok ({self.clock() - started:.1f} s){': ' + detail if detail else ''}"
+            )
+
+        started = self.clock()
+        verdicts = self._gate(broker)
+        if not all(v.go for v in verdicts):
+            why = "\n".join(v.summary() for v in verdicts if not v.go)
+            return fail(
+                Step.GATE,
+                started,
+                f"the gate did not open within {s.gate_timeout_s:g} s; nothing was stopped.\n{why}",
+                f"once the reasons above are gone, run again: {resume}",
+            )
+        passed(Step.GATE, started)
+
+        started = self.clock()
+        code, out = run_operator_command(s.stop_command, broker, s.command_timeout_s)
+        if code != 0:
+            ran = for_broker(s.stop_command, broker)
+            how = f"exited {code}" if code is not None else f"did not finish within {s.command_timeout_s:g} s"
+            return fail(
+                Step.STOP,
+                started,
+                f"the stop command `{ran}` {how}; whether broker {broker} is down is not known. Its output:\n{out}",
+                f"check broker {broker}. If it still runs, nothing was changed: run again: {resume}. If it stopped, "
+                f"start it (`{for_broker(s.start_command, broker)}`), wait for it to catch up, then run again.",
+            )
+        passed(Step.STOP, started, out.strip().splitlines()[-1] if out.strip() else "")
+
+        started = self.clock()
+        release = self._wait_for_release(broker, worker)
+        if release is None or not all(d.released for d in release):
+            return fail(
+                Step.RELEASE,
+                started,
+                self._release_problem(broker, release),
+                f"nothing was converted. Find out why broker {broker} did not stop cleanly; start it "
+                f"(`{for_broker(s.start_command, broker)}`) so that Kafka recovers its log, wait for it to catch up, "
+                f"then run again: {resume}",
+            )
+        passed(Step.RELEASE, started, f"{len(release)} log dir(s) released with a clean-shutdown marker")
+
+        started = self.clock()
+        try:
+            plan = self._plan(broker, worker)
+        except MigrateError as exc:
+            return fail(
+                Step.PLAN,
+                started,
+                f"{exc}",
+                f"nothing was converted; broker {broker} is stopped. Fix the cause, or start it again "
+                f"(`{for_broker(s.start_command, broker)}`); then run again: {resume}",
+            )
+        write_plan(plan, plan_path)
+        passed(Step.PLAN, started, f"{plan.estimates.partitions} partitions, {plan.estimates.segments} segments")
+
+        started = self.clock()
+        if plan.estimates.partitions:
+            report = pipeline.execute(plan, self.engine, require_consistent_replicas=s.require_consistent_replicas)
+            if not report.ok:
+                problems = [e.message for e in report.errors] + [
+                    f"{p.partition}: {p.problem.message if p.problem else p.state.value}" for p in report.unmigrated
+                ]
+                scheduler = f"--scheduler {self.engine.address}"
+                return fail(
+                    Step.EXECUTE,
+                    started,
+                    f"execute of {plan_path} did not migrate every partition; broker {broker} stays stopped:\n  "
+                    + "\n  ".join(problems[:20]),
+                    f"finish it with `kafka-log-migrate execute --plan {plan_path} {scheduler} --tls-dir ...`, or "
+                    f"put every original back with `kafka-log-migrate rollback --plan {plan_path} {scheduler} "
+                    f"--tls-dir ...`; then start broker {broker} (`{for_broker(s.start_command, broker)}`), wait for "
+                    f"the gate, and continue with: {after}",
+                )
+            detail = f"{report.totals.verified} segments converted and verified"
+            if report.cutover is not None:
+                c = report.cutover
+                detail += f"; {c.staged_segments} taken from pre-staging, {c.window_segments} converted in the window"
+            detail += "".join(f"; warning: replicas of {d.partition} differ" for d in report.divergent_replicas)
+            passed(Step.EXECUTE, started, detail)
+        else:
+            passed(Step.EXECUTE, started, "no legacy segments: nothing to convert")
+
+        started = self.clock()
+        code, out = run_operator_command(s.start_command, broker, s.command_timeout_s)
+        if code != 0:
+            ran = for_broker(s.start_command, broker)
+            how = f"exited {code}" if code is not None else f"did not finish within {s.command_timeout_s:g} s"
+            return fail(
+                Step.START,
+                started,
+                f"the start command `{ran}` {how}; broker {broker} is converted (plan {plan_path}). Output:\n{out}",
+                f"start broker {broker} yourself and wait for it to catch up; then continue with: {after}",
+            )
+        passed(Step.START, started)
+
+        started = self.clock()
+        verdicts = self._gate(broker)
+        if not all(v.go for v in verdicts):
+            why = "\n".join(v.summary() for v in verdicts if not v.go)
+            return fail(
+                Step.GATE_AFTER,
+                started,
+                f"broker {broker} was started but the gate did not open again within {s.gate_timeout_s:g} s:\n{why}",
+                f"watch broker {broker} (its log, under-replicated partitions); once the cluster is healthy, continue "
+                f"with: {after}. To undo it: stop it, `kafka-log-migrate rollback --plan {plan_path} ...`, start it.",
+            )
+        passed(Step.GATE_AFTER, started)
+        return BrokerCutover(broker, True, tuple(steps), str(plan_path))
+
+    def _gate(self, broker: int) -> list[GateVerdict]:
+        def show(v: GateVerdict) -> None:
+            self.verdicts.append(v)
+            if not v.go:
+                self.say(v.summary())
+
+        s = self.settings
+        return wait_for_go(self.gates, broker, s.gate_timeout_s, s.gate_interval_s, on_verdict=show)
+
+    def _wait_for_release(self, broker: int, worker: WorkerBroker) -> tuple[LogDirRelease, ...] | None:
+        s = self.settings
+        deadline = self.clock() + s.release_timeout_s
+        state: tuple[LogDirRelease, ...] | None = None
+        call = StageCall((worker.log_dirs,), host=worker.worker)
+        while True:
+            [r] = self.engine.map(Stage.SURVEY, release_state, [call])
+            state = r.value if r.ok else None
+            if (state is not None and all(d.released for d in state)) or self.clock() > deadline:
+                return state
+            time.sleep(s.release_interval_s)
+
+    def _release_problem(self, broker: int, state: tuple[LogDirRelease, ...] | None) -> str:
+        timeout = self.settings.release_timeout_s
+        if state is None:
+            return f"broker {broker}'s worker could not look at its log dirs"
+        out = []
+        for d in state:
+            if d.lock_holder is not None:
+                who = f"process {d.lock_holder}" if d.lock_holder else "a process (pid not visible)"
+                out.append(f"{d.log_dir}: {who} still holds Kafka's .lock {timeout:g} s after the stop command")
+            elif not d.clean_shutdown:
+                out.append(
+                    f"{d.log_dir}: the lock is released but there is no clean-shutdown marker (.kafka_cleanshutdown): "
+                    "the broker did not stop cleanly (killed, crashed, or still shutting down); Kafka will recover "
+                    "this log at its next start, and a log that needs recovery is never converted"
+                )
+        return "; ".join(out)
+
+    def _plan(self, broker: int, worker: WorkerBroker) -> Any:
+        s = self.settings
+        call = StageCall((s.request, s.broker_config, worker.worker), host=worker.worker)
+        [r] = self.engine.map(Stage.SURVEY, survey_broker, [call])
+        if not r.ok:
+            raise MigrateError(f"the survey of broker {broker} on {worker.worker} failed: {r.error}")
+        if r.value.broker_id != broker:
+            raise MigrateError(f"worker {worker.worker} now serves broker {r.value.broker_id}, not {broker}")
+        try:
+            return merge([r.value], (broker,), self.engine.address)
+        except ClusterPlanRefusedError as exc:
+            raise MigrateError(str(exc)) from None
+
+    def _resume(self, brokers: tuple[int, ...]) -> str:
+        return f"the same rolling command with --brokers {','.join(map(str, brokers))}"
