@@ -26,6 +26,9 @@ from migrate.model.run_state import Stage
 from migrate.planning.plan import build_plan
 from migrate.planning.request import PlanRequest
 
+# one xdist worker: its scheduler and two host workers start once
+pytestmark = pytest.mark.xdist_group("dask_engine")
+
 PROBE = Stage.SURVEY  # any stage: it only names the probes' Dask tasks
 
 
