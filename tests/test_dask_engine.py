@@ -26,6 +26,9 @@ from migrate.model.run_state import Stage
 from migrate.planning.plan import build_plan
 from migrate.planning.request import PlanRequest
 
+# one xdist worker: its scheduler and two host workers start once
+pytestmark = pytest.mark.xdist_group("dask_engine")
+
 PROBE = Stage.SURVEY  # any stage: it only names the probes' Dask tasks
 
 
@@ -144,8 +147,9 @@ def test_execute_with_two_log_dirs_on_two_hosts(two_host_cluster, tmp_path):
     assert Path(a / "gzip-v0-0" / "00000000000000000000.index").exists()
 
 
-def where_am_i(seconds: float) -> int:
-    time.sleep(seconds)
+def where_am_i(seconds: float, driver: int) -> int:
+    if os.getpid() == driver:  # only the driver's calls take time: the workers' finish at once when they are up
+        time.sleep(seconds)
     return os.getpid()
 
 
@@ -153,7 +157,8 @@ def test_this_hosts_calls_run_in_the_driver_while_the_local_cluster_starts():
     engine = DaskEngine(n_workers=2, dashboard_address="127.0.0.1:0", progress=False)
     try:
         assert not engine._ready.is_set()  # the cluster starts in the background: nothing waits for it here
-        results = engine.map(PROBE, where_am_i, [StageCall((0.25,)) for _ in range(40)])
+        # 100 s of driver work: the workers' start (about 3 s, far more on a loaded machine) ends it long before
+        results = engine.map(PROBE, where_am_i, [StageCall((0.25, os.getpid())) for _ in range(400)])
         pids = [r.value for r in results]
         assert all(r.ok for r in results)
         ran_here = pids.count(os.getpid())

@@ -20,6 +20,9 @@ from migrate.reports.dump import index_files
 from migrate.segment import offset_index, time_index
 from migrate.segment.convert import convert_segment
 
+# one xdist worker: the fixtures convert once
+pytestmark = pytest.mark.xdist_group("dump_index")
+
 SOURCES = [
     "plain-v1-0/00000000000000000000.log",  # v1 CreateTime, timestamps out of order: the time index skips some
     "lz4-v1-0/00000000000000000000.log",  # big LZ4 wrappers, one v2 batch each

@@ -26,6 +26,9 @@ from migrate.format import codecs, legacy
 from migrate.format.entries import read_entries
 from migrate.format.records import Compression, Record
 
+# one xdist worker: the damaged corpus is made once
+pytestmark = pytest.mark.xdist_group("format_fuzz")
+
 
 def _load_engine():
     spec = importlib.util.spec_from_file_location("fuzz_format", REPO / "benchmarks" / "fuzz_format.py")

@@ -23,6 +23,9 @@ from migrate.format import legacy
 from migrate.format.entries import read_entries
 from migrate.format.records import Compression, TimestampType
 
+# one xdist worker: the rewritten fixtures are made once
+pytestmark = pytest.mark.xdist_group("format_kafka_python")
+
 
 def kafka_python_view(data: bytes) -> tuple[list[dict], list[tuple]]:
     """(batch fields, records) as kafka-python reads ``data``, every CRC checked."""

@@ -29,7 +29,8 @@ from migrate.format.digest import LogDigest
 from migrate.format.entries import iter_records, read_entries
 from migrate.format.records import Compression, Record, RecordColumns, TimestampType
 
-pytestmark = pytest.mark.oracle
+# one xdist worker: Kafka's readers run once over the rewritten fixtures
+pytestmark = [pytest.mark.oracle, pytest.mark.xdist_group("format_oracle")]
 
 CREATE, APPEND = TimestampType.CREATE_TIME, TimestampType.LOG_APPEND_TIME
 LEGACY_CODECS = [Compression.NONE, Compression.GZIP, Compression.SNAPPY, Compression.LZ4]

@@ -16,6 +16,9 @@ from migrate.engines.dask import DaskEngine
 from migrate.planning.plan import build_plan
 from migrate.planning.request import PlanRequest
 
+# one xdist worker: its one Dask run serves every test
+pytestmark = pytest.mark.xdist_group("grafana")
+
 DASHBOARD = REPO / "dashboards" / "kafka-log-migrate.grafana.json"
 METRIC = re.compile(r"\b(?:kafka_log_migrate|dask)_[a-z0-9_]+\b")
 

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from conftest import REPO
 
+from migrate.run.faults import TRACE_ENV
+
 pytestmark = pytest.mark.slow
 
 
@@ -35,16 +37,25 @@ def _cli(*args: str) -> list[str]:
 def test_ctrl_c_during_execute_prints_one_line_exits_130_and_the_run_resumes(generated, tmp_path):
     plan = tmp_path / "plan.json"
     subprocess.run(_cli("plan", "--log-dirs", str(generated), "-o", str(plan)), cwd=REPO, check=True)
+    trace = tmp_path / "points.txt"  # every fault point passed, by the driver and its workers
     run = subprocess.Popen(
         _cli("execute", "--plan", str(plan), "--workers", "2", "--dashboard-address", "127.0.0.1:0"),
         cwd=REPO,
+        env={**os.environ, TRACE_ENV: str(trace)},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,  # its own process group, which Ctrl-C reaches whole
     )
     try:
-        time.sleep(3.5)  # its workers up and converting (about 5 s of work here)
+        # a fixed sleep raced the run: on an idle machine it finished first (exit 0), on a loaded one its workers
+        # were not up yet; a worker starting its first conversion is the moment, about 2 s of work before the end
+        deadline = time.monotonic() + 120
+        while run.poll() is None and time.monotonic() < deadline:
+            if trace.exists() and "before:convert" in trace.read_text():  # a whole segment or a range
+                break
+            time.sleep(0.02)
+        time.sleep(0.3)  # mid-conversion
         os.killpg(run.pid, signal.SIGINT)
         _, err = run.communicate(timeout=120)
     finally:

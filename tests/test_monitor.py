@@ -32,6 +32,9 @@ from migrate.planning.request import PlanRequest
 from migrate.stages import convert as convert_stage
 from migrate.watch.events import SegmentFinished
 
+# one xdist worker: its one watched Dask run serves every test
+pytestmark = pytest.mark.xdist_group("monitor")
+
 PARTITIONS = ["plain-v0-1", "gzip-v0-0", "lz4-v1-1", "plain-v1-0"]
 CORRUPT = ("plain-v1-0", 0)  # partition, base offset of the segment damaged after planning
 PAUSE_AFTER = 4  # segments converted before the worker is held

@@ -494,7 +494,7 @@ def _live_files(log_dir: Path) -> dict[str, bytes]:
     }
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")  # read only: every test compares with it
 def whole_run(tmp_path_factory) -> dict[str, bytes]:
     """The live files after a migration planned without ranges: what a ranged run must leave too."""
     root = tmp_path_factory.mktemp("whole")

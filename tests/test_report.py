@@ -20,6 +20,9 @@ from kafka_layout import make_broker_logdir
 from migrate.cli import main
 from migrate.reports import report_page
 
+# one xdist worker: its one executed run serves every test
+pytestmark = pytest.mark.xdist_group("report")
+
 PARTITIONS = ["plain-v0-1", "gzip-v0-0", "lz4-v1-1", "plain-v1-0"]
 CORRUPT = ("plain-v1-0", 0)
 

@@ -68,11 +68,12 @@ def test_only_a_client_with_a_certificate_from_the_cluster_ca_gets_in(tls, tmp_p
 def test_a_local_cluster_run_listens_on_loopback_only(tmp_path):
     from migrate.engines.dask import DaskEngine
 
+    before = set(psutil.Process().children(recursive=True))  # an earlier test's (Spark's JVM, a forkserver) lives on
     engine = DaskEngine(n_workers=2, dashboard_address="127.0.0.1:0", progress=False)
     try:
         link = engine.dashboard_link  # the cluster starts in the background: wait until it answers
         engine.start_workers(wait=True)
-        pids = {os.getpid(), *(c.pid for c in psutil.Process().children(recursive=True))}
+        pids = {os.getpid(), *(c.pid for c in set(psutil.Process().children(recursive=True)) - before)}
         listening = [
             c.laddr for c in psutil.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN and c.pid in pids
         ]

@@ -23,6 +23,9 @@ from migrate.segment import offset_index, time_index
 from migrate.segment.convert import convert_segment
 from migrate.segment.verify import verify_segment
 
+# one xdist worker: each option set converts the fixtures once
+pytestmark = pytest.mark.xdist_group("segment_convert")
+
 MTIMES = json.loads((FIXTURES / "mtimes.json").read_text())
 SUMMARIES = expected_summaries()
 # partitions holding only legacy data, which every conversion rewrites

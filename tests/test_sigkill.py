@@ -22,7 +22,8 @@ from migrate.model.run_state import SegmentState
 from migrate.run.state import StateStore
 from migrate.run.workspace import FENCE_NAME
 
-pytestmark = pytest.mark.slow
+# one xdist worker: its generated log dirs are made once
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("sigkill")]
 PARTITIONS = 300
 
 

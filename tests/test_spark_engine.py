@@ -22,7 +22,8 @@ from migrate.planning.request import PlanRequest
 from migrate.run.state import StateStore
 from migrate.run.workspace import FENCE_NAME
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+# one xdist worker: its Spark session starts once
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.xdist_group("spark_engine")]
 PARTITIONS = ["plain-v0-0", "gzip-v0-0", "snappy-v0-0", "lz4-v1-0", "mixed-v0-v1-0", "compacted-v0-1", "mixed-v1-v2-0"]
 SUMMARIES = expected_summaries()
 
@@ -119,10 +120,11 @@ def test_a_local_spark_listens_on_loopback_only(spark):
     """On a broker host the driver's ports (and its UI, which can kill the job) must not face the network."""
     import psutil
 
+    # this process's own JVM: another test's (or another run's) java may come and go meanwhile
     java = [
         c.laddr.ip
-        for p in psutil.process_iter(["name"])
-        if p.info["name"] == "java"
+        for p in psutil.Process().children(recursive=True)
+        if p.name() == "java"
         for c in p.net_connections(kind="inet")
         if c.status == psutil.CONN_LISTEN
     ]
