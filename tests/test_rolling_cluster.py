@@ -24,7 +24,7 @@ from test_cluster import diverge
 from migrate.cli import main
 from migrate.planning.plan import load_plan
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("rolling_cluster")]
 HOLDINGS = {
     1: ["plain-v0-0", "gzip-v0-0", "plain-v0-1"],
     2: ["plain-v0-0", "gzip-v0-0", "lz4-v1-1"],
