@@ -31,7 +31,19 @@ ALLOWED = {
     "engines": {"errors", "format", "model", "run", "watch"},
     "prestage": {"codec", "errors", "kafka", "model", "run", "segment", "units"},
     # the rolling cut-over: the gate, and a driver that runs the verbs below it broker by broker
-    "rolling": {"codec", "engines", "errors", "kafka", "model", "pipeline", "planning", "prestage", "run", "units"},
+    "rolling": {
+        "codec",
+        "engines",
+        "errors",
+        "kafka",
+        "model",
+        "pipeline",
+        "planning",
+        "prestage",
+        "run",
+        "stages",
+        "units",
+    },
 }
 TOP = {"commands", "cli", "monitor"}  # nothing imports these but the command line itself (and the preload's face)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -198,6 +199,10 @@ def test_brokers_are_cut_over_one_by_one_behind_the_gate_and_one_rolls_back_byte
     code, out = run(capsys, *(f"{fails} {{broker}}" if a == commands["start"] else a for a in argv))
     assert code == 1, out
     assert "broker 1: execute ok" in out and "4 taken from pre-staging, 3 converted in the window" in out
+    # the cut-over against what its running peers staged for the same offsets: the replicas agree
+    compared = re.search(r"broker 1: execute ok.*?; (\d+) converted segments compared with the running peers'", out)
+    assert compared is not None and int(compared[1]) > 0, out
+    assert "hold different records" not in out
     assert f"broker 1: start failed: the start command `{fails} 1` exited 1; broker 1 is converted" in out
     assert "unit kafka@1 failed" in out and "continue with: the same rolling command with --brokers 2,3" in out
     assert events(tmp_path) == ["gate 1", "stop 1", "start-fail 1"]

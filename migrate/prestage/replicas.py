@@ -21,6 +21,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
+from migrate.model.run_state import SegmentResult
 from migrate.prestage.record import staged_segments
 
 
@@ -37,24 +38,25 @@ class StagedDigest:
     output_digest: str  # the records with the timestamps they read back as
 
 
+def digest_of(partition: str, base_offset: int, r: SegmentResult) -> StagedDigest:
+    """A conversion's digests, staged or converted at a cut-over, as replicas are compared."""
+    return StagedDigest(
+        partition, base_offset, r.first_offset, r.last_offset, r.records, r.source_digest, r.output_digest_ts
+    )
+
+
 def staged_digests(log_dir: str | Path, staging_dir: str | Path | None = None) -> list[StagedDigest]:
     """The digests a log dir's staging tree records, one per staged segment with staged files."""
-    out = []
-    for staged in staged_segments(log_dir, staging_dir):
-        r = staged.record.result
-        if staged.record.staged:
-            out.append(
-                StagedDigest(
-                    staged.record.partition,
-                    staged.record.base_offset,
-                    r.first_offset,
-                    r.last_offset,
-                    r.records,
-                    r.source_digest,
-                    r.output_digest_ts,
-                )
-            )
-    return out
+    return [
+        digest_of(s.record.partition, s.record.base_offset, s.record.result)
+        for s in staged_segments(log_dir, staging_dir)
+        if s.record.staged
+    ]
+
+
+def differences_with(broker: int, check: StagedReplicaCheck) -> tuple[StagedDifference, ...]:
+    """The differences that set ``broker`` apart from a peer (its peers' own were told before the first cut-over)."""
+    return tuple(d for d in check.differences if any(broker in g for g in d.groups))
 
 
 class DifferenceKind(str, enum.Enum):

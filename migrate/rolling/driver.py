@@ -33,9 +33,17 @@ from migrate.model.run_state import Stage
 from migrate.planning.cluster import merge, survey_broker
 from migrate.planning.plan import write_plan
 from migrate.planning.request import PlanRequest
+from migrate.prestage.replicas import (
+    DifferenceKind,
+    StagedDifference,
+    StagedDigest,
+    compare_staged,
+    differences_with,
+)
 from migrate.rolling.broker_host import LogDirRelease, WorkerBroker, identify, release_state
 from migrate.rolling.gate import GateVerdict
 from migrate.rolling.operator_gate import Gate, for_broker, run_operator_command, wait_for_go
+from migrate.stages.replicas import converted_digests, peer_staged_digests
 
 
 class Step(str, enum.Enum):
@@ -150,9 +158,11 @@ class RollingRun:
         self.say = say
         self.clock = clock
         self.verdicts: list[GateVerdict] = []
+        self.workers: dict[int, WorkerBroker] = {}
 
     def run(self) -> RollingReport:
         workers = find_workers(self.engine, self.settings)
+        self.workers = workers
         self.settings.run_dir.mkdir(parents=True, exist_ok=True)
         done: list[BrokerCutover] = []
         for i, broker in enumerate(self.settings.brokers):
@@ -261,6 +271,20 @@ class RollingRun:
                 c = report.cutover
                 detail += f"; {c.staged_segments} taken from pre-staging, {c.window_segments} converted in the window"
             detail += "".join(f"; warning: replicas of {d.partition} differ" for d in report.divergent_replicas)
+            compared, differences = self._against_peers_staging(broker, plan)
+            detail += f"; {compared} converted segments compared with the running peers' pre-staged ones"
+            diverged = [d for d in differences if d.kind == DifferenceKind.RECORDS]
+            detail += "".join(f"; warning: {_difference_text(d)}" for d in differences)
+            if diverged and s.require_consistent_replicas:
+                return fail(
+                    Step.EXECUTE,
+                    started,
+                    f"broker {broker}'s converted segments hold other records than its peers staged: "
+                    + "; ".join(_difference_text(d) for d in diverged[:10]),
+                    f"broker {broker} stays stopped. Find the right copy; to put broker {broker}'s originals back: "
+                    f"`kafka-log-migrate rollback --plan {plan_path} --scheduler {self.engine.address} --tls-dir "
+                    f"...`, then start it; continue with: {after}",
+                )
             passed(Step.EXECUTE, started, detail)
         else:
             passed(Step.EXECUTE, started, "no legacy segments: nothing to convert")
@@ -291,6 +315,23 @@ class RollingRun:
             )
         passed(Step.GATE_AFTER, started)
         return BrokerCutover(broker, True, tuple(steps), str(plan_path))
+
+    def _against_peers_staging(self, broker: int, plan: Any) -> tuple[int, tuple[StagedDifference, ...]]:
+        """This broker's cut-over (what it took from staging and what it converted in the window) against the digests
+        its running peers' pre-stage passes recorded for the same offsets: (segments compared, differences)."""
+        calls = [StageCall((d.key,), d.host, plan, d.key) for d in plan.log_dirs]
+        mine = [x for r in self.engine.map(Stage.REPLICA_DIGESTS, converted_digests, calls) if r.ok for x in r.value]
+        partitions = sorted({d.partition for d in mine})
+        peers = [(b, w, log_dir) for b, w in self.workers.items() if b != broker for log_dir in w.log_dirs]
+        calls = [StageCall((log_dir, partitions), host=w.worker) for _, w, log_dir in peers]
+        by_broker: dict[int, list[StagedDigest]] = {broker: mine}
+        for (b, _, _), r in zip(peers, self.engine.map(Stage.REPLICA_DIGESTS, peer_staged_digests, calls)):
+            if r.ok:
+                by_broker.setdefault(b, []).extend(r.value)
+        check = compare_staged(by_broker)
+        peer_spans = {_span(p) for b, ps in by_broker.items() if b != broker for p in ps}
+        compared = sum(1 for d in mine if _span(d) in peer_spans)
+        return compared, differences_with(broker, check)
 
     def _gate(self, broker: int) -> list[GateVerdict]:
         def show(v: GateVerdict) -> None:
@@ -345,3 +386,13 @@ class RollingRun:
 
     def _resume(self, brokers: tuple[int, ...]) -> str:
         return f"the same rolling command with --brokers {','.join(map(str, brokers))}"
+
+
+def _span(d: StagedDigest) -> tuple[str, int, int | None, int | None]:
+    return d.partition, d.base_offset, d.first_offset, d.last_offset
+
+
+def _difference_text(d: StagedDifference) -> str:
+    groups = " vs ".join("+".join(map(str, g)) for g in d.groups)
+    what = "hold different records" if d.kind == DifferenceKind.RECORDS else "carry different timestamps"
+    return f"{d.partition} offsets {d.first_offset}..{d.last_offset}: brokers {groups} {what}"

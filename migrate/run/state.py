@@ -546,6 +546,15 @@ class StateStore:
         )
         return [self._row(r) for r in rows]
 
+    def converted_results(self) -> Iterator[tuple[str, int, SegmentResult]]:
+        """Every segment this run converted, swapped in or not yet."""
+        rows = self.conn.execute(
+            "SELECT partition, base, result FROM segments WHERE state IN (?, ?) ORDER BY partition, base",
+            (SegmentState.VERIFIED.value, SegmentState.SWAPPED.value),
+        )
+        for part, base, result in rows:
+            yield part, base, from_json(SegmentResult, json.loads(result))
+
     def verified_results(self) -> Iterator[tuple[str, int, SegmentResult]]:
         rows = self.conn.execute("SELECT partition, base, result FROM segments WHERE state=?", ("verified",))
         for part, base, result in rows:

@@ -29,6 +29,7 @@ from migrate.kafka.names import SEGMENT_RE
 from migrate.model.plan_tree import DigestAlgorithm, LogDirPlan, Plan
 from migrate.model.run_state import Problem
 from migrate.model.stage_reports import Divergence, ReplicaDigest, ReplicaRange
+from migrate.prestage.replicas import StagedDigest, digest_of, staged_digests
 from migrate.run.state import StateStore
 from migrate.run.workspace import staging_dir
 from migrate.segment.reader import read_file
@@ -194,3 +195,17 @@ def fail_divergent(plan: Plan, key: str, divergences: list[Divergence]) -> list[
             store.fail_partition(d.partition, Problem("replica-divergence", message))
             failed.append(d.partition)
     return failed
+
+
+def converted_digests(plan: Plan, key: str) -> list[StagedDigest]:
+    """What this run converted in a log dir (taken from pre-staging or converted in the window), as staged digests:
+    a rolling cut-over compares them with the staging its running peers recorded."""
+    _, path = locate(plan, key)
+    with StateStore.open(path, plan.plan_id) as store:
+        return [digest_of(name, base, result) for name, base, result in store.converted_results()]
+
+
+def peer_staged_digests(log_dir: str, partitions: list[str]) -> list[StagedDigest]:
+    """A running peer's staged digests of ``partitions``, read from its default staging tree (read only)."""
+    wanted = set(partitions)
+    return [d for d in staged_digests(log_dir) if d.partition in wanted]
