@@ -221,17 +221,11 @@ def cutover_report(
 
 
 def _cold_conversion(taken: list[SegmentOutcome], fresh: list[SegmentOutcome], delta: float) -> float:
-    """What converting the staged segments too would have cost this run: their bytes at the rate the window's own
-    conversions worked (each segment's convert and verify seconds, not the stage's wall time, which the takes and
-    the scheduling of small segments inflate), spread over the workers as the stage was; where the window
-    converted too little to measure a rate, the pre-stage passes' own seconds (throttled: an overestimate)."""
-    fresh_bytes = sum(o.source_bytes for o in fresh)
-    fresh_work = sum(o.convert_seconds + o.verify_seconds for o in fresh)
-    staged_bytes = sum(o.source_bytes for o in taken)
-    all_work = fresh_work + sum(o.convert_seconds + o.verify_seconds for o in taken)
-    workers = max(1.0, all_work / delta) if delta > 0 else 1.0
-    if fresh_bytes >= 1 << 20 and fresh_work > 0:
-        return delta + staged_bytes * fresh_work / fresh_bytes / workers
+    """What converting the staged segments too would have cost this run: the window's own conversions, plus the
+    conversion seconds the pre-stage passes measured for what was taken (their throttle and pause waits left out),
+    spread over the workers as the window's stage was."""
+    work = sum(o.convert_seconds + o.verify_seconds for o in (*fresh, *taken))
+    workers = max(1.0, work / delta) if delta > 0 else 1.0
     return delta + sum(o.staged_seconds or 0.0 for o in taken) / workers
 
 

@@ -218,7 +218,7 @@ class CutoverReport:
     checks_seconds: float  # execute's re-checks under the lock (prepare)
     delta_seconds: float  # converting and verifying what staging did not cover
     swap_seconds: float
-    cold_seconds: float  # estimated: the same run without staging (staged bytes at the window's conversion rate)
+    cold_seconds: float  # estimated: this run plus the passes' own conversion seconds for what was taken
 
 
 @dataclass(frozen=True)

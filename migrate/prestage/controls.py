@@ -136,6 +136,7 @@ class Controls:
         self.sizes: list[int] = []
         self.total = 0
         self.paused_seconds = 0.0
+        self.throttled_seconds = 0.0  # waited for the rate
         self._virtual = self.started  # the bucket: the time at which the bytes let through so far are paid for
 
     def _set_rate(self, rate: int | None) -> None:
@@ -177,6 +178,11 @@ class Controls:
         if self.space_floor is not None and self.staging is not None:
             self.space_floor.check(self.staging, 3 * size)
 
+    @property
+    def waited_seconds(self) -> float:
+        """Time spent waiting for the rate or the pause file: not the conversion's own."""
+        return self.throttled_seconds + self.paused_seconds
+
     def check(self) -> None:
         """Raise Aborted if the abort file exists; wait while the pause file exists; take a new rate from the rate
         file."""
@@ -211,7 +217,9 @@ class Controls:
                 start = max(self._virtual, now - self.burst_seconds)
                 if start <= now:
                     break
-                time.sleep(min(start - now, _POLL_SECONDS))
+                nap = min(start - now, _POLL_SECONDS)
+                time.sleep(nap)
+                self.throttled_seconds += nap
                 self.check()
             self._virtual = start + size / self.rate
         self.times.append(time.monotonic() - self.started)

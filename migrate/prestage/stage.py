@@ -112,7 +112,10 @@ def stage_segment(
                     discard(partition_staging, base_offset)
                     return _rejected(source, changed)
                 faults.point("before:prestage-seal")
+                sealing, waited = time.perf_counter(), controls.waited_seconds
                 staged = _seal(result, options, controls)
+                # the record's seconds: converting and verifying, as the cut-over's cold-run estimate counts them
+                result.seconds += time.perf_counter() - sealing - (controls.waited_seconds - waited)
                 record = StagedRecord(
                     version=RECORD_VERSION,
                     tool=f"kafka-log-migrate {__version__}",
@@ -207,7 +210,7 @@ def discard(partition_staging: Path, base_offset: int) -> None:
 def convert(task: SegmentTask, src: BinaryIO, st: os.stat_result, controls: Controls) -> SegmentResult:
     """``migrate.segment.convert.convert_segment`` on an open source whose reads and writes pass the controls:
     the same bytes, indexes, owner, mode and mtime. Nothing is left in the staging dir on error."""
-    started = time.perf_counter()
+    started, waited = time.perf_counter(), controls.waited_seconds
     check_planned(task, st)
     source = Path(task.source)
     live = live_stats(source.parent, task.base_offset)
@@ -237,7 +240,8 @@ def convert(task: SegmentTask, src: BinaryIO, st: os.stat_result, controls: Cont
         for path in finals.values():
             path.unlink(missing_ok=True)
         raise
-    result.seconds = time.perf_counter() - started
+    # the conversion's own time, without the throttle's and the pause file's waits: what a cold run would spend
+    result.seconds = time.perf_counter() - started - (controls.waited_seconds - waited)
     return result
 
 
