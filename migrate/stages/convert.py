@@ -202,18 +202,7 @@ def convert_and_verify(plan: Plan, log_dir: str, partition: str, base_offset: in
         problem = Problem("bug", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}", task.source)
         return unconverted(log_dir, partition, base_offset, Outcome.FAILED, problem, started)
     converted = time.perf_counter()
-    base = SegmentOutcome(
-        log_dir,
-        partition,
-        base_offset,
-        Outcome.VERIFIED,
-        source_bytes=result.source_bytes,
-        output_bytes=result.output_bytes,
-        records=result.records,
-        convert_seconds=converted - started,
-        result=result,
-        staged_fallback=fallback,
-    )
+    base = _verified(log_dir, partition, base_offset, result, started, staged_fallback=fallback)
     if result.status != ConversionStatus.CONVERTED:
         return _with(base, outcome=Outcome.UNCHANGED, finished_at=time.time())
     try:
@@ -239,6 +228,14 @@ def convert_and_verify(plan: Plan, log_dir: str, partition: str, base_offset: in
 def _taken(log_dir: str, partition: str, base_offset: int, result: SegmentResult, started: float) -> SegmentOutcome:
     """A segment whose pre-staged conversion was taken: verified by the pass that staged it, from disk, and provably
     unchanged since (``migrate.prestage.cutover``)."""
+    return _verified(
+        log_dir, partition, base_offset, result, started, finished_at=time.time(), staged_seconds=result.seconds
+    )
+
+
+def _verified(
+    log_dir: str, partition: str, base_offset: int, result: SegmentResult, started: float, **more: object
+) -> SegmentOutcome:
     return SegmentOutcome(
         log_dir,
         partition,
@@ -249,8 +246,7 @@ def _taken(log_dir: str, partition: str, base_offset: int, result: SegmentResult
         records=result.records,
         convert_seconds=time.perf_counter() - started,
         result=result,
-        finished_at=time.time(),
-        staged_seconds=result.seconds,
+        **more,  # type: ignore[arg-type]
     )
 
 
