@@ -130,7 +130,7 @@ def test_the_window_is_told_beside_a_cold_run(tmp_path, capsys):
     assert main(["execute", "--plan", str(tmp_path / "plan.json"), "--engine", "serial"]) == 0
     out = capsys.readouterr().out
     assert "cut-over: 2 segments" in out and "1 (" in out and "converted in the window" in out
-    assert "window since the broker stopped" in out and "a cold run of the same data: about" in out
+    assert "window since the broker stopped" in out and "these stages without pre-staging: about" in out
 
 
 def test_a_cold_plan_is_unchanged_when_nothing_was_staged(tmp_path):

@@ -378,8 +378,9 @@ def cutover_lines(report_: ExecuteReport) -> list[str]:
     if c.window_seconds is not None:
         lines.append(
             f"  window since the broker stopped: {c.window_seconds:.1f} s (this run: checks {c.checks_seconds:.1f} s, "
-            f"delta conversion {c.delta_seconds:.1f} s, swap {c.swap_seconds:.1f} s); a cold run of the same data: "
-            f"about {c.cold_seconds:.1f} s"
+            f"delta conversion {c.delta_seconds:.1f} s, swap {c.swap_seconds:.1f} s); these stages without "
+            f"pre-staging: about {c.cold_seconds:.1f} s (estimated from the passes' own times; a cold plan's read of "
+            "every segment comes on top)"
         )
     lines += [f"  converted anew instead of taken: {f}" for f in c.fallbacks[:20]]
     if len(c.fallbacks) > 20:
