@@ -210,8 +210,7 @@ class RollingRun:
         started = self.clock()
         code, out = run_operator_command(s.stop_command, broker, s.command_timeout_s)
         if code != 0:
-            ran = for_broker(s.stop_command, broker)
-            how = f"exited {code}" if code is not None else f"did not finish within {s.command_timeout_s:g} s"
+            ran, how = self._how_it_failed(s.stop_command, broker, code)
             return fail(
                 Step.STOP,
                 started,
@@ -292,8 +291,7 @@ class RollingRun:
         started = self.clock()
         code, out = run_operator_command(s.start_command, broker, s.command_timeout_s)
         if code != 0:
-            ran = for_broker(s.start_command, broker)
-            how = f"exited {code}" if code is not None else f"did not finish within {s.command_timeout_s:g} s"
+            ran, how = self._how_it_failed(s.start_command, broker, code)
             return fail(
                 Step.START,
                 started,
@@ -332,6 +330,11 @@ class RollingRun:
         peer_spans = {_span(p) for b, ps in by_broker.items() if b != broker for p in ps}
         compared = sum(1 for d in mine if _span(d) in peer_spans)
         return compared, differences_with(broker, check)
+
+    def _how_it_failed(self, command: str, broker: int, code: int | None) -> tuple[str, str]:
+        """An operator command that failed: the command as it ran, and how it failed."""
+        how = f"exited {code}" if code is not None else f"did not finish within {self.settings.command_timeout_s:g} s"
+        return for_broker(command, broker), how
 
     def _gate(self, broker: int) -> list[GateVerdict]:
         def show(v: GateVerdict) -> None:
