@@ -14,7 +14,7 @@ import enum
 import functools
 import sys
 import types
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
 from migrate.errors import ModelError
@@ -53,10 +53,10 @@ def to_json(value: Any) -> Any:
         return out
     if isinstance(value, enum.Enum):
         return value.value
-    if isinstance(value, (list, tuple)):
-        return [to_json(v) for v in value]
     if isinstance(value, Mapping):
         return {str(k): to_json(v) for k, v in value.items()}
+    if isinstance(value, Sequence) and not isinstance(value, (str, bytes)):  # tuples, lists, lazy rows
+        return [to_json(v) for v in value]
     return value
 
 

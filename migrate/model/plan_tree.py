@@ -9,7 +9,7 @@ import itertools
 import json
 import os
 import types
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -44,6 +44,16 @@ class TimestampPolicy(str, enum.Enum):
 
     MTIME = "mtime"  # LogAppendTime at the segment file's mtime: the KIP-32/33 fallback retention already uses
     NONE = "none"  # CreateTime -1: exactly what Kafka 4's cleaner writes
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class PlanForm(str, enum.Enum):
+    """How a plan is written and how its id hashes its content (``migrate.model.plan_columns``)."""
+
+    JSON = "json"  # one JSON document: small plans, read and diffed by people
+    COLUMNAR = "columnar"  # a Parquet file of one row per segment: a broker's million segments
 
     def __str__(self) -> str:
         return self.value
@@ -267,8 +277,10 @@ class PartitionPlan:
     compaction: CompactionPlan | None = field(default=None, metadata=OMIT_IF_NONE)
 
     @cached_property
-    def segment_by_base(self) -> dict[int, SegmentPlan]:
-        return {s.base_offset: s for s in self.segments}
+    def segment_by_base(self) -> Mapping[int, SegmentPlan]:
+        # a columnar plan's segments are found by base offset in its columns, never held as records
+        by_base = getattr(self.segments, "by_base", None)
+        return by_base() if by_base is not None else {s.base_offset: s for s in self.segments}
 
 
 @dataclass(frozen=True)
@@ -395,6 +407,8 @@ class Plan:
     tasks: tuple[TaskPlan, ...]
     estimates: Estimates
     warnings: tuple[str, ...] = ()
+    # the form whose scheme made plan_id; None: JSON. A columnar plan dumped as JSON for review keeps its id
+    form: PlanForm | None = field(default=None, metadata=OMIT_IF_NONE)
 
     @cached_property
     def log_dir_by_key(self) -> dict[str, LogDirPlan]:
@@ -424,24 +438,28 @@ class Plan:
         return {t.id: t for t in self.tasks}
 
     def content_id(self) -> str:
-        """The id the plan's content deserves: what ``plan_id`` must equal."""
+        """The id the plan's content deserves under the JSON form's scheme: what ``plan_id`` must equal."""
         return content_id(self)
 
-    def check_integrity(self) -> None:
-        """Refuse a plan whose content no longer matches its id, or whose parts contradict each other."""
+    def check_integrity(self, id_of: Callable[[Plan], str] | None = None) -> None:
+        """Refuse a plan whose content no longer matches its id (``id_of``: the id scheme of the plan's form, the
+        JSON form's by default), or whose parts contradict each other."""
         if self.version != PLAN_VERSION:
             raise ModelError(f"plan version {self.version}; this kafka-log-migrate reads version {PLAN_VERSION}")
-        if self.content_id() != self.plan_id:
+        deserved = (id_of or content_id)(self)
+        if deserved != self.plan_id:
             raise ModelError(
-                f"plan {self.plan_id} was edited after it was made (its content hashes to {self.content_id()}). "
+                f"plan {self.plan_id} was edited after it was made (its content hashes to {deserved}). "
                 "A plan is reviewed, not edited: re-plan with `kafka-log-migrate plan` and the options you want"
             )
         for d in self.log_dirs:
             d.check_paths()
+        # a columnar plan's tasks hold rows of its own segment table: they are in the plan by construction
+        columnar = self.form == PlanForm.COLUMNAR
         ranges: dict[tuple[str, str, int], list[ByteRange]] = {}
         for t in self.tasks:
             d = self.log_dir(t.log_dir)
-            for ref in t.segments:
+            for ref in () if columnar and t.byte_range is None else t.segments:
                 part = d.partition_by_name.get(ref.partition)
                 if part is None or ref.base_offset not in part.segment_by_base:
                     raise ModelError(f"task {t.id}: segment {ref.partition}/{ref.base_offset} is not in the plan")
@@ -474,6 +492,9 @@ _VOLATILE_PLAN_FIELDS = ("plan_id", "created", "planned_on")
 
 
 def content_id(plan: Plan) -> str:
+    """The JSON form's id scheme; a columnar plan's is ``migrate.model.plan_columns.plan_id_of``."""
+    if plan.form == PlanForm.COLUMNAR:
+        raise ModelError("a columnar plan's id is made by migrate.model.plan_columns.plan_id_of")
     body = to_json(plan)
     for name in _VOLATILE_PLAN_FIELDS:
         body.pop(name, None)
@@ -482,7 +503,7 @@ def content_id(plan: Plan) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
 
 
-def load_plan_json(text: str, source: str = "plan") -> Plan:
+def load_plan_json(text: str, source: str = "plan", id_of: Callable[[Plan], str] | None = None) -> Plan:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -493,7 +514,7 @@ def load_plan_json(text: str, source: str = "plan") -> Plan:
             "Re-plan with this version's `kafka-log-migrate plan`."
         )
     plan = from_json(Plan, data, "plan")
-    plan.check_integrity()
+    plan.check_integrity(id_of)
     return plan
 
 

@@ -19,6 +19,7 @@ from dataclasses import replace
 
 from migrate.errors import ClusterPlanRefusedError, MigrateError, PlanProblem, PlanRefusedError, ProblemKind
 from migrate.kafka.properties import log_dirs_of, read_meta_properties
+from migrate.model.plan_columns import plan_id_of
 from migrate.model.plan_tree import Estimates, LogDirPlan, Plan, TaskPlan
 from migrate.model.run_state import Stage
 from migrate.planning.checks import ClusterSubject, Scope, judge
@@ -91,7 +92,7 @@ def _combine(surveys: list[BrokerSurvey]) -> Plan:
         ),
         warnings=tuple(warnings),
     )
-    return dataclasses.replace(plan, plan_id=plan.content_id())
+    return dataclasses.replace(plan, plan_id=plan_id_of(plan))
 
 
 def plan_cluster(engine, request: PlanRequest, broker_config: str | None, expected_brokers: tuple[int, ...]) -> Plan:

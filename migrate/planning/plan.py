@@ -36,6 +36,7 @@ from migrate.compaction.rules import CompactionRule, Settings
 from migrate.errors import LocatedError, MigrateError, PlanProblem, PlanRefusedError
 from migrate.kafka.layout import Partition, free_bytes, inspect_log_dir
 from migrate.kafka.properties import leader_epoch_entries, read_meta_properties
+from migrate.model.plan_columns import plan_id_of
 from migrate.model.plan_tree import (
     DEFAULT_RANGE_BYTES,
     PLAN_VERSION,
@@ -47,6 +48,7 @@ from migrate.model.plan_tree import (
     LogDirPlan,
     PartitionPlan,
     Plan,
+    PlanForm,
     RangeCut,
     SegmentPlan,
     SegmentRef,
@@ -136,8 +138,9 @@ def build_plan(request: PlanRequest) -> Plan:
             estimated_output_bytes=sum(p.estimated_output_bytes for p in parts),
         ),
         warnings=tuple(found.warnings),
+        form=PlanForm.COLUMNAR if request.form == PlanForm.COLUMNAR else None,
     )
-    return replace(plan, plan_id=plan.content_id())
+    return replace(plan, plan_id=plan_id_of(plan))
 
 
 def _warn_blank_headers(request: PlanRequest, found: _Findings) -> None:
@@ -404,22 +407,43 @@ def byte_ranges(cuts: list[int], found: tuple[RangeCut, ...] | None) -> list[Byt
     ]
 
 
+COLUMNAR_SUFFIX = ".parquet"
+
+
+def form_for(path: str | Path) -> PlanForm:
+    """The form a plan file's name asks for: ``*.parquet`` columnar (a broker's million segments), else JSON."""
+    return PlanForm.COLUMNAR if str(path).endswith(COLUMNAR_SUFFIX) else PlanForm.JSON
+
+
 def load_plan(path: str | Path) -> Plan:
-    """A plan file, checked against the model and its own id; a MigrateError says what is wrong and to re-plan."""
+    """A plan file in either form, checked against the model and its own id; a MigrateError says what is wrong and
+    to re-plan."""
     from migrate.errors import ModelError
+    from migrate.model.plan_columns import is_columnar, load_plan_parquet
     from migrate.model.plan_tree import load_plan_json
 
     try:
-        text = Path(path).read_text()
+        data = Path(path).read_bytes()
     except OSError as exc:
         raise MigrateError(f"cannot read plan {path}: {exc.strerror}") from exc
     try:
-        return load_plan_json(text, str(path))
+        if is_columnar(data):
+            return load_plan_parquet(data, str(path))
+        try:
+            text = data.decode()
+        except UnicodeDecodeError as exc:
+            raise ModelError(f"neither a JSON nor a columnar plan (byte {exc.start} is not UTF-8)") from exc
+        return load_plan_json(text, str(path), plan_id_of)
     except ModelError as exc:
         raise MigrateError(f"{path}: {exc}") from exc
 
 
 def write_plan(plan: Plan, path: str | Path) -> None:
+    """The plan in its form: a columnar plan as Parquet, any other as JSON."""
+    from migrate.model.plan_columns import dump_plan_parquet
     from migrate.model.plan_tree import dump_plan_json
 
-    write_durably(path, dump_plan_json(plan))
+    if plan.form == PlanForm.COLUMNAR:
+        write_durably(path, dump_plan_parquet(plan))
+    else:
+        write_durably(path, dump_plan_json(plan))

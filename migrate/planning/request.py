@@ -7,7 +7,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from migrate.compaction.rules import CompactionRule
-from migrate.model.plan_tree import DEFAULT_RANGE_BYTES, DEFAULT_TASK_BYTES, DEFAULT_TASK_SEGMENTS, ConvertOptions, Plan
+from migrate.model.plan_tree import (
+    DEFAULT_RANGE_BYTES,
+    DEFAULT_TASK_BYTES,
+    DEFAULT_TASK_SEGMENTS,
+    ConvertOptions,
+    Plan,
+    PlanForm,
+)
 
 
 @dataclass(frozen=True)
@@ -29,6 +36,7 @@ class PlanRequest:
     staging_dirs: tuple[tuple[str, str], ...] = ()  # (log dir, its --staging-dir); else each log dir's default tree
     use_staged: bool = True  # --no-staged: plan cold, reading every segment, whatever a pre-stage pass left
     reverify_staged: bool = False  # --reverify-staged: execute re-reads staged files against their digests
+    form: PlanForm = PlanForm.JSON  # how the plan is written and its id made: -o *.parquet is columnar
 
     def compaction_rule(self, topic: str) -> CompactionRule | None:
         return next((r for r in self.compact if r.matches(topic)), None)

@@ -1,0 +1,604 @@
+"""The plan's columnar form: a plan of a million segments as one Parquet file, loaded without a million records.
+
+The JSON form (``plan_tree.dump_plan_json``) spends about 350 bytes and a decoded record per segment; a broker of
+10^6 segments would write a 350 MB plan that loads in minutes into gigabytes. This form keeps the plan's head as
+JSON in the Parquet file's metadata and one row per planned segment in columns, and a loaded plan is the same
+``Plan`` tree whose ``PartitionPlan.segments`` and ``TaskPlan.segments`` are lazy sequences over those columns: a
+``SegmentPlan`` exists only while a stage looks at it.
+
+    <plan>.parquet
+      key-value metadata "kafka-log-migrate.plan": PlanHead as JSON (the codec's strict form): version, plan_id,
+        tool, created, planned_on, options, the log dirs without their partitions, the range tasks whole, every
+        task's bytes, estimates, warnings, each compacted partition's CompactionPlan, the segment table's digest
+      one row per planned segment, in the plan's order (log dir, partition, base offset):
+        log_dir                string, dictionary   LogDirPlan.key
+        partition              string, dictionary   PartitionPlan.name
+        topic                  string, dictionary   PartitionPlan.topic
+        partition_id           int32                PartitionPlan.partition
+        dir_mtime_ns           int64                PartitionPlan.dir_mtime_ns   (repeated per partition: run-length
+        leader_epoch           int32                PartitionPlan.leader_epoch    encoded on disk, nearly free)
+        partition_bytes        int64                PartitionPlan.bytes
+        partition_output_bytes int64                PartitionPlan.estimated_output_bytes
+        base_offset            int64                SegmentPlan.base_offset
+        size                   int64                SegmentPlan.size
+        mtime_ns               int64                SegmentPlan.mtime_ns
+        inode                  uint64               SegmentPlan.inode
+        entries_v0..v2         int64                SegmentPlan.entries_by_magic["0".."2"], -1 where absent
+        output_bytes           int64                SegmentPlan.estimated_output_bytes
+        task                   int32                the number of the task holding it (t00042 -> 42); -1: ranges
+        staged                 int8                 SegmentPlan.staged: -1 None, 0 false, 1 true
+        extra                  string, nullable     JSON of tail_drop, range_cuts, split where any is set
+
+A partition's ``dir`` is not stored: ``LogDirPlan.check_paths`` requires it to be ``<log dir>/<name>``.
+
+The plan's id in this form hashes the head (without plan_id, created, planned_on and free space, like the JSON form)
+and, through ``segment_digest``, every column's values: an edited row or head is refused as in the JSON form.
+``Plan.form`` says which scheme made the id, so the JSON dump of a columnar plan (for review and diff) keeps its id.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+from typing import Any, overload
+
+import numpy as np
+
+from migrate.codec import from_json, to_json
+from migrate.errors import ModelError
+from migrate.model.plan_tree import (
+    PLAN_VERSION,
+    CompactionPlan,
+    ConvertOptions,
+    Estimates,
+    LogDirPlan,
+    PartitionPlan,
+    Plan,
+    PlanForm,
+    RangeCut,
+    SegmentPlan,
+    SegmentRef,
+    SegmentSplit,
+    TailDrop,
+    TaskPlan,
+    content_id,
+)
+
+HEAD_KEY = b"kafka-log-migrate.plan"
+PARQUET_MAGIC = b"PAR1"
+MAGICS = ("0", "1", "2")
+
+
+# --- the head ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PartitionCompaction:
+    log_dir: str
+    partition: str
+    compaction: CompactionPlan
+
+
+@dataclass(frozen=True)
+class PlanHead:
+    """Everything of a columnar plan but its segment rows."""
+
+    version: int
+    plan_id: str
+    tool: str
+    created: str
+    planned_on: str
+    options: ConvertOptions
+    log_dirs: tuple[LogDirPlan, ...]  # each with partitions=()
+    range_tasks: tuple[TaskPlan, ...]
+    task_bytes: tuple[int, ...]  # every task's bytes, by task number
+    estimates: Estimates
+    warnings: tuple[str, ...]
+    compactions: tuple[PartitionCompaction, ...]
+    segment_digest: str
+    segments: int
+
+
+@dataclass(frozen=True)
+class SegmentExtra:
+    """A segment's rare fields, kept as JSON in the ``extra`` column."""
+
+    tail_drop: TailDrop | None = None
+    range_cuts: tuple[RangeCut, ...] | None = None
+    split: SegmentSplit | None = None
+
+
+# --- the columns ---------------------------------------------------------------------------------------------
+
+_INT_COLUMNS: tuple[tuple[str, Any], ...] = (
+    ("partition_id", np.int32),
+    ("dir_mtime_ns", np.int64),
+    ("leader_epoch", np.int32),
+    ("partition_bytes", np.int64),
+    ("partition_output_bytes", np.int64),
+    ("base_offset", np.int64),
+    ("size", np.int64),
+    ("mtime_ns", np.int64),
+    ("inode", np.uint64),
+    ("entries_v0", np.int64),
+    ("entries_v1", np.int64),
+    ("entries_v2", np.int64),
+    ("output_bytes", np.int64),
+    ("task", np.int32),
+    ("staged", np.int8),
+)
+_NAME_COLUMNS = ("log_dir", "partition", "topic")
+
+
+@dataclass(eq=False)
+class SegmentColumns:
+    """Every planned segment of a plan as columns: name columns as (dictionary, int32 codes), the rest numpy."""
+
+    names: dict[str, tuple[list[str], np.ndarray]]
+    ints: dict[str, np.ndarray]
+    extra: dict[int, str] = field(default_factory=dict)  # row -> SegmentExtra as JSON, where a row has any
+
+    def __len__(self) -> int:
+        return len(self.ints["base_offset"])
+
+    def name(self, column: str, row: int) -> str:
+        values, codes = self.names[column]
+        return values[codes[row]]
+
+    def segment(self, row: int) -> SegmentPlan:
+        c = self.ints
+        counts = (int(c["entries_v0"][row]), int(c["entries_v1"][row]), int(c["entries_v2"][row]))
+        staged = int(c["staged"][row])
+        extra = SegmentExtra()
+        if row in self.extra:
+            extra = from_json(SegmentExtra, json.loads(self.extra[row]), f"plan segment row {row}")
+        return SegmentPlan(
+            base_offset=int(c["base_offset"][row]),
+            size=int(c["size"][row]),
+            mtime_ns=int(c["mtime_ns"][row]),
+            inode=int(c["inode"][row]),
+            entries_by_magic={m: n for m, n in zip(MAGICS, counts, strict=True) if n >= 0},
+            estimated_output_bytes=int(c["output_bytes"][row]),
+            tail_drop=extra.tail_drop,
+            range_cuts=extra.range_cuts,
+            staged=None if staged < 0 else bool(staged),
+            split=extra.split,
+        )
+
+    @cached_property
+    def digest(self) -> str:
+        """sha256 over every column's values in schema order: what the plan's id binds."""
+        h = hashlib.sha256()
+        for column in _NAME_COLUMNS:
+            values, codes = self.names[column]
+            h.update(column.encode() + b"\0" + "\0".join(values).encode() + b"\0")
+            h.update(np.ascontiguousarray(codes, dtype="<i4").tobytes())
+        for column, kind in _INT_COLUMNS:
+            h.update(column.encode() + b"\0")
+            h.update(np.ascontiguousarray(self.ints[column], dtype=np.dtype(kind).newbyteorder("<")).tobytes())
+        for row in sorted(self.extra):
+            h.update(f"extra {row} {self.extra[row]}\0".encode())
+        return h.hexdigest()
+
+    @classmethod
+    def of(cls, plan: Plan) -> SegmentColumns:
+        """The columns of a plan built in memory (``build_plan``), in the plan's order."""
+        task_of: dict[tuple[str, str, int], int] = {}
+        for t in plan.tasks:
+            if t.byte_range is None:
+                number = task_number(t.id)
+                for ref in t.segments:
+                    task_of[(t.log_dir, ref.partition, ref.base_offset)] = number
+        builder = _ColumnBuilder()
+        for d in plan.log_dirs:
+            for p in d.partitions:
+                for s in p.segments:
+                    builder.add(d.key, p, s, task_of.get((d.key, p.name, s.base_offset), -1))
+        return builder.columns()
+
+
+class _ColumnBuilder:
+    def __init__(self) -> None:
+        self.codes: dict[str, list[int]] = {c: [] for c in _NAME_COLUMNS}
+        self.lookup: dict[str, dict[str, int]] = {c: {} for c in _NAME_COLUMNS}
+        self.ints: dict[str, list[int]] = {c: [] for c, _ in _INT_COLUMNS}
+        self.extra: dict[int, str] = {}
+
+    def _code(self, column: str, value: str) -> None:
+        table = self.lookup[column]
+        code = table.get(value)
+        if code is None:
+            code = table[value] = len(table)
+        self.codes[column].append(code)
+
+    def add(self, log_dir: str, p: PartitionPlan, s: SegmentPlan, task: int) -> None:
+        unknown = set(s.entries_by_magic) - set(MAGICS)
+        if unknown:
+            raise ModelError(f"segment {p.name}/{s.base_offset}: entries of magic {sorted(unknown)} cannot be planned")
+        row = len(self.ints["base_offset"])
+        self._code("log_dir", log_dir)
+        self._code("partition", p.name)
+        self._code("topic", p.topic)
+        values = (
+            p.partition,
+            p.dir_mtime_ns,
+            p.leader_epoch,
+            p.bytes,
+            p.estimated_output_bytes,
+            s.base_offset,
+            s.size,
+            s.mtime_ns,
+            s.inode,
+            s.entries_by_magic.get("0", -1),
+            s.entries_by_magic.get("1", -1),
+            s.entries_by_magic.get("2", -1),
+            s.estimated_output_bytes,
+            task,
+            -1 if s.staged is None else int(s.staged),
+        )
+        for (column, _), value in zip(_INT_COLUMNS, values, strict=True):
+            self.ints[column].append(value)
+        if s.tail_drop is not None or s.range_cuts is not None or s.split is not None:
+            extra = SegmentExtra(s.tail_drop, s.range_cuts, s.split)
+            self.extra[row] = json.dumps(to_json(extra), separators=(",", ":"), sort_keys=True)
+
+    def columns(self) -> SegmentColumns:
+        names = {c: (list(self.lookup[c]), np.array(self.codes[c], dtype=np.int32)) for c in _NAME_COLUMNS}
+        ints = {c: np.array(self.ints[c], dtype=kind) for c, kind in _INT_COLUMNS}
+        return SegmentColumns(names, ints, self.extra)
+
+
+def task_number(task_id: str) -> int:
+    if not (task_id.startswith("t") and task_id[1:].isdigit()):
+        raise ModelError(f"task {task_id!r}: a columnar plan numbers its tasks t00000, t00001, ...")
+    return int(task_id[1:])
+
+
+def task_id(number: int) -> str:
+    return f"t{number:05d}"
+
+
+# --- lazy sequences over the columns -------------------------------------------------------------------------
+
+
+class _Rows(Sequence[Any]):
+    """A read-only sequence of rows of ``SegmentColumns``, built on access; equal to any sequence of the same items."""
+
+    __slots__ = ("_columns", "_rows")
+
+    def __init__(self, columns: SegmentColumns, rows: range | np.ndarray) -> None:
+        self._columns = columns
+        self._rows = rows
+
+    def _item(self, row: int) -> Any:
+        raise NotImplementedError
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    @overload
+    def __getitem__(self, index: int) -> Any: ...
+    @overload
+    def __getitem__(self, index: slice) -> tuple[Any, ...]: ...
+    def __getitem__(self, index: int | slice) -> Any:
+        if isinstance(index, slice):
+            return tuple(self._item(int(r)) for r in self._rows[index])
+        return self._item(int(self._rows[index]))
+
+    def __iter__(self) -> Iterator[Any]:
+        item = self._item
+        for row in self._rows:
+            yield item(int(row))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence) or isinstance(other, (str, bytes)):
+            return NotImplemented
+        return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} of {len(self)}>"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self._columns, self._rows))
+
+
+class SegmentRows(_Rows):
+    """``PartitionPlan.segments`` of a columnar plan: one partition's rows, in base offset order."""
+
+    __slots__ = ()
+
+    def _item(self, row: int) -> SegmentPlan:
+        return self._columns.segment(row)
+
+    def by_base(self) -> SegmentsByBase:
+        return SegmentsByBase(self._columns, self._rows)  # type: ignore[arg-type]
+
+
+class SegmentsByBase(Mapping[int, SegmentPlan]):
+    """``PartitionPlan.segment_by_base`` of a columnar plan: a binary search in the partition's base offsets."""
+
+    __slots__ = ("_columns", "_rows")
+
+    def __init__(self, columns: SegmentColumns, rows: range) -> None:
+        self._columns = columns
+        self._rows = rows
+
+    def _row(self, base_offset: object) -> int | None:
+        if not isinstance(base_offset, int) or not len(self._rows):
+            return None
+        bases = self._columns.ints["base_offset"][self._rows.start : self._rows.stop]
+        at = int(np.searchsorted(bases, base_offset))
+        return self._rows.start + at if at < len(bases) and int(bases[at]) == base_offset else None
+
+    def __getitem__(self, base_offset: int) -> SegmentPlan:
+        row = self._row(base_offset)
+        if row is None:
+            raise KeyError(base_offset)
+        return self._columns.segment(row)
+
+    def __contains__(self, base_offset: object) -> bool:
+        return self._row(base_offset) is not None
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._columns.ints["base_offset"][self._rows.start : self._rows.stop].tolist())
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+
+class TaskRows(_Rows):
+    """``TaskPlan.segments`` of a columnar plan."""
+
+    __slots__ = ()
+
+    def _item(self, row: int) -> SegmentRef:
+        return SegmentRef(self._columns.name("partition", row), int(self._columns.ints["base_offset"][row]))
+
+
+# --- plan <-> head and columns -------------------------------------------------------------------------------
+
+
+def head_of(plan: Plan, columns: SegmentColumns) -> PlanHead:
+    numbers = [task_number(t.id) for t in plan.tasks]
+    if numbers != list(range(len(numbers))):
+        raise ModelError("a columnar plan numbers its tasks t00000, t00001, ... in order")
+    return PlanHead(
+        version=plan.version,
+        plan_id=plan.plan_id,
+        tool=plan.tool,
+        created=plan.created,
+        planned_on=plan.planned_on,
+        options=plan.options,
+        log_dirs=tuple(replace(d, partitions=()) for d in plan.log_dirs),
+        range_tasks=tuple(t for t in plan.tasks if t.byte_range is not None),
+        task_bytes=tuple(t.bytes for t in plan.tasks),
+        estimates=plan.estimates,
+        warnings=plan.warnings,
+        compactions=tuple(
+            PartitionCompaction(d.key, p.name, p.compaction)
+            for d in plan.log_dirs
+            for p in d.partitions
+            if p.compaction is not None
+        ),
+        segment_digest=columns.digest,
+        segments=len(columns),
+    )
+
+
+def columnar_content_id(head: PlanHead) -> str:
+    body = to_json(head)
+    for name in ("plan_id", "created", "planned_on"):
+        body.pop(name)
+    for d in body["log_dirs"]:
+        d["filesystems"] = [{k: v for k, v in fs.items() if k != "free_bytes"} for fs in d["filesystems"]]
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(b"columnar\0" + text.encode()).hexdigest()[:16]
+
+
+def plan_id_of(plan: Plan) -> str:
+    """The id ``plan`` deserves under its form's scheme: the columnar one here, the JSON form's otherwise."""
+    if plan.form != PlanForm.COLUMNAR:
+        return content_id(plan)
+    return columnar_content_id(head_of(plan, columns_of(plan)))
+
+
+def plan_of(head: PlanHead, columns: SegmentColumns) -> Plan:
+    """The plan tree over ``columns``: partitions and tasks are built here, segments on access."""
+    if len(columns) != head.segments:
+        raise ModelError(f"the plan's head counts {head.segments} segments; its table holds {len(columns)}")
+    log_dir_codes, log_dir_names = columns.names["log_dir"][1], columns.names["log_dir"][0]
+    part_values, part_codes = columns.names["partition"]
+    topic_values, topic_codes = columns.names["topic"]
+    n = len(columns)
+    if n:
+        change = (log_dir_codes[1:] != log_dir_codes[:-1]) | (part_codes[1:] != part_codes[:-1])
+        starts = np.concatenate(([0], np.flatnonzero(change) + 1))
+    else:
+        starts = np.zeros(0, dtype=np.int64)
+    stops = np.append(starts[1:], n)
+    c = columns.ints
+    heads = {d.key: d for d in head.log_dirs}
+    compactions = {(x.log_dir, x.partition): x.compaction for x in head.compactions}
+    by_log_dir: dict[str, list[PartitionPlan]] = {d.key: [] for d in head.log_dirs}
+    rows = zip(
+        starts.tolist(),
+        stops.tolist(),
+        log_dir_codes[starts].tolist(),
+        part_codes[starts].tolist(),
+        topic_codes[starts].tolist(),
+        c["partition_id"][starts].tolist(),
+        c["dir_mtime_ns"][starts].tolist(),
+        c["leader_epoch"][starts].tolist(),
+        c["partition_bytes"][starts].tolist(),
+        c["partition_output_bytes"][starts].tolist(),
+        strict=True,
+    )
+    for start, stop, ld, pc, tc, pid, dir_mtime, epoch, nbytes, out_bytes in rows:
+        key = log_dir_names[ld]
+        d = heads.get(key)
+        if d is None:
+            raise ModelError(f"plan segment row {start}: log dir {key!r} is not in the plan's head")
+        name = part_values[pc]
+        by_log_dir[key].append(
+            PartitionPlan(
+                name=name,
+                topic=topic_values[tc],
+                partition=pid,
+                dir=os.path.join(d.log_dir, name),
+                dir_mtime_ns=dir_mtime,
+                leader_epoch=epoch,
+                bytes=nbytes,
+                estimated_output_bytes=out_bytes,
+                segments=SegmentRows(columns, range(start, stop)),
+                compaction=compactions.get((key, name)),
+            )
+        )
+    log_dirs = tuple(replace(d, partitions=tuple(by_log_dir[d.key])) for d in head.log_dirs)
+    return Plan(
+        version=head.version,
+        plan_id=head.plan_id,
+        tool=head.tool,
+        created=head.created,
+        planned_on=head.planned_on,
+        options=head.options,
+        log_dirs=log_dirs,
+        tasks=_tasks(head, columns),
+        estimates=head.estimates,
+        warnings=head.warnings,
+        form=PlanForm.COLUMNAR,
+    )
+
+
+def _tasks(head: PlanHead, columns: SegmentColumns) -> tuple[TaskPlan, ...]:
+    task = columns.ints["task"]
+    count = len(head.task_bytes)
+    if len(task) and (task.max(initial=-1) >= count or task.min(initial=0) < -1):
+        raise ModelError(f"plan segment rows name tasks outside 0..{count - 1}")
+    order = np.argsort(task, kind="stable")
+    ordered = task[order]
+    first = int(np.searchsorted(ordered, 0))
+    order, ordered = order[first:], ordered[first:]
+    bounds = np.flatnonzero(np.diff(ordered)) + 1
+    groups = dict(
+        zip(
+            ordered[np.concatenate(([0], bounds))].tolist() if len(ordered) else [],
+            np.split(order, bounds),
+            strict=False,
+        )
+    )
+    ranges = {task_number(t.id): t for t in head.range_tasks}
+    log_dir_values, log_dir_codes = columns.names["log_dir"]
+    tasks = []
+    for number in range(count):
+        if number in ranges:
+            tasks.append(ranges[number])
+            continue
+        rows = groups.get(number)
+        if rows is None:
+            raise ModelError(f"task {task_id(number)} holds no segment of the plan")
+        keys = np.unique(log_dir_codes[rows])
+        if len(keys) != 1:
+            raise ModelError(f"task {task_id(number)} holds segments of more than one log dir")
+        tasks.append(
+            TaskPlan(task_id(number), log_dir_values[int(keys[0])], TaskRows(columns, rows), head.task_bytes[number])
+        )
+    return tuple(tasks)
+
+
+# --- the file ------------------------------------------------------------------------------------------------
+
+
+def columns_of(plan: Plan) -> SegmentColumns:
+    """The plan's columns: those it was loaded over, else built from its records."""
+    for d in plan.log_dirs:
+        for p in d.partitions:
+            if isinstance(p.segments, SegmentRows):
+                return p.segments._columns
+    return SegmentColumns.of(plan)
+
+
+def dump_plan_parquet(plan: Plan) -> bytes:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    columns = columns_of(plan)
+    head = head_of(plan, columns)
+    arrays: dict[str, Any] = {}
+    for column in _NAME_COLUMNS:
+        values, codes = columns.names[column]
+        arrays[column] = pa.DictionaryArray.from_arrays(pa.array(codes, pa.int32()), pa.array(values, pa.string()))
+    for column, _ in _INT_COLUMNS:
+        arrays[column] = pa.array(columns.ints[column])
+    extra = [None] * len(columns)
+    for row, text in columns.extra.items():
+        extra[row] = text
+    arrays["extra"] = pa.array(extra, pa.string())
+    table = pa.table(arrays).replace_schema_metadata({HEAD_KEY: json.dumps(to_json(head), separators=(",", ":"))})
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="zstd", use_dictionary=[*_NAME_COLUMNS, "extra"])
+    return sink.getvalue().to_pybytes()
+
+
+def load_plan_parquet(data: bytes, source: str = "plan") -> Plan:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(pa.BufferReader(data), read_dictionary=list(_NAME_COLUMNS))
+    except (pa.ArrowException, OSError) as exc:
+        raise ModelError(f"{source}: not a readable columnar plan ({exc})") from exc
+    metadata = table.schema.metadata or {}
+    if HEAD_KEY not in metadata:
+        raise ModelError(f"{source}: a Parquet file without a kafka-log-migrate plan head")
+    raw = json.loads(metadata[HEAD_KEY])
+    if isinstance(raw, dict) and raw.get("version") != PLAN_VERSION:
+        raise ModelError(
+            f"{source}: plan version {raw.get('version')!r}; this kafka-log-migrate reads version {PLAN_VERSION}. "
+            "Re-plan with this version's `kafka-log-migrate plan`."
+        )
+    head = from_json(PlanHead, raw, "plan head")
+    expected = set(_NAME_COLUMNS) | {c for c, _ in _INT_COLUMNS} | {"extra"}
+    if set(table.column_names) != expected:
+        raise ModelError(f"{source}: its columns are {sorted(table.column_names)}, not a plan's {sorted(expected)}")
+    names = {}
+    for column in _NAME_COLUMNS:
+        chunked = table.column(column).combine_chunks() if table.num_rows else None
+        if chunked is None:
+            names[column] = ([], np.zeros(0, dtype=np.int32))
+            continue
+        array = chunked if isinstance(chunked, pa.DictionaryArray) else chunked.dictionary_encode()
+        if array.null_count:
+            raise ModelError(f"{source}: column {column} has empty cells")
+        names[column] = (array.dictionary.to_pylist(), array.indices.to_numpy().astype(np.int32, copy=False))
+    ints = {}
+    for column, kind in _INT_COLUMNS:
+        col = table.column(column)
+        if col.null_count:
+            raise ModelError(f"{source}: column {column} has empty cells")
+        ints[column] = col.to_numpy().astype(kind, copy=False)
+    extra_column = table.column("extra")
+    extra: dict[int, str] = {}
+    if extra_column.null_count != table.num_rows:
+        valid = np.flatnonzero(extra_column.is_valid().to_numpy(zero_copy_only=False))
+        values = extra_column.take(valid).to_pylist()
+        extra = dict(zip(valid.tolist(), values, strict=True))
+    columns = SegmentColumns(names, ints, extra)
+    if columns.digest != head.segment_digest:
+        raise ModelError(
+            f"{source}: its segment table no longer matches the plan's head (edited after it was made). A plan is "
+            "reviewed, not edited: re-plan with `kafka-log-migrate plan`"
+        )
+    plan = plan_of(head, columns)
+    plan.check_integrity(plan_id_of)
+    return plan
+
+
+def is_columnar(first_bytes: bytes) -> bool:
+    return first_bytes[:4] == PARQUET_MAGIC
