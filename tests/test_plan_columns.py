@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import pickle
 from pathlib import Path
 
 import pyarrow as pa
@@ -15,6 +16,7 @@ from runs import assert_scan_agrees, snapshot
 
 from migrate import pipeline
 from migrate.engines import SerialEngine
+from migrate.engines.dask import DaskEngine
 from migrate.errors import MigrateError
 from migrate.model.plan_columns import HEAD_KEY, SegmentRows, TaskRows, plan_id_of
 from migrate.model.plan_tree import ConvertOptions, Plan, PlanForm, dump_plan_json, load_plan_json
@@ -34,6 +36,7 @@ def _plans(log_dir: Path, tmp_path: Path, **request) -> tuple[Plan, Plan, Path]:
 
 def _same_tree(a: Plan, b: Plan) -> None:
     assert a.options == b.options and a.estimates == b.estimates and a.warnings == b.warnings
+
     def head(d):  # free space is seen, not planned: it moves between two plans
         return dataclasses.replace(
             d, partitions=(), filesystems=tuple(dataclasses.replace(f, free_bytes=0) for f in d.filesystems)
@@ -134,3 +137,29 @@ def test_a_columnar_plan_executes_to_the_json_plans_bytes(tmp_path):
         assert rolled.ok
     assert runs[PlanForm.JSON] == runs[PlanForm.COLUMNAR]
     assert any(k.endswith(".log") for k in runs[PlanForm.JSON])
+
+
+def test_a_columnar_plan_travels_to_workers_as_its_parquet_bytes(tmp_path):
+    """A Dask scatter pickles the plan: its columns as the plan file's Parquet bytes and each log dir's partitions
+    as boundaries over them, never record by record; the copy is the same plan."""
+    log_dir = copy_logdir(LEGACY_LOGDIR, tmp_path / "logdir", FIXTURES / "mtimes.json")
+    _, columnar, path = _plans(log_dir, tmp_path, range_bytes=2048)
+    sent = pickle.dumps(columnar)
+    assert path.read_bytes() in sent  # the plan file's bytes, as they are
+    copy = pickle.loads(sent)
+    assert copy.plan_id == columnar.plan_id
+    _same_tree(columnar, copy)
+
+
+@pytest.mark.xdist_group("dask-local")
+def test_a_columnar_plan_executes_on_dask_workers(tmp_path):
+    log_dir = copy_logdir(LEGACY_LOGDIR, tmp_path / "logdir", FIXTURES / "mtimes.json")
+    _, plan, _ = _plans(log_dir, tmp_path, range_bytes=2048)
+    engine = DaskEngine(n_workers=2, dashboard_address="127.0.0.1:0", progress=False)
+    try:
+        report = pipeline.execute(plan, engine)
+    finally:
+        engine.close()
+    assert report.ok, report.errors
+    assert_scan_agrees(plan, report)
+    assert report.totals.verified == plan.estimates.segments

@@ -16,7 +16,7 @@ from typing import Any
 
 from migrate.codec import enum_member, from_json, json_schema, to_json
 from migrate.errors import ModelError
-from migrate.kafka.names import parse_partition_dir_name, segment_name
+from migrate.kafka.names import is_partition_dir_name, segment_name
 
 PLAN_VERSION = 2
 DEFAULT_INDEX_INTERVAL_BYTES = 4096  # Kafka's index.interval.bytes default
@@ -320,8 +320,10 @@ class LogDirPlan:
         return self.log_dir if self.key == self.log_dir else f"broker {self.broker_id} {self.log_dir}"
 
     @cached_property
-    def partition_by_name(self) -> dict[str, PartitionPlan]:
-        return {p.name: p for p in self.partitions}
+    def partition_by_name(self) -> Mapping[str, PartitionPlan]:
+        # a columnar plan's partitions are found by name in its columns, never held as records
+        by_name = getattr(self.partitions, "by_name", None)
+        return by_name() if by_name is not None else {p.name: p for p in self.partitions}
 
     def check_paths(self) -> None:
         """Every path the tool will write or delete under derives from these, so they are compared as paths, not as
@@ -336,9 +338,9 @@ class LogDirPlan:
                 f"log dir {self.log_dir!r} is not an absolute, normalized path (no '..', '.', '//' or trailing '/'): "
                 "re-plan with `kafka-log-migrate plan --log-dirs` and the broker's log.dirs"
             )
+        prefix = os.path.join(self.log_dir, "")  # a name is one path component: join is this concatenation
         for p in self.partitions:
-            parsed = parse_partition_dir_name(p.name)
-            if parsed is None or p.name in (".", "..") or p.dir != os.path.join(self.log_dir, p.name):
+            if not is_partition_dir_name(p.name) or p.name in (".", "..") or "/" in p.name or p.dir != prefix + p.name:
                 raise ModelError(
                     f"partition {p.name!r}: its dir {p.dir!r} is not the topic-partition directory "
                     f"{os.path.join(self.log_dir, p.name)!r} of its log dir {self.log_dir!r}; "
