@@ -18,7 +18,10 @@ from kafka_layout import make_broker_logdir
 from runs import snapshot
 
 from migrate.cli import main
+from migrate.cluster.parts import load_part
 from migrate.format.entries import walk_entries
+from migrate.model.cluster_manifest import load_manifest_json
+from migrate.model.plan_tree import PlanForm
 from migrate.planning.cluster import ClusterPlanRefusedError, merge
 from migrate.planning.plan import load_plan
 from migrate.planning.request import BrokerSurvey
@@ -186,3 +189,50 @@ def test_merge_refuses_two_workers_claiming_one_broker():
     b = BrokerSurvey("tls://10.0.0.6:40000", "10.0.0.6", 1, "c", ("/data",))
     with pytest.raises(ClusterPlanRefusedError, match=r"broker 1 is claimed by 2 workers \(tls://10.0.0.5:40000, tls"):
         merge([a, b], (1,), "tls://10.0.0.1:8786")
+
+
+def test_a_manifest_keeps_each_brokers_part_on_its_broker(tls, brokers, tmp_path, capsys):
+    """plan --manifest: each broker's worker keeps its own columnar part; the client's manifest names them; every
+    verb runs each broker's part on that broker and says per broker how it went; an edited part fails its broker."""
+    if not can_unshare():
+        needs_root_power("brokers at one path need mount namespaces (unshare -m)")
+    data = tmp_path / "data"
+    before = {b: snapshot(d) for b, d in brokers.items()}
+    with BrokerCluster(tls, brokers, data) as cluster:
+        secure = ["--scheduler", cluster.address, "--tls-dir", str(tls)]
+        path = tmp_path / "cluster.manifest.json"
+        code, out = run(
+            capsys, "plan", "--log-dirs", str(data), "--brokers", "1,2,3", "--manifest", "-o", str(path), *secure
+        )
+        assert code == 0, out
+        manifest = load_manifest_json(path.read_text())
+        assert [b.broker_id for b in manifest.brokers] == [1, 2, 3]
+        assert manifest.estimates.partitions == sum(len(p) for p in HOLDINGS.values())
+        assert path.stat().st_size < 8192  # the client holds no segment
+        for part in manifest.brokers:
+            assert part.host == cluster.hosts[part.broker_id]
+            held = load_part(part)  # a columnar plan of that broker's own partitions only
+            assert held.form == PlanForm.COLUMNAR
+            assert {p.name for p in held.log_dirs[0].partitions} == set(HOLDINGS[part.broker_id])
+
+        code, out = run(capsys, "execute", "--plan", str(path), *secure)
+        assert code == 0, out
+        assert "manifest " + manifest.manifest_id + ": execute ok on every broker (3)" in out
+        for b, parts in HOLDINGS.items():
+            for name in parts:
+                for log in (brokers[b] / name).glob("*.log"):
+                    assert log.read_bytes()[16] == 2, log  # magic 2 on every broker
+        code, out = run(capsys, "status", "--plan", str(path), *secure)
+        assert code == 0 and "broker 2: status ok: 3 of 3 partitions" in out, out
+        code, out = run(capsys, "verify", "--plan", str(path), *secure)
+        assert code == 0, out
+        code, out = run(capsys, "rollback", "--plan", str(path), *secure)
+        assert code == 0, out
+        assert {b: snapshot(d) for b, d in brokers.items()} == before
+
+        edited = Path(manifest.part(3).path)
+        edited.write_bytes(edited.read_bytes() + b"\0")
+        code, out = run(capsys, "status", "--plan", str(path), *secure)
+        assert code == 1
+        assert "broker 3: status FAILED" in out and "not the file the manifest names" in out
+        assert "broker 1: status ok" in out and "broker 2: status ok" in out

@@ -1,7 +1,7 @@
 """The layout shows the pipeline: imports point down, never in a circle, and each room imports only the rooms below it.
 
 The rooms, bottom up: errors, units, codec; model; kafka, format; segment; compaction; run; prestage; planning, watch;
-stages, engines; pipeline, reports; rehearse, rolling; commands, cli, monitor. Read from the code's own import
+stages, engines; pipeline, reports; rehearse, rolling, cluster; commands, cli, monitor. Read from the code's own import
 statements (every one, including those under TYPE_CHECKING or inside functions), as a reviewer would.
 """
 
@@ -30,6 +30,8 @@ ALLOWED = {
     "stages": {"compaction", "errors", "format", "kafka", "model", "planning", "prestage", "run", "segment", "watch"},
     "engines": {"errors", "format", "model", "run", "watch"},
     "prestage": {"codec", "errors", "kafka", "model", "run", "segment", "units"},
+    # a cluster manifest's verbs: each broker runs the verbs below it over its own part, on its own host
+    "cluster": {"codec", "engines", "errors", "model", "pipeline", "planning", "run", "stages"},
     # the rolling cut-over: the gate, and a driver that runs the verbs below it broker by broker
     "rolling": {
         "codec",

@@ -7,7 +7,9 @@ import argparse
 from migrate import pipeline
 from migrate.codec import to_json
 from migrate.commands.engine import add_engine_options, load_plan_for, make_engine
+from migrate.commands.manifest import run_manifest_verb
 from migrate.engines.watched import WatchedEngine
+from migrate.model.cluster_manifest import Verb
 from migrate.model.run_state import LogDirPhase, LogDirStatus
 from migrate.watch.runlog import result
 
@@ -81,6 +83,8 @@ def status_lines(d: LogDirStatus, every: bool, plan_path: str = "PLAN") -> list[
 
 
 def run_status(args: argparse.Namespace) -> int:
+    if (code := run_manifest_verb(args, Verb.STATUS)) is not None:
+        return code
     plan = load_plan_for(args)
     engine, _ = make_engine(args, plan=plan)
     try:
@@ -95,6 +99,8 @@ def run_status(args: argparse.Namespace) -> int:
 
 
 def run_rollback(args: argparse.Namespace) -> int:
+    if (code := run_manifest_verb(args, Verb.ROLLBACK)) is not None:
+        return code
     plan = load_plan_for(args)
     engine, _ = make_engine(args, plan=plan)
     try:
@@ -121,6 +127,8 @@ def run_rollback(args: argparse.Namespace) -> int:
 
 
 def run_finalize(args: argparse.Namespace) -> int:
+    if (code := run_manifest_verb(args, Verb.FINALIZE)) is not None:
+        return code
     plan = load_plan_for(args)
     engine, _ = make_engine(args, plan=plan)
     try:

@@ -10,10 +10,12 @@ from pathlib import Path
 from migrate import pipeline
 from migrate.codec import to_json
 from migrate.commands.engine import add_cluster_options, add_engine_options, load_plan_for, make_engine, parse_brokers
+from migrate.commands.manifest import plan_manifest_command, run_manifest_verb
 from migrate.commands.options import add_conversion_options, convert_options
 from migrate.compaction.rules import CompactionRule
 from migrate.engines.watched import WatchedEngine
 from migrate.errors import MigrateError
+from migrate.model.cluster_manifest import Verb
 from migrate.model.plan_columns import plan_id_of
 from migrate.model.plan_tree import (
     DEFAULT_RANGE_BYTES,
@@ -53,6 +55,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         "loaded in seconds); any other name is JSON, to read and diff",
     )
     p.add_argument("--check", action="store_true", help="read every entry deeply (decompress, check inner CRCs)")
+    p.add_argument(
+        "--manifest",
+        action="store_true",
+        help="with --scheduler: each broker keeps its part of the plan on its own host (columnar, beside its log "
+        "dirs) and -o gets only a manifest of the parts; execute, status, verify, rollback and finalize given the "
+        "manifest run each broker's part on its broker (a cluster of millions of segments)",
+    )
     add_plan_options(p)
     p.add_argument("--host-map", default="", help="log dir to Dask worker host: /data/a=10.0.0.5,/data/b=10.0.0.6")
     p.add_argument("--json", action="store_true", help="print the plan summary as JSON")
@@ -227,6 +236,10 @@ def run_plan(args: argparse.Namespace) -> int:
         request = plan_request_from(args, tuple(log_dirs), check=args.check)
     except ValueError as exc:
         raise SystemExit(_usage(str(exc))) from None
+    if args.manifest:
+        if not args.scheduler:
+            raise SystemExit(_usage("--manifest keeps each broker's part on its broker: give --scheduler"))
+        return plan_manifest_command(args, request)
     request = dataclasses.replace(request, form=form_for(args.output))
     plan = _plan_cluster(args, request) if args.scheduler else build_plan(request)
     if plan.form != (PlanForm.COLUMNAR if request.form == PlanForm.COLUMNAR else None):  # a cluster plan's merge
@@ -282,6 +295,8 @@ def _usage(message: str) -> int:
 def run_execute(args: argparse.Namespace) -> int:
     from migrate.reports import run_report as report  # the summary's table (pyarrow): not for the other verbs here
 
+    if (code := run_manifest_verb(args, Verb.EXECUTE)) is not None:
+        return code
     plan = load_plan_for(args)
     progress = Progress(plan, output(), tty=sys.stderr.isatty())
     engine, accelerator = make_engine(args, on_segment=progress.segment, plan=plan)
@@ -408,6 +423,8 @@ def cutover_lines(report_: ExecuteReport) -> list[str]:
 
 
 def run_verify(args: argparse.Namespace) -> int:
+    if (code := run_manifest_verb(args, Verb.VERIFY)) is not None:
+        return code
     plan = load_plan_for(args)
     engine, _ = make_engine(args, plan=plan)
     try:

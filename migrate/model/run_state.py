@@ -90,6 +90,7 @@ class Stage(str, enum.Enum):
 
     SURVEY = "survey"  # a broker's log dirs looked at for a cluster plan, on that broker
     PRESTAGE = "prestage"  # a running broker's pre-stage passes, on that broker
+    PART = "part"  # a broker's run of a verb over its part of a cluster manifest, on that broker
     PREPARE = "prepare"
     COMPACT = "compact"
     CONVERT = "convert"

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from migrate.compaction.rules import CompactionRule
+from migrate.model.cluster_manifest import BrokerPart
 from migrate.model.plan_tree import (
     DEFAULT_RANGE_BYTES,
     DEFAULT_TASK_BYTES,
@@ -61,3 +62,4 @@ class BrokerSurvey:
     log_dirs: tuple[str, ...]
     plan: Plan | None = None
     refusal: str | None = None
+    part: BrokerPart | None = None  # plan --manifest: the plan stayed on the broker; this says where
