@@ -38,6 +38,7 @@ and, through ``segment_digest``, every column's values: an edited row or head is
 
 from __future__ import annotations
 
+import array
 import hashlib
 import json
 import os
@@ -201,33 +202,44 @@ class SegmentColumns:
                 number = task_number(t.id)
                 for ref in t.segments:
                     task_of[(t.log_dir, ref.partition, ref.base_offset)] = number
-        builder = _ColumnBuilder()
+        builder = ColumnBuilder()
         for d in plan.log_dirs:
             for p in d.partitions:
                 for s in p.segments:
                     builder.add(d.key, p, s, task_of.get((d.key, p.name, s.base_offset), -1))
-        return builder.columns()
+        return builder.finish()
 
 
-class _ColumnBuilder:
+_TYPECODES = {np.int8: "b", np.int32: "i", np.int64: "q", np.uint64: "Q"}
+
+
+class ColumnBuilder:
+    """Segments appended as they are planned, into compact arrays (8 bytes a value, not a record a segment): the
+    plan of a million segments holds its columns, not a million ``SegmentPlan``s. ``columns`` is usable while it
+    grows (its arrays index like the numpy ones ``finish`` turns them into, without a copy)."""
+
     def __init__(self) -> None:
-        self.codes: dict[str, list[int]] = {c: [] for c in _NAME_COLUMNS}
         self.lookup: dict[str, dict[str, int]] = {c: {} for c in _NAME_COLUMNS}
-        self.ints: dict[str, list[int]] = {c: [] for c, _ in _INT_COLUMNS}
-        self.extra: dict[int, str] = {}
+        self.columns = SegmentColumns(
+            names={c: ([], array.array("i")) for c in _NAME_COLUMNS},  # type: ignore[misc]
+            ints={c: array.array(_TYPECODES[kind]) for c, kind in _INT_COLUMNS},  # type: ignore[misc]
+        )
 
     def _code(self, column: str, value: str) -> None:
         table = self.lookup[column]
         code = table.get(value)
+        values, codes = self.columns.names[column]
         if code is None:
             code = table[value] = len(table)
-        self.codes[column].append(code)
+            values.append(value)
+        codes.append(code)  # type: ignore[attr-defined]
 
-    def add(self, log_dir: str, p: PartitionPlan, s: SegmentPlan, task: int) -> None:
+    def add(self, log_dir: str, p: PartitionPlan, s: SegmentPlan, task: int = -1) -> None:
         unknown = set(s.entries_by_magic) - set(MAGICS)
         if unknown:
             raise ModelError(f"segment {p.name}/{s.base_offset}: entries of magic {sorted(unknown)} cannot be planned")
-        row = len(self.ints["base_offset"])
+        ints = self.columns.ints
+        row = len(ints["base_offset"])
         self._code("log_dir", log_dir)
         self._code("partition", p.name)
         self._code("topic", p.topic)
@@ -249,15 +261,36 @@ class _ColumnBuilder:
             -1 if s.staged is None else int(s.staged),
         )
         for (column, _), value in zip(_INT_COLUMNS, values, strict=True):
-            self.ints[column].append(value)
+            ints[column].append(value)  # type: ignore[attr-defined]
         if s.tail_drop is not None or s.range_cuts is not None or s.split is not None:
             extra = SegmentExtra(s.tail_drop, s.range_cuts, s.split)
-            self.extra[row] = json.dumps(to_json(extra), separators=(",", ":"), sort_keys=True)
+            self.columns.extra[row] = json.dumps(to_json(extra), separators=(",", ":"), sort_keys=True)
 
-    def columns(self) -> SegmentColumns:
-        names = {c: (list(self.lookup[c]), np.array(self.codes[c], dtype=np.int32)) for c in _NAME_COLUMNS}
-        ints = {c: np.array(self.ints[c], dtype=kind) for c, kind in _INT_COLUMNS}
-        return SegmentColumns(names, ints, self.extra)
+    def absorb(self, log_dir: str, p: PartitionPlan) -> PartitionPlan:
+        """``p`` with its segments moved into the columns (its records dropped)."""
+        start = len(self.columns)
+        for s in p.segments:
+            self.add(log_dir, p, s)
+        return replace(p, segments=SegmentRows(self.columns, range(start, len(self.columns))))
+
+    def finish(self) -> SegmentColumns:
+        """The columns as numpy arrays over the same memory; nothing may be added after."""
+        c = self.columns
+        for column in _NAME_COLUMNS:
+            values, codes = c.names[column]
+            c.names[column] = (values, np.frombuffer(codes, dtype=np.int32) if len(codes) else np.zeros(0, np.int32))
+        for column, kind in _INT_COLUMNS:
+            values = c.ints[column]
+            c.ints[column] = np.frombuffer(values, dtype=kind) if len(values) else np.zeros(0, dtype=kind)
+        return c
+
+
+def number_tasks(columns: SegmentColumns, tasks: Sequence[TaskPlan]) -> None:
+    """Each row's task number, from tasks over rows of ``columns`` (range tasks keep -1)."""
+    task = columns.ints["task"]
+    for t in tasks:
+        if t.byte_range is None and isinstance(t.segments, TaskRows):
+            task[t.segments.rows] = task_number(t.id)
 
 
 def task_number(task_id: str) -> int:
@@ -324,6 +357,14 @@ class SegmentRows(_Rows):
 
     def _item(self, row: int) -> SegmentPlan:
         return self._columns.segment(row)
+
+    @property
+    def rows(self) -> range:
+        return self._rows  # type: ignore[return-value]
+
+    @property
+    def columns(self) -> SegmentColumns:
+        return self._columns
 
     def by_base(self) -> SegmentsByBase:
         return SegmentsByBase(self._columns, self._rows)  # type: ignore[arg-type]
@@ -442,6 +483,10 @@ class TaskRows(_Rows):
     """``TaskPlan.segments`` of a columnar plan."""
 
     __slots__ = ()
+
+    @property
+    def rows(self) -> np.ndarray:
+        return self._rows  # type: ignore[return-value]
 
     def _item(self, row: int) -> SegmentRef:
         return SegmentRef(self._columns.name("partition", row), int(self._columns.ints["base_offset"][row]))

@@ -26,8 +26,12 @@ import os
 import re
 import socket
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 from migrate import __version__
 from migrate.compaction.facts import SegmentSource
@@ -36,7 +40,7 @@ from migrate.compaction.rules import CompactionRule, Settings
 from migrate.errors import LocatedError, MigrateError, PlanProblem, PlanRefusedError
 from migrate.kafka.layout import Partition, free_bytes, inspect_log_dir
 from migrate.kafka.properties import leader_epoch_entries, read_meta_properties
-from migrate.model.plan_columns import plan_id_of
+from migrate.model.plan_columns import ColumnBuilder, SegmentRows, TaskRows, number_tasks, plan_id_of
 from migrate.model.plan_tree import (
     DEFAULT_RANGE_BYTES,
     PLAN_VERSION,
@@ -87,6 +91,8 @@ def build_plan(request: PlanRequest) -> Plan:
     found.refusals += judge(Scope.REQUEST, request)
     _warn_blank_headers(request, found)
     log_dir_plans = []
+    # a columnar plan keeps each partition's segments as columns as soon as it is planned (issue 26: a million)
+    builder = ColumnBuilder() if request.form == PlanForm.COLUMNAR else None
     for raw in request.log_dirs:
         problems = judge(Scope.LOG_DIR_PATH, LogDirSubject(raw))
         if problems:
@@ -105,7 +111,7 @@ def build_plan(request: PlanRequest) -> Plan:
             found.refusals += refusals
             found.warnings += warnings
             if planned is not None:
-                partitions.append(planned)
+                partitions.append(planned if builder is None else builder.absorb(str(log_dir), planned))
         log_dir_plans.append(
             LogDirPlan(
                 key=str(log_dir),
@@ -122,6 +128,11 @@ def build_plan(request: PlanRequest) -> Plan:
     if found.refusals:
         raise PlanRefusedError(found.refusals)
     parts = [p for d in log_dir_plans for p in d.partitions]
+    if builder is not None:
+        builder.finish()
+    tasks = make_tasks(log_dir_plans, request.task_bytes, request.task_segments, request.range_bytes, opts)
+    if builder is not None:
+        number_tasks(builder.columns, tasks)
     plan = Plan(
         version=PLAN_VERSION,
         plan_id="",
@@ -130,7 +141,7 @@ def build_plan(request: PlanRequest) -> Plan:
         planned_on=socket.gethostname(),
         options=opts,
         log_dirs=tuple(log_dir_plans),
-        tasks=make_tasks(log_dir_plans, request.task_bytes, request.task_segments, request.range_bytes, opts),
+        tasks=tasks,
         estimates=Estimates(
             partitions=len(parts),
             segments=sum(len(p.segments) for p in parts),
@@ -170,11 +181,12 @@ def _plan_chunk(parts: list[Partition], request: PlanRequest, staging: Path | No
     return [_plan_one(p, request, staging) for p in parts]
 
 
-def _plan_partitions(parts: list[Partition], request: PlanRequest, staging: Path | None) -> list[PartitionFindings]:
-    """Each partition's plan and findings, in order; on several processes for large log dirs."""
+def _plan_partitions(parts: list[Partition], request: PlanRequest, staging: Path | None) -> Iterator[PartitionFindings]:
+    """Each partition's plan and findings, in order, as they come; on several processes for large log dirs."""
     cores = os.cpu_count() or 1
     if cores < 2 or sum(len(p.segments) for p in parts) < PARALLEL_MIN_SEGMENTS:
-        return _plan_chunk(parts, request, staging)
+        yield from _plan_chunk(parts, request, staging)
+        return
     import concurrent.futures
     import multiprocessing
 
@@ -183,7 +195,8 @@ def _plan_partitions(parts: list[Partition], request: PlanRequest, staging: Path
     context = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(max_workers=cores, mp_context=context) as pool:
         n = len(chunks)
-        return [found for chunk in pool.map(_plan_chunk, chunks, [request] * n, [staging] * n) for found in chunk]
+        for chunk in pool.map(_plan_chunk, chunks, [request] * n, [staging] * n):
+            yield from chunk
 
 
 def _plan_partition(
@@ -363,31 +376,41 @@ def make_tasks(
     split = range_bytes is not None and range_bytes > 0 and (options is None or options.pack_bytes is None)
     tasks: list[TaskPlan] = []
     for d in log_dirs:
-        current: list[SegmentRef] = []
+        # a columnar plan's tasks hold rows of its columns, not a SegmentRef a segment
+        current: list[Any] = []
         size = 0
         for p in d.partitions:
-            for s in p.segments:
-                ref = SegmentRef(p.name, s.base_offset)
+            rows = p.segments.rows if isinstance(p.segments, SegmentRows) else None
+            for i, s in enumerate(p.segments):
+                ref = SegmentRef(p.name, s.base_offset) if rows is None else rows[i]
                 if s.staged:  # taking staged outputs renames three files: as light as a tiny segment
                     current.append(ref)
                     if len(current) >= task_segments:
-                        tasks.append(TaskPlan(f"t{len(tasks):05d}", d.key, tuple(current), size))
+                        tasks.append(TaskPlan(f"t{len(tasks):05d}", d.key, _held(current, d), size))
                         current, size = [], 0
                     continue
                 # a source that splits is converted whole by one task (its cuts follow the output of every batch
                 # before them), streaming: memory stays bounded by the chunk
                 if split and s.size > range_bytes and p.compaction is None and s.split is None:  # type: ignore[operator]
+                    whole = (SegmentRef(p.name, s.base_offset),)
                     for span in _ranges(s, range_bytes):  # type: ignore[arg-type]
-                        tasks.append(TaskPlan(f"t{len(tasks):05d}", d.key, (ref,), span.end - span.start, span))
+                        tasks.append(TaskPlan(f"t{len(tasks):05d}", d.key, whole, span.end - span.start, span))
                     continue
                 current.append(ref)
                 size += s.size
                 if size >= task_bytes or len(current) >= task_segments:
-                    tasks.append(TaskPlan(f"t{len(tasks):05d}", d.key, tuple(current), size))
+                    tasks.append(TaskPlan(f"t{len(tasks):05d}", d.key, _held(current, d), size))
                     current, size = [], 0
         if current:
-            tasks.append(TaskPlan(f"t{len(tasks):05d}", d.key, tuple(current), size))
+            tasks.append(TaskPlan(f"t{len(tasks):05d}", d.key, _held(current, d), size))
     return tuple(tasks)
+
+
+def _held(current: list[Any], d: LogDirPlan) -> Sequence[SegmentRef]:
+    """A task's segments: its refs, or its rows of a columnar plan's columns."""
+    if not current or isinstance(current[0], SegmentRef):
+        return tuple(current)
+    return TaskRows(d.partitions[0].segments.columns, np.array(current, dtype=np.int64))  # type: ignore[attr-defined]
 
 
 def _ranges(segment: SegmentPlan, range_bytes: int) -> list[ByteRange]:
