@@ -146,3 +146,16 @@ def test_plans_the_code_writes_validate_against_the_schema(tmp_path):
         jsonschema.validate(data, SCHEMA)
         assert {p["leader_epoch"] for d in data["log_dirs"] for p in d["partitions"]} == {3}
         assert load_plan_json(dump_plan_json(plan)) == plan
+
+
+def test_the_example_manifest_loads_and_an_edited_one_is_refused():
+    from migrate.model.cluster_manifest import load_manifest_json
+
+    text = (REPO / "plans" / "example-cluster.manifest.json").read_text()
+    manifest = load_manifest_json(text)
+    assert [b.broker_id for b in manifest.brokers] == [1, 2, 3]
+    assert manifest.estimates.segments == sum(b.estimates.segments for b in manifest.brokers) == 600000
+    data = json.loads(text)
+    data["brokers"][1]["sha256"] = "0" * 64
+    with pytest.raises(ModelError, match="was edited after it was made"):
+        load_manifest_json(json.dumps(data))
