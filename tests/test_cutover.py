@@ -87,7 +87,8 @@ def append(segment: Path, first_offset: int, records: int, tmp: Path) -> None:
     more.unlink()
 
 
-def test_the_cut_over_takes_what_was_staged_and_converts_only_what_rolled_since(tmp_path, capsys):
+@pytest.mark.parametrize("plan_name", ["plan.json", "plan.parquet"])  # the columnar form keeps `staged`
+def test_the_cut_over_takes_what_was_staged_and_converts_only_what_rolled_since(tmp_path, capsys, plan_name):
     log_dir = broker_log_dir(tmp_path / "live", partitions=3, segments=3)
     prestage(log_dir)
     # after the last pass the active segment grew, then the broker rolled twice: 200 and 350 closed, 450 active
@@ -95,7 +96,7 @@ def test_the_cut_over_takes_what_was_staged_and_converts_only_what_rolled_since(
     roll(log_dir / "t-0", 350, 450)
     twin = cold_twin(log_dir, tmp_path)
 
-    plan_path = tmp_path / "plan.json"
+    plan_path = tmp_path / plan_name
     assert main(["plan", "--log-dirs", str(log_dir), "-o", str(plan_path)]) == 0
     assert "cut-over: 6 segments" in capsys.readouterr().out
     plan = load_plan(plan_path)
