@@ -12,9 +12,11 @@ from __future__ import annotations
 import dataclasses
 import enum
 import functools
+import inspect
+import keyword
 import sys
 import types
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
 from migrate.errors import ModelError
@@ -31,33 +33,135 @@ def enum_member(kind: type[enum.Enum], value: Any, where: str) -> Any:
         raise ModelError(f"{where}: {value!r} is not one of {allowed}") from None
 
 
-@functools.cache
-def _field_names(cls: type) -> tuple[str, ...]:
-    return tuple(f.name for f in dataclasses.fields(cls))
+# --- speed ----------------------------------------------------------------------------------------------------------
+# A broker holds up to a million segments, and its plan, state rows and events all pass through here: one generic
+# walk per value (an isinstance chain, dataclasses.fields, a dict comprehension per record) cost more than parsing
+# the JSON itself. So each record class gets its own encoder and decoder, generated once as Python source: fields
+# are read by name, a scalar is copied after one exact-type test, nested values are dispatched on their exact type
+# through a table, and records are built without the per-field object.__setattr__ of a frozen dataclass's __init__
+# where that is provably the same thing (``_builds_plainly``). The behaviour is the generic one's, value for value
+# and message for message (tests/test_codec_fast.py holds the generic codec and compares them).
 
 
-@functools.cache
-def _omitted_if_none(cls: type) -> tuple[str, ...]:
-    return tuple(f.name for f in dataclasses.fields(cls) if f.metadata.get("omit_if_none"))
+def _compile(name: str, lines: list[str], namespace: dict[str, Any], label: str = "") -> Any:
+    # the source holds no text from data: field names appear as repr() literals or checked identifiers, other values
+    # through the namespace; ``label`` names it in tracebacks and profiles
+    exec(compile("\n".join(lines) + "\n", f"<migrate.codec {label or name}>", "exec"), namespace)
+    return namespace[name]
+
+
+def _attribute_names(names: tuple[str, ...]) -> bool:
+    """Field names that can be read as ``value.name`` in generated source (locals there are ``_c_...``)."""
+    return all(n.isidentifier() and not keyword.iskeyword(n) for n in names)
+
+
+# --- encoding -------------------------------------------------------------------------------------------------------
+
+Encoder = Callable[[Any], Any]
+
+# the JSON scalars: copied as they are when their type is exactly one of these (a subclass such as a str enum goes
+# through its own encoder)
+_PLAIN = frozenset({str, int, float, bool, type(None)})
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def _enum_value(value: Any) -> Any:
+    return value.value
+
+
+# the encoder of each type met so far, found by the exact type of a value (to_json's rules depend on the type alone)
+_encoders: dict[type, Encoder] = dict.fromkeys(_PLAIN, _same)
+
+# one value's encoding, inlined in generated source (``{v}`` is a local name holding the value): to_json without
+# its call
+_ENCODE = "({v} if type({v}) in _c_plain else (_c_get(type({v})) or _c_new(type({v})))({v}))"
 
 
 def to_json(value: Any) -> Any:
-    """A model record as plain JSON data (enums by value, tuples as lists, dataclasses as objects)."""
-    if isinstance(value, (str, int, float, bool)) or value is None:
-        return value.value if isinstance(value, enum.Enum) else value
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        out = {name: to_json(getattr(value, name)) for name in _field_names(type(value))}
-        for name in _omitted_if_none(type(value)):
-            if out[name] is None:
-                del out[name]
-        return out
-    if isinstance(value, enum.Enum):
-        return value.value
-    if isinstance(value, (list, tuple)):
-        return [to_json(v) for v in value]
-    if isinstance(value, Mapping):
-        return {str(k): to_json(v) for k, v in value.items()}
-    return value
+    """A model record as plain JSON data (enums by value, tuples, lists and other sequences as lists, dataclasses and
+    mappings as objects); anything else is returned as it is."""
+    encode = _encoders.get(type(value))
+    if encode is None:
+        encode = _encoder(type(value))
+    return encode(value)
+
+
+def _encoder(cls: type) -> Encoder:
+    """The encoder of values of exactly ``cls``, made once. The order of the tests is the rules' order."""
+    if issubclass(cls, (str, int, float, bool)) or cls is type(None):
+        encode = _enum_value if issubclass(cls, enum.Enum) else _same
+    elif hasattr(cls, "__dataclass_fields__") and not issubclass(cls, type):
+        encode = _record_encoder(cls)
+    elif issubclass(cls, enum.Enum):
+        encode = _enum_value
+    elif issubclass(cls, (list, tuple)):
+        encode = _sequence_encoder()
+    elif issubclass(cls, Mapping):
+        encode = _mapping_encoder()
+    elif issubclass(cls, Sequence) and not issubclass(cls, (bytes, bytearray, memoryview)):
+        # a lazy sequence (of segments, say) is written as the list it stands for; byte strings stay as they are
+        encode = _sequence_encoder()
+    else:
+        encode = _same
+    _encoders[cls] = encode
+    return encode
+
+
+def _encoding_namespace() -> dict[str, Any]:
+    return {"_c_plain": _PLAIN, "_c_get": _encoders.get, "_c_new": _encoder}
+
+
+@functools.cache
+def _sequence_encoder() -> Encoder:
+    item = _ENCODE.format(v="_c_x")
+    lines = ["def _c_sequence(_c_value):", f"    return [{item} for _c_x in _c_value]"]
+    return _compile("_c_sequence", lines, _encoding_namespace())
+
+
+@functools.cache
+def _mapping_encoder() -> Encoder:
+    item = _ENCODE.format(v="_c_x")
+    lines = [
+        "def _c_mapping(_c_value):",
+        f"    return {{(_c_k if type(_c_k) is str else str(_c_k)): {item} for _c_k, _c_x in _c_value.items()}}",
+    ]
+    return _compile("_c_mapping", lines, _encoding_namespace())
+
+
+def _record_encoder(cls: type) -> Encoder:
+    fields = tuple(f.name for f in dataclasses.fields(cls))
+    omitted = {f.name for f in dataclasses.fields(cls) if f.metadata.get("omit_if_none")}
+    if not _attribute_names(fields):
+
+        def record(value: Any) -> Any:
+            out = {name: to_json(getattr(value, name)) for name in fields}
+            for name in omitted:
+                if out[name] is None:
+                    del out[name]
+            return out
+
+        return record
+    # the keys in field order, an omitted one left out where it stands (what deleting it afterwards leaves): one dict
+    # display up to the first field that may be omitted, then one key at a time
+    lines = ["def _c_record(_c_value):"]
+    lines += [f"    _c_f{i} = _c_value.{name}" for i, name in enumerate(fields)]
+    lines += [f"    _c_f{i} = {_ENCODE.format(v=f'_c_f{i}')}" for i in range(len(fields))]
+    lead = next((i for i, name in enumerate(fields) if name in omitted), len(fields))
+    lines.append(f"    _c_out = {{{', '.join(f'{name!r}: _c_f{i}' for i, name in enumerate(fields[:lead]))}}}")
+    for i, name in enumerate(fields[lead:], lead):
+        if name in omitted:
+            lines.append(f"    if _c_f{i} is not None:")
+            lines.append(f"        _c_out[{name!r}] = _c_f{i}")
+        else:
+            lines.append(f"    _c_out[{name!r}] = _c_f{i}")
+    lines.append("    return _c_out")
+    return _compile("_c_record", lines, _encoding_namespace(), f"to_json {cls.__qualname__}")
+
+
+# --- decoding -------------------------------------------------------------------------------------------------------
 
 
 @functools.cache
@@ -90,6 +194,95 @@ def _where(path: Where) -> str:
 Decoder = Callable[[Any, Where], Any]
 
 
+def _wrong(where: Where, what: str, data: Any) -> ModelError:
+    return ModelError(f"{_where(where)}: expected {what}, found {data!r}")
+
+
+def _not_a(where: Where, what: str, data: Any) -> ModelError:
+    return ModelError(f"{_where(where)}: expected {what}, found {type(data).__name__}")
+
+
+def _unknown_key(where: Where, data: Any, names: frozenset[str]) -> ModelError:
+    unknown = sorted(set(data) - names)[0]
+    return ModelError(f"{_where(where)}: unknown key {unknown!r} (known: {', '.join(sorted(names))})")
+
+
+def _missing_key(where: Where, name: str) -> ModelError:
+    return ModelError(f"{_where(where)}: missing key {name!r}")
+
+
+def _refused(where: Where, exc: Exception) -> ModelError:
+    return ModelError(f"{_where(where)}: {exc}")
+
+
+# the checks of the JSON scalars, as source: ``{v}`` holds the value, ``{w}`` builds its path
+_SCALAR_CHECKS = {
+    bool: ["if type({v}) is not bool:", "    raise _c_wrong({w}, 'true or false', {v})"],
+    int: [
+        "if type({v}) is not int and (not isinstance({v}, int) or isinstance({v}, bool)):",
+        "    raise _c_wrong({w}, 'an integer', {v})",
+    ],
+    str: ["if type({v}) is not str and not isinstance({v}, str):", "    raise _c_wrong({w}, 'a string', {v})"],
+    float: [
+        "if type({v}) is not float:",
+        "    if not isinstance({v}, (int, float)) or isinstance({v}, bool):",
+        "        raise _c_wrong({w}, 'a number', {v})",
+        "    {v} = float({v})",
+    ],
+}
+
+
+class _Source:
+    """A generated decoder's source and the names it refers to."""
+
+    def __init__(self) -> None:
+        self.namespace: dict[str, Any] = {
+            "ModelError": ModelError,
+            "_c_where": _where,
+            "_c_wrong": _wrong,
+            "_c_not_a": _not_a,
+            "_c_unknown_key": _unknown_key,
+            "_c_missing_key": _missing_key,
+            "_c_refused": _refused,
+            "_c_enum_member": enum_member,
+        }
+
+    def name(self, value: Any) -> str:
+        """A name in the namespace that holds ``value``."""
+        name = f"_c_{len(self.namespace)}"
+        self.namespace[name] = value
+        return name
+
+    def value(self, tp: Any, v: str, w: str) -> list[str]:
+        """Lines that check the JSON value in local ``v`` as a ``tp`` and leave the decoded value in it; ``w`` is an
+        expression of the value's path, evaluated only for an error or a nested decoder."""
+        if tp is Any:
+            return []
+        if dataclasses.is_dataclass(tp):
+            return [f"{v} = {self.name(_decoder(tp))}({v}, {w})"]
+        if tp in _SCALAR_CHECKS:
+            return [line.format(v=v, w=w) for line in _SCALAR_CHECKS[tp]]
+        if _is_union(tp):
+            args = [a for a in get_args(tp) if a is not type(None)]
+            if len(args) == 1 and len(args) < len(get_args(tp)):
+                # X | None: a union with one option says what that option says
+                inner = self.value(args[0], v, w)
+                return [f"if {v} is not None:", *("    " + line for line in inner)] if inner else []
+        elif isinstance(tp, type) and issubclass(tp, enum.Enum):
+            members = self.name(tp._value2member_map_)  # what Enum.__new__ looks in first
+            kind = self.name(tp)
+            return [
+                "try:",
+                f"    {v} = {members}[{v}]",
+                "except (KeyError, TypeError):",
+                f"    {v} = _c_enum_member({kind}, {v}, _c_where({w}))",
+            ]
+        return [f"{v} = {self.name(_decoder(tp))}({v}, {w})"]
+
+    def compile(self, name: str, lines: list[str], tp: Any) -> Decoder:
+        return _compile(name, lines, self.namespace, f"from_json {getattr(tp, '__qualname__', tp)}")
+
+
 @functools.cache
 def _decoder(tp: Any) -> Decoder:
     """The decoder of one type, built once: records are decoded by the thousand (plans, state rows)."""
@@ -111,85 +304,130 @@ def _decoder(tp: Any) -> Decoder:
 
         return union
     if dataclasses.is_dataclass(tp):
-        hints = _hints(tp)
-        spec = [
-            (
-                f.name,
-                _decoder(hints[f.name]),
-                f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING,
-            )
-            for f in dataclasses.fields(tp)
-        ]
-        names = frozenset(name for name, _, _ in spec)
-
-        def record(data: Any, where: Where) -> Any:
-            if not isinstance(data, dict):
-                raise ModelError(f"{_where(where)}: expected an object, found {type(data).__name__}")
-            if not names.issuperset(data):
-                unknown = sorted(set(data) - names)[0]
-                raise ModelError(f"{_where(where)}: unknown key {unknown!r} (known: {', '.join(sorted(names))})")
-            kwargs = {}
-            for name, decode, required in spec:
-                if name in data:
-                    kwargs[name] = decode(data[name], (where, name))
-                elif required:
-                    raise ModelError(f"{_where(where)}: missing key {name!r}")
-            try:
-                return tp(**kwargs)
-            except ModelError:
-                raise
-            except (TypeError, ValueError) as exc:
-                raise ModelError(f"{_where(where)}: {exc}") from exc
-
-        return record
-    if isinstance(tp, type) and issubclass(tp, enum.Enum):
-        return lambda data, where: enum_member(tp, data, _where(where))
+        return _record_decoder(tp)
+    source = _Source()
+    if (isinstance(tp, type) and issubclass(tp, enum.Enum)) or tp in _SCALAR_CHECKS:
+        lines = ["def _c_decode(data, where):", *("    " + x for x in source.value(tp, "data", "where"))]
+        return source.compile("_c_decode", [*lines, "    return data"], tp)
     origin = get_origin(tp)
     if origin is tuple:
         (item,) = [a for a in get_args(tp) if a is not Ellipsis]
-        decode_item = _decoder(item)
-
-        def sequence(data: Any, where: Where) -> Any:
-            if not isinstance(data, list):
-                raise ModelError(f"{_where(where)}: expected a list, found {type(data).__name__}")
-            return tuple(decode_item(v, (where, i)) for i, v in enumerate(data))
-
-        return sequence
+        lines = [
+            "def _c_sequence(data, where):",
+            "    if type(data) is not list and not isinstance(data, list):",
+            "        raise _c_not_a(where, 'a list', data)",
+            "    out = []",
+            "    for i, v in enumerate(data):",
+            *("        " + x for x in source.value(item, "v", "(where, i)")),
+            "        out.append(v)",
+            "    return tuple(out)",
+        ]
+        return source.compile("_c_sequence", lines, tp)
     if origin is dict:
-        decode_value = _decoder(get_args(tp)[1])
-
-        def mapping(data: Any, where: Where) -> Any:
-            if not isinstance(data, dict):
-                raise ModelError(f"{_where(where)}: expected an object, found {type(data).__name__}")
-            return {str(k): decode_value(v, (where, k)) for k, v in data.items()}
-
-        return mapping
+        lines = [
+            "def _c_mapping(data, where):",
+            "    if type(data) is not dict and not isinstance(data, dict):",
+            "        raise _c_not_a(where, 'an object', data)",
+            "    out = {}",
+            "    for k, v in data.items():",
+            "        key = k if type(k) is str else str(k)",
+            *("        " + x for x in source.value(get_args(tp)[1], "v", "(where, k)")),
+            "        out[key] = v",
+            "    return out",
+        ]
+        return source.compile("_c_mapping", lines, tp)
     if tp is Any:
         return lambda data, where: data
-    if tp is bool:
-        return _scalar(lambda d: isinstance(d, bool), "true or false")
-    if tp is int:
-        return _scalar(lambda d: isinstance(d, int) and not isinstance(d, bool), "an integer")
-    if tp is float:
-
-        def number(data: Any, where: Where) -> float:
-            if not isinstance(data, (int, float)) or isinstance(data, bool):
-                raise ModelError(f"{_where(where)}: expected a number, found {data!r}")
-            return float(data)
-
-        return number
-    if tp is str:
-        return _scalar(lambda d: isinstance(d, str), "a string")
     raise ModelError(f"the model has no decoder for {tp}")
 
 
-def _scalar(check: Callable[[Any], bool], what: str) -> Decoder:
-    def scalar(data: Any, where: Where) -> Any:
-        if not check(data):
-            raise ModelError(f"{_where(where)}: expected {what}, found {data!r}")
-        return data
+def _plain_init(cls: type) -> bool | None:
+    """Whether ``cls(**kwargs)`` only stores each field's value (its default, or a call of its factory, where absent)
+    in the new instance's ``__dict__`` in field order, then maybe calls ``__post_init__``: true of the ``__init__``
+    that ``@dataclass`` writes, unless a metaclass, ``__new__``, slots, a custom ``__setattr__`` (on a class that is
+    not frozen), a data descriptor named like a field, or an InitVar gets in the way. None if not; else whether that
+    ``__init__`` calls ``__post_init__`` (it was written to when the class had one)."""
+    params = getattr(cls, "__dataclass_params__", None)
+    init = vars(cls).get("__init__")
+    code = getattr(init, "__code__", None)
+    if params is None or not params.init or code is None or code.co_filename != "<string>":
+        return None  # no __init__ of @dataclass's making
+    if type(cls).__call__ is not type.__call__ or cls.__new__ is not object.__new__:
+        return None
+    if any("__slots__" in vars(c) for c in cls.__mro__[:-1]):
+        return None
+    names = [f.name for f in dataclasses.fields(cls)]
+    try:
+        if list(inspect.signature(init).parameters)[1:] != names:
+            return None  # an InitVar, a field left out of __init__, or keyword-only fields moved to the end
+    except (TypeError, ValueError):
+        return None
+    if not params.frozen and cls.__setattr__ is not object.__setattr__:
+        return None
+    for name in names:
+        attr = next((vars(c)[name] for c in cls.__mro__ if name in vars(c)), None)
+        if hasattr(type(attr), "__set__") or hasattr(type(attr), "__delete__"):
+            return None
+    return "__post_init__" in code.co_names
 
-    return scalar
+
+def _record_decoder(tp: type) -> Decoder:
+    fields = dataclasses.fields(tp)
+    hints = _hints(tp)
+    names = frozenset(f.name for f in fields)
+    source = _Source()
+    known = source.name(names)
+    lines = [
+        "def _c_record(data, where):",
+        "    if type(data) is not dict and not isinstance(data, dict):",
+        "        raise _c_not_a(where, 'an object', data)",
+        f"    if not {known}.issuperset(data):",
+        f"        raise _c_unknown_key(where, data, {known})",
+    ]
+    post_init = _plain_init(tp)
+    plain = post_init is not None
+    cls = source.name(tp)
+    if not plain:
+        lines.append("    kwargs = {}")
+    factory_marker = source.name(object())
+    for i, f in enumerate(fields):
+        v = f"_c_v{i}"
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        lines.append(f"    if {f.name!r} in data:")
+        lines.append(f"        {v} = data[{f.name!r}]")
+        lines.extend("        " + x for x in source.value(hints[f.name], v, f"(where, {f.name!r})"))
+        if not plain:
+            lines.append(f"        kwargs[{f.name!r}] = {v}")
+        if required:
+            lines.append("    else:")
+            lines.append(f"        raise _c_missing_key(where, {f.name!r})")
+        elif plain:
+            lines.append("    else:")
+            if f.default is not dataclasses.MISSING:
+                lines.append(f"        {v} = {source.name(f.default)}")
+            else:
+                lines.append(f"        {v} = {factory_marker}")  # called with the others' decoded, as __init__ does
+    lines.append("    try:")
+    if plain:
+        for i, f in enumerate(fields):
+            if f.default is dataclasses.MISSING and f.default_factory is not dataclasses.MISSING:
+                lines.append(f"        if _c_v{i} is {factory_marker}:")
+                lines.append(f"            _c_v{i} = {source.name(f.default_factory)}()")
+        state = ", ".join(f"{f.name!r}: _c_v{i}" for i, f in enumerate(fields))
+        lines.append(f"        obj = {source.name(object.__new__)}({cls})")
+        lines.append(f"        {source.name(object.__setattr__)}(obj, '__dict__', {{{state}}})")
+        if post_init:
+            lines.append("        obj.__post_init__()")
+    else:
+        lines.append(f"        obj = {cls}(**kwargs)")
+    lines += [
+        "    except ModelError:",
+        "        raise",
+        "    except (TypeError, ValueError) as exc:",
+        "        raise _c_refused(where, exc) from exc",
+        "    return obj",
+    ]
+    return source.compile("_c_record", lines, tp)
 
 
 def json_schema(cls: type, title: str = "", description: str = "") -> dict[str, Any]:
