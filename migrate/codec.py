@@ -123,10 +123,14 @@ def _sequence_encoder() -> Encoder:
 
 @functools.cache
 def _mapping_encoder() -> Encoder:
-    item = _ENCODE.format(v="_c_x")
+    # a loop, not a comprehension: most mappings here are small (entries_by_magic, output_stats), and a
+    # comprehension is a function call of its own
     lines = [
         "def _c_mapping(_c_value):",
-        f"    return {{(_c_k if type(_c_k) is str else str(_c_k)): {item} for _c_k, _c_x in _c_value.items()}}",
+        "    _c_out = {}",
+        "    for _c_k, _c_x in _c_value.items():",
+        f"        _c_out[_c_k if type(_c_k) is str else str(_c_k)] = {_ENCODE.format(v='_c_x')}",
+        "    return _c_out",
     ]
     return _compile("_c_mapping", lines, _encoding_namespace())
 
@@ -246,6 +250,7 @@ class _Source:
             "_c_refused": _refused,
             "_c_enum_member": enum_member,
         }
+        self.locals = 0
 
     def name(self, value: Any) -> str:
         """A name in the namespace that holds ``value``."""
@@ -253,9 +258,14 @@ class _Source:
         self.namespace[name] = value
         return name
 
+    def local(self) -> str:
+        self.locals += 1
+        return f"_c_l{self.locals}"
+
     def value(self, tp: Any, v: str, w: str) -> list[str]:
         """Lines that check the JSON value in local ``v`` as a ``tp`` and leave the decoded value in it; ``w`` is an
-        expression of the value's path, evaluated only for an error or a nested decoder."""
+        expression of the value's path, evaluated only for an error or a nested record's decoder. Containers are
+        decoded in place, records and unions by their own decoders."""
         if tp is Any:
             return []
         if dataclasses.is_dataclass(tp):
@@ -267,8 +277,9 @@ class _Source:
             if len(args) == 1 and len(args) < len(get_args(tp)):
                 # X | None: a union with one option says what that option says
                 inner = self.value(args[0], v, w)
-                return [f"if {v} is not None:", *("    " + line for line in inner)] if inner else []
-        elif isinstance(tp, type) and issubclass(tp, enum.Enum):
+                return [f"if {v} is not None:", *_indent(inner)] if inner else []
+            return [f"{v} = {self.name(_decoder(tp))}({v}, {w})"]
+        if isinstance(tp, type) and issubclass(tp, enum.Enum):
             members = self.name(tp._value2member_map_)  # what Enum.__new__ looks in first
             kind = self.name(tp)
             return [
@@ -277,10 +288,39 @@ class _Source:
                 "except (KeyError, TypeError):",
                 f"    {v} = _c_enum_member({kind}, {v}, _c_where({w}))",
             ]
-        return [f"{v} = {self.name(_decoder(tp))}({v}, {w})"]
+        origin = get_origin(tp)
+        if origin is tuple:
+            (item,) = [a for a in get_args(tp) if a is not Ellipsis]
+            out, i, x = self.local(), self.local(), self.local()
+            return [
+                f"if type({v}) is not list and not isinstance({v}, list):",
+                f"    raise _c_not_a({w}, 'a list', {v})",
+                f"{out} = []",
+                f"for {i}, {x} in enumerate({v}):",
+                *_indent(self.value(item, x, f"({w}, {i})")),
+                f"    {out}.append({x})",
+                f"{v} = tuple({out})",
+            ]
+        if origin is dict:
+            out, k, x, key = self.local(), self.local(), self.local(), self.local()
+            return [
+                f"if type({v}) is not dict and not isinstance({v}, dict):",
+                f"    raise _c_not_a({w}, 'an object', {v})",
+                f"{out} = {{}}",
+                f"for {k}, {x} in {v}.items():",
+                f"    {key} = {k} if type({k}) is str else str({k})",
+                *_indent(self.value(get_args(tp)[1], x, f"({w}, {k})")),
+                f"    {out}[{key}] = {x}",
+                f"{v} = {out}",
+            ]
+        raise ModelError(f"the model has no decoder for {tp}")
 
     def compile(self, name: str, lines: list[str], tp: Any) -> Decoder:
         return _compile(name, lines, self.namespace, f"from_json {getattr(tp, '__qualname__', tp)}")
+
+
+def _indent(lines: list[str]) -> list[str]:
+    return ["    " + line for line in lines]
 
 
 @functools.cache
@@ -305,127 +345,73 @@ def _decoder(tp: Any) -> Decoder:
         return union
     if dataclasses.is_dataclass(tp):
         return _record_decoder(tp)
-    source = _Source()
-    if (isinstance(tp, type) and issubclass(tp, enum.Enum)) or tp in _SCALAR_CHECKS:
-        lines = ["def _c_decode(data, where):", *("    " + x for x in source.value(tp, "data", "where"))]
-        return source.compile("_c_decode", [*lines, "    return data"], tp)
-    origin = get_origin(tp)
-    if origin is tuple:
-        (item,) = [a for a in get_args(tp) if a is not Ellipsis]
-        lines = [
-            "def _c_sequence(data, where):",
-            "    if type(data) is not list and not isinstance(data, list):",
-            "        raise _c_not_a(where, 'a list', data)",
-            "    out = []",
-            "    for i, v in enumerate(data):",
-            *("        " + x for x in source.value(item, "v", "(where, i)")),
-            "        out.append(v)",
-            "    return tuple(out)",
-        ]
-        return source.compile("_c_sequence", lines, tp)
-    if origin is dict:
-        lines = [
-            "def _c_mapping(data, where):",
-            "    if type(data) is not dict and not isinstance(data, dict):",
-            "        raise _c_not_a(where, 'an object', data)",
-            "    out = {}",
-            "    for k, v in data.items():",
-            "        key = k if type(k) is str else str(k)",
-            *("        " + x for x in source.value(get_args(tp)[1], "v", "(where, k)")),
-            "        out[key] = v",
-            "    return out",
-        ]
-        return source.compile("_c_mapping", lines, tp)
     if tp is Any:
         return lambda data, where: data
-    raise ModelError(f"the model has no decoder for {tp}")
+    source = _Source()
+    lines = ["def _c_decode(data, where):", *_indent(source.value(tp, "data", "where")), "    return data"]
+    return source.compile("_c_decode", lines, tp)
 
 
-def _plain_init(cls: type) -> bool | None:
-    """Whether ``cls(**kwargs)`` only stores each field's value (its default, or a call of its factory, where absent)
-    in the new instance's ``__dict__`` in field order, then maybe calls ``__post_init__``: true of the ``__init__``
-    that ``@dataclass`` writes, unless a metaclass, ``__new__``, slots, a custom ``__setattr__`` (on a class that is
-    not frozen), a data descriptor named like a field, or an InitVar gets in the way. None if not; else whether that
-    ``__init__`` calls ``__post_init__`` (it was written to when the class had one)."""
-    params = getattr(cls, "__dataclass_params__", None)
-    init = vars(cls).get("__init__")
-    code = getattr(init, "__code__", None)
-    if params is None or not params.init or code is None or code.co_filename != "<string>":
-        return None  # no __init__ of @dataclass's making
+def _init_defaults(cls: type, names: list[str]) -> list[Any] | None:
+    """What ``cls.__init__`` puts in for each field when it is not passed (``inspect.Parameter.empty`` for a required
+    one, a factory's mark for a default factory), when ``cls(*values)`` with those filled in is the same call as
+    ``cls(**kwargs)``: a class called through ``type.__call__`` and ``object.__new__`` whose ``__init__`` takes
+    exactly the fields, in order, as plain parameters (as @dataclass writes it); else None."""
     if type(cls).__call__ is not type.__call__ or cls.__new__ is not object.__new__:
         return None
-    if any("__slots__" in vars(c) for c in cls.__mro__[:-1]):
-        return None
-    names = [f.name for f in dataclasses.fields(cls)]
     try:
-        if list(inspect.signature(init).parameters)[1:] != names:
-            return None  # an InitVar, a field left out of __init__, or keyword-only fields moved to the end
+        params = list(inspect.signature(cls.__init__, follow_wrapped=False).parameters.values())[1:]
     except (TypeError, ValueError):
         return None
-    if not params.frozen and cls.__setattr__ is not object.__setattr__:
-        return None
-    for name in names:
-        attr = next((vars(c)[name] for c in cls.__mro__ if name in vars(c)), None)
-        if hasattr(type(attr), "__set__") or hasattr(type(attr), "__delete__"):
-            return None
-    return "__post_init__" in code.co_names
+    if [p.name for p in params] != names or any(p.kind is not p.POSITIONAL_OR_KEYWORD for p in params):
+        return None  # an InitVar, a field left out of __init__, keyword-only fields, *args or **kwargs
+    return [p.default for p in params]
 
 
 def _record_decoder(tp: type) -> Decoder:
     fields = dataclasses.fields(tp)
     hints = _hints(tp)
-    names = frozenset(f.name for f in fields)
     source = _Source()
-    known = source.name(names)
+    known = source.name(frozenset(f.name for f in fields))
+    absent = source.name(object())  # what data.get gives for a key data lacks
+    # A record is built by calling its class, as ever (its __init__ and __post_init__ run; its instances keep their
+    # compact layout): with every field's value in order, those it lacks being what __init__ would put in.
+    required = [f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING for f in fields]
+    defaults = _init_defaults(tp, [f.name for f in fields])
+    if defaults is not None and any(d is inspect.Parameter.empty and not r for d, r in zip(defaults, required)):
+        defaults = None  # an __init__ of its own that requires a field with a default: let it say so, as ever
     lines = [
         "def _c_record(data, where):",
         "    if type(data) is not dict and not isinstance(data, dict):",
         "        raise _c_not_a(where, 'an object', data)",
-        f"    if not {known}.issuperset(data):",
+        *(f"    _c_v{i} = data.get({f.name!r}, {absent})" for i, f in enumerate(fields)),
+        # every key is a field's when the fields found are all the keys: no set built per record
+        f"    if len(data) != {' + '.join(f'(_c_v{i} is not {absent})' for i in range(len(fields))) or 0}:",
         f"        raise _c_unknown_key(where, data, {known})",
     ]
-    post_init = _plain_init(tp)
-    plain = post_init is not None
-    cls = source.name(tp)
-    if not plain:
+    if defaults is None:
         lines.append("    kwargs = {}")
-    factory_marker = source.name(object())
     for i, f in enumerate(fields):
         v = f"_c_v{i}"
-        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-        lines.append(f"    if {f.name!r} in data:")
-        lines.append(f"        {v} = data[{f.name!r}]")
-        lines.extend("        " + x for x in source.value(hints[f.name], v, f"(where, {f.name!r})"))
-        if not plain:
-            lines.append(f"        kwargs[{f.name!r}] = {v}")
-        if required:
-            lines.append("    else:")
-            lines.append(f"        raise _c_missing_key(where, {f.name!r})")
-        elif plain:
-            lines.append("    else:")
-            if f.default is not dataclasses.MISSING:
-                lines.append(f"        {v} = {source.name(f.default)}")
-            else:
-                lines.append(f"        {v} = {factory_marker}")  # called with the others' decoded, as __init__ does
-    lines.append("    try:")
-    if plain:
-        for i, f in enumerate(fields):
-            if f.default is dataclasses.MISSING and f.default_factory is not dataclasses.MISSING:
-                lines.append(f"        if _c_v{i} is {factory_marker}:")
-                lines.append(f"            _c_v{i} = {source.name(f.default_factory)}()")
-        state = ", ".join(f"{f.name!r}: _c_v{i}" for i, f in enumerate(fields))
-        lines.append(f"        obj = {source.name(object.__new__)}({cls})")
-        lines.append(f"        {source.name(object.__setattr__)}(obj, '__dict__', {{{state}}})")
-        if post_init:
-            lines.append("        obj.__post_init__()")
-    else:
-        lines.append(f"        obj = {cls}(**kwargs)")
+        checks = source.value(hints[f.name], v, f"(where, {f.name!r})")
+        if required[i]:
+            lines += [f"    if {v} is {absent}:", f"        raise _c_missing_key(where, {f.name!r})", *_indent(checks)]
+            if defaults is None:
+                lines.append(f"    kwargs[{f.name!r}] = {v}")
+        elif defaults is not None:
+            lines += [f"    if {v} is {absent}:", f"        {v} = {source.name(defaults[i])}"]
+            if checks:
+                lines += ["    else:", *_indent(_indent(checks))]
+        else:
+            lines += [f"    if {v} is not {absent}:", *_indent(_indent(checks)), f"        kwargs[{f.name!r}] = {v}"]
+    call = ", ".join(f"_c_v{i}" for i in range(len(fields))) if defaults is not None else "**kwargs"
     lines += [
+        "    try:",
+        f"        return {source.name(tp)}({call})",
         "    except ModelError:",
         "        raise",
         "    except (TypeError, ValueError) as exc:",
         "        raise _c_refused(where, exc) from exc",
-        "    return obj",
     ]
     return source.compile("_c_record", lines, tp)
 

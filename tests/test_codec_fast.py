@@ -13,6 +13,7 @@ import copy
 import dataclasses
 import enum
 import functools
+import inspect
 import json
 import sys
 import types
@@ -25,7 +26,7 @@ from conftest import REPO
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from migrate.codec import _plain_init, from_json, to_json
+from migrate.codec import _init_defaults, from_json, to_json
 from migrate.errors import ModelError
 from migrate.model.plan_tree import (
     OMIT_IF_NONE,
@@ -530,6 +531,34 @@ class Watched:
         object.__setattr__(self, name, value * 10 if name == "a" else value)
 
 
+@dataclass
+class OwnDefaults:
+    """An __init__ of its own whose defaults differ from the fields'."""
+
+    a: int
+    b: int = 0
+
+    def __init__(self, a: int, b: int = 5) -> None:
+        self.a = a
+        self.b = b
+
+
+@dataclass
+class RequiresDefaulted:
+    """An __init__ of its own that requires a field that has a default."""
+
+    a: int = 0
+
+    def __init__(self, a: int) -> None:
+        self.a = a
+
+
+@dataclass(frozen=True, kw_only=True)
+class KeywordOnly:
+    a: int
+    b: str = "x"
+
+
 @dataclass(frozen=True)
 class Holder:
     awkward: Awkward | None = None
@@ -555,6 +584,13 @@ class Holder:
         (WithInitVar, {"a": 2}),
         (WithInitVar, {"a": 2, "scale": 3}),
         (Watched, {"a": 3}),
+        (OwnDefaults, {"a": 3}),
+        (OwnDefaults, {"a": 3, "b": 1}),
+        (RequiresDefaulted, {}),
+        (RequiresDefaulted, {"a": 2}),
+        (KeywordOnly, {"a": 1}),
+        (KeywordOnly, {"b": "y"}),
+        (KeywordOnly, {"a": 1, "b": 2}),
         (Holder, {"awkward": {"type": "t", "data": 13}}),
         (Holder, {"slotted": [{"a": 1}, {"a": "x"}], "own": {"a": 1}, "initvar": {"a": 4}}),
         (Holder, {"colour": [255, 0, 0]}),
@@ -566,16 +602,21 @@ def test_classes_off_the_fast_path_decode_as_the_reference_does(cls, data):
     assert_same(cls, data, "v")
 
 
-def test_the_fast_path_builds_the_same_instances_as_init():
-    # which classes these tests take through the fast path, and which through their own __init__
-    assert _plain_init(Awkward) is True and _plain_init(Slotted) is None and _plain_init(OwnInit) is None
-    assert _plain_init(WithInitVar) is None and _plain_init(Watched) is None and _plain_init(Plan) is False
+def test_records_are_built_by_their_own_init_as_before():
+    # which classes these tests call with every field in order, and which with keywords as before
+    fields = lambda cls: [f.name for f in dataclasses.fields(cls)]  # noqa: E731
+    empty = inspect.Parameter.empty
+    assert _init_defaults(Awkward, fields(Awkward))[:3] == [empty, empty, "here"]
+    assert _init_defaults(Awkward, fields(Awkward))[-1] is None
+    assert _init_defaults(WithInitVar, fields(WithInitVar)) is None
+    assert _init_defaults(KeywordOnly, fields(KeywordOnly)) is None
+    assert _init_defaults(Plan, fields(Plan)) is not None
     built = from_json(Awkward, {"type": "t", "data": 1, "obj": [1]}, "v")
-    assert vars(built) == vars(Awkward("t", 1, obj=(1,)))
-    assert list(vars(built)) == [f.name for f in dataclasses.fields(Awkward)]
-    assert from_json(Awkward, {"type": "t", "data": 1}, "v").str is not from_json(Awkward, {"type": "t", "data": 1}).str
     assert built == Awkward("t", 1, obj=(1,))
+    assert from_json(Awkward, {"type": "t", "data": 1}, "v").str is not from_json(Awkward, {"type": "t", "data": 1}).str
     assert from_json(Watched, {"a": 3}, "v").a == Watched(3).a == 30
+    assert from_json(OwnInit, {"a": 3}, "v") == OwnInit(3) and OwnInit(3).a == 6
+    assert from_json(OwnDefaults, {"a": 1}, "v").b == OwnDefaults(1).b == 5
     with pytest.raises(dataclasses.FrozenInstanceError):
         built.data = 2  # type: ignore[misc]
 
