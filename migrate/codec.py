@@ -12,6 +12,8 @@ from __future__ import annotations
 import dataclasses
 import enum
 import functools
+import inspect
+import keyword
 import sys
 import types
 from collections.abc import Callable, Mapping, Sequence
@@ -31,33 +33,139 @@ def enum_member(kind: type[enum.Enum], value: Any, where: str) -> Any:
         raise ModelError(f"{where}: {value!r} is not one of {allowed}") from None
 
 
-@functools.cache
-def _field_names(cls: type) -> tuple[str, ...]:
-    return tuple(f.name for f in dataclasses.fields(cls))
+# --- speed ----------------------------------------------------------------------------------------------------------
+# A broker holds up to a million segments, and its plan, state rows and events all pass through here: one generic
+# walk per value (an isinstance chain, dataclasses.fields, a dict comprehension per record) cost more than parsing
+# the JSON itself. So each record class gets its own encoder and decoder, generated once as Python source: fields
+# are read by name, a scalar is copied after one exact-type test, nested values are dispatched on their exact type
+# through a table, and records are built without the per-field object.__setattr__ of a frozen dataclass's __init__
+# where that is provably the same thing (``_builds_plainly``). The behaviour is the generic one's, value for value
+# and message for message (tests/test_codec_fast.py holds the generic codec and compares them).
 
 
-@functools.cache
-def _omitted_if_none(cls: type) -> tuple[str, ...]:
-    return tuple(f.name for f in dataclasses.fields(cls) if f.metadata.get("omit_if_none"))
+def _compile(name: str, lines: list[str], namespace: dict[str, Any], label: str = "") -> Any:
+    # the source holds no text from data: field names appear as repr() literals or checked identifiers, other values
+    # through the namespace; ``label`` names it in tracebacks and profiles
+    exec(compile("\n".join(lines) + "\n", f"<migrate.codec {label or name}>", "exec"), namespace)
+    return namespace[name]
+
+
+def _attribute_names(names: tuple[str, ...]) -> bool:
+    """Field names that can be read as ``value.name`` in generated source (locals there are ``_c_...``)."""
+    return all(n.isidentifier() and not keyword.iskeyword(n) for n in names)
+
+
+# --- encoding -------------------------------------------------------------------------------------------------------
+
+Encoder = Callable[[Any], Any]
+
+# the JSON scalars: copied as they are when their type is exactly one of these (a subclass such as a str enum goes
+# through its own encoder)
+_PLAIN = frozenset({str, int, float, bool, type(None)})
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def _enum_value(value: Any) -> Any:
+    return value.value
+
+
+# the encoder of each type met so far, found by the exact type of a value (to_json's rules depend on the type alone)
+_encoders: dict[type, Encoder] = dict.fromkeys(_PLAIN, _same)
+
+# one value's encoding, inlined in generated source (``{v}`` is a local name holding the value): to_json without
+# its call
+_ENCODE = "({v} if type({v}) in _c_plain else (_c_get(type({v})) or _c_new(type({v})))({v}))"
 
 
 def to_json(value: Any) -> Any:
-    """A model record as plain JSON data (enums by value, tuples as lists, dataclasses as objects)."""
-    if isinstance(value, (str, int, float, bool)) or value is None:
-        return value.value if isinstance(value, enum.Enum) else value
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        out = {name: to_json(getattr(value, name)) for name in _field_names(type(value))}
-        for name in _omitted_if_none(type(value)):
-            if out[name] is None:
-                del out[name]
-        return out
-    if isinstance(value, enum.Enum):
-        return value.value
-    if isinstance(value, Mapping):
-        return {str(k): to_json(v) for k, v in value.items()}
-    if isinstance(value, Sequence) and not isinstance(value, (str, bytes)):  # tuples, lists, lazy rows
-        return [to_json(v) for v in value]
-    return value
+    """A model record as plain JSON data (enums by value, tuples, lists and other sequences as lists, dataclasses and
+    mappings as objects); anything else is returned as it is."""
+    encode = _encoders.get(type(value))
+    if encode is None:
+        encode = _encoder(type(value))
+    return encode(value)
+
+
+def _encoder(cls: type) -> Encoder:
+    """The encoder of values of exactly ``cls``, made once. The order of the tests is the rules' order."""
+    if issubclass(cls, (str, int, float, bool)) or cls is type(None):
+        encode = _enum_value if issubclass(cls, enum.Enum) else _same
+    elif hasattr(cls, "__dataclass_fields__") and not issubclass(cls, type):
+        encode = _record_encoder(cls)
+    elif issubclass(cls, enum.Enum):
+        encode = _enum_value
+    elif issubclass(cls, (list, tuple)):
+        encode = _sequence_encoder()
+    elif issubclass(cls, Mapping):
+        encode = _mapping_encoder()
+    elif issubclass(cls, Sequence) and not issubclass(cls, (bytes, bytearray, memoryview)):
+        # a lazy sequence (of segments, say) is written as the list it stands for; byte strings stay as they are
+        encode = _sequence_encoder()
+    else:
+        encode = _same
+    _encoders[cls] = encode
+    return encode
+
+
+def _encoding_namespace() -> dict[str, Any]:
+    return {"_c_plain": _PLAIN, "_c_get": _encoders.get, "_c_new": _encoder}
+
+
+@functools.cache
+def _sequence_encoder() -> Encoder:
+    item = _ENCODE.format(v="_c_x")
+    lines = ["def _c_sequence(_c_value):", f"    return [{item} for _c_x in _c_value]"]
+    return _compile("_c_sequence", lines, _encoding_namespace())
+
+
+@functools.cache
+def _mapping_encoder() -> Encoder:
+    # a loop, not a comprehension: most mappings here are small (entries_by_magic, output_stats), and a
+    # comprehension is a function call of its own
+    lines = [
+        "def _c_mapping(_c_value):",
+        "    _c_out = {}",
+        "    for _c_k, _c_x in _c_value.items():",
+        f"        _c_out[_c_k if type(_c_k) is str else str(_c_k)] = {_ENCODE.format(v='_c_x')}",
+        "    return _c_out",
+    ]
+    return _compile("_c_mapping", lines, _encoding_namespace())
+
+
+def _record_encoder(cls: type) -> Encoder:
+    fields = tuple(f.name for f in dataclasses.fields(cls))
+    omitted = {f.name for f in dataclasses.fields(cls) if f.metadata.get("omit_if_none")}
+    if not _attribute_names(fields):
+
+        def record(value: Any) -> Any:
+            out = {name: to_json(getattr(value, name)) for name in fields}
+            for name in omitted:
+                if out[name] is None:
+                    del out[name]
+            return out
+
+        return record
+    # the keys in field order, an omitted one left out where it stands (what deleting it afterwards leaves): one dict
+    # display up to the first field that may be omitted, then one key at a time
+    lines = ["def _c_record(_c_value):"]
+    lines += [f"    _c_f{i} = _c_value.{name}" for i, name in enumerate(fields)]
+    lines += [f"    _c_f{i} = {_ENCODE.format(v=f'_c_f{i}')}" for i in range(len(fields))]
+    lead = next((i for i, name in enumerate(fields) if name in omitted), len(fields))
+    lines.append(f"    _c_out = {{{', '.join(f'{name!r}: _c_f{i}' for i, name in enumerate(fields[:lead]))}}}")
+    for i, name in enumerate(fields[lead:], lead):
+        if name in omitted:
+            lines.append(f"    if _c_f{i} is not None:")
+            lines.append(f"        _c_out[{name!r}] = _c_f{i}")
+        else:
+            lines.append(f"    _c_out[{name!r}] = _c_f{i}")
+    lines.append("    return _c_out")
+    return _compile("_c_record", lines, _encoding_namespace(), f"to_json {cls.__qualname__}")
+
+
+# --- decoding -------------------------------------------------------------------------------------------------------
 
 
 @functools.cache
@@ -90,6 +198,131 @@ def _where(path: Where) -> str:
 Decoder = Callable[[Any, Where], Any]
 
 
+def _wrong(where: Where, what: str, data: Any) -> ModelError:
+    return ModelError(f"{_where(where)}: expected {what}, found {data!r}")
+
+
+def _not_a(where: Where, what: str, data: Any) -> ModelError:
+    return ModelError(f"{_where(where)}: expected {what}, found {type(data).__name__}")
+
+
+def _unknown_key(where: Where, data: Any, names: frozenset[str]) -> ModelError:
+    unknown = sorted(set(data) - names)[0]
+    return ModelError(f"{_where(where)}: unknown key {unknown!r} (known: {', '.join(sorted(names))})")
+
+
+def _missing_key(where: Where, name: str) -> ModelError:
+    return ModelError(f"{_where(where)}: missing key {name!r}")
+
+
+def _refused(where: Where, exc: Exception) -> ModelError:
+    return ModelError(f"{_where(where)}: {exc}")
+
+
+# the checks of the JSON scalars, as source: ``{v}`` holds the value, ``{w}`` builds its path
+_SCALAR_CHECKS = {
+    bool: ["if type({v}) is not bool:", "    raise _c_wrong({w}, 'true or false', {v})"],
+    int: [
+        "if type({v}) is not int and (not isinstance({v}, int) or isinstance({v}, bool)):",
+        "    raise _c_wrong({w}, 'an integer', {v})",
+    ],
+    str: ["if type({v}) is not str and not isinstance({v}, str):", "    raise _c_wrong({w}, 'a string', {v})"],
+    float: [
+        "if type({v}) is not float:",
+        "    if not isinstance({v}, (int, float)) or isinstance({v}, bool):",
+        "        raise _c_wrong({w}, 'a number', {v})",
+        "    {v} = float({v})",
+    ],
+}
+
+
+class _Source:
+    """A generated decoder's source and the names it refers to."""
+
+    def __init__(self) -> None:
+        self.namespace: dict[str, Any] = {
+            "ModelError": ModelError,
+            "_c_where": _where,
+            "_c_wrong": _wrong,
+            "_c_not_a": _not_a,
+            "_c_unknown_key": _unknown_key,
+            "_c_missing_key": _missing_key,
+            "_c_refused": _refused,
+            "_c_enum_member": enum_member,
+        }
+        self.locals = 0
+
+    def name(self, value: Any) -> str:
+        """A name in the namespace that holds ``value``."""
+        name = f"_c_{len(self.namespace)}"
+        self.namespace[name] = value
+        return name
+
+    def local(self) -> str:
+        self.locals += 1
+        return f"_c_l{self.locals}"
+
+    def value(self, tp: Any, v: str, w: str) -> list[str]:
+        """Lines that check the JSON value in local ``v`` as a ``tp`` and leave the decoded value in it; ``w`` is an
+        expression of the value's path, evaluated only for an error or a nested record's decoder. Containers are
+        decoded in place, records and unions by their own decoders."""
+        if tp is Any:
+            return []
+        if dataclasses.is_dataclass(tp):
+            return [f"{v} = {self.name(_decoder(tp))}({v}, {w})"]
+        if tp in _SCALAR_CHECKS:
+            return [line.format(v=v, w=w) for line in _SCALAR_CHECKS[tp]]
+        if _is_union(tp):
+            args = [a for a in get_args(tp) if a is not type(None)]
+            if len(args) == 1 and len(args) < len(get_args(tp)):
+                # X | None: a union with one option says what that option says
+                inner = self.value(args[0], v, w)
+                return [f"if {v} is not None:", *_indent(inner)] if inner else []
+            return [f"{v} = {self.name(_decoder(tp))}({v}, {w})"]
+        if isinstance(tp, type) and issubclass(tp, enum.Enum):
+            members = self.name(tp._value2member_map_)  # what Enum.__new__ looks in first
+            kind = self.name(tp)
+            return [
+                "try:",
+                f"    {v} = {members}[{v}]",
+                "except (KeyError, TypeError):",
+                f"    {v} = _c_enum_member({kind}, {v}, _c_where({w}))",
+            ]
+        origin = get_origin(tp)
+        if origin is tuple:
+            (item,) = [a for a in get_args(tp) if a is not Ellipsis]
+            out, i, x = self.local(), self.local(), self.local()
+            return [
+                f"if type({v}) is not list and not isinstance({v}, list):",
+                f"    raise _c_not_a({w}, 'a list', {v})",
+                f"{out} = []",
+                f"for {i}, {x} in enumerate({v}):",
+                *_indent(self.value(item, x, f"({w}, {i})")),
+                f"    {out}.append({x})",
+                f"{v} = tuple({out})",
+            ]
+        if origin is dict:
+            out, k, x, key = self.local(), self.local(), self.local(), self.local()
+            return [
+                f"if type({v}) is not dict and not isinstance({v}, dict):",
+                f"    raise _c_not_a({w}, 'an object', {v})",
+                f"{out} = {{}}",
+                f"for {k}, {x} in {v}.items():",
+                f"    {key} = {k} if type({k}) is str else str({k})",
+                *_indent(self.value(get_args(tp)[1], x, f"({w}, {k})")),
+                f"    {out}[{key}] = {x}",
+                f"{v} = {out}",
+            ]
+        raise ModelError(f"the model has no decoder for {tp}")
+
+    def compile(self, name: str, lines: list[str], tp: Any) -> Decoder:
+        return _compile(name, lines, self.namespace, f"from_json {getattr(tp, '__qualname__', tp)}")
+
+
+def _indent(lines: list[str]) -> list[str]:
+    return ["    " + line for line in lines]
+
+
 @functools.cache
 def _decoder(tp: Any) -> Decoder:
     """The decoder of one type, built once: records are decoded by the thousand (plans, state rows)."""
@@ -111,85 +344,76 @@ def _decoder(tp: Any) -> Decoder:
 
         return union
     if dataclasses.is_dataclass(tp):
-        hints = _hints(tp)
-        spec = [
-            (
-                f.name,
-                _decoder(hints[f.name]),
-                f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING,
-            )
-            for f in dataclasses.fields(tp)
-        ]
-        names = frozenset(name for name, _, _ in spec)
-
-        def record(data: Any, where: Where) -> Any:
-            if not isinstance(data, dict):
-                raise ModelError(f"{_where(where)}: expected an object, found {type(data).__name__}")
-            if not names.issuperset(data):
-                unknown = sorted(set(data) - names)[0]
-                raise ModelError(f"{_where(where)}: unknown key {unknown!r} (known: {', '.join(sorted(names))})")
-            kwargs = {}
-            for name, decode, required in spec:
-                if name in data:
-                    kwargs[name] = decode(data[name], (where, name))
-                elif required:
-                    raise ModelError(f"{_where(where)}: missing key {name!r}")
-            try:
-                return tp(**kwargs)
-            except ModelError:
-                raise
-            except (TypeError, ValueError) as exc:
-                raise ModelError(f"{_where(where)}: {exc}") from exc
-
-        return record
-    if isinstance(tp, type) and issubclass(tp, enum.Enum):
-        return lambda data, where: enum_member(tp, data, _where(where))
-    origin = get_origin(tp)
-    if origin is tuple:
-        (item,) = [a for a in get_args(tp) if a is not Ellipsis]
-        decode_item = _decoder(item)
-
-        def sequence(data: Any, where: Where) -> Any:
-            if not isinstance(data, list):
-                raise ModelError(f"{_where(where)}: expected a list, found {type(data).__name__}")
-            return tuple(decode_item(v, (where, i)) for i, v in enumerate(data))
-
-        return sequence
-    if origin is dict:
-        decode_value = _decoder(get_args(tp)[1])
-
-        def mapping(data: Any, where: Where) -> Any:
-            if not isinstance(data, dict):
-                raise ModelError(f"{_where(where)}: expected an object, found {type(data).__name__}")
-            return {str(k): decode_value(v, (where, k)) for k, v in data.items()}
-
-        return mapping
+        return _record_decoder(tp)
     if tp is Any:
         return lambda data, where: data
-    if tp is bool:
-        return _scalar(lambda d: isinstance(d, bool), "true or false")
-    if tp is int:
-        return _scalar(lambda d: isinstance(d, int) and not isinstance(d, bool), "an integer")
-    if tp is float:
-
-        def number(data: Any, where: Where) -> float:
-            if not isinstance(data, (int, float)) or isinstance(data, bool):
-                raise ModelError(f"{_where(where)}: expected a number, found {data!r}")
-            return float(data)
-
-        return number
-    if tp is str:
-        return _scalar(lambda d: isinstance(d, str), "a string")
-    raise ModelError(f"the model has no decoder for {tp}")
+    source = _Source()
+    lines = ["def _c_decode(data, where):", *_indent(source.value(tp, "data", "where")), "    return data"]
+    return source.compile("_c_decode", lines, tp)
 
 
-def _scalar(check: Callable[[Any], bool], what: str) -> Decoder:
-    def scalar(data: Any, where: Where) -> Any:
-        if not check(data):
-            raise ModelError(f"{_where(where)}: expected {what}, found {data!r}")
-        return data
+def _init_defaults(cls: type, names: list[str]) -> list[Any] | None:
+    """What ``cls.__init__`` puts in for each field when it is not passed (``inspect.Parameter.empty`` for a required
+    one, a factory's mark for a default factory), when ``cls(*values)`` with those filled in is the same call as
+    ``cls(**kwargs)``: a class called through ``type.__call__`` and ``object.__new__`` whose ``__init__`` takes
+    exactly the fields, in order, as plain parameters (as @dataclass writes it); else None."""
+    if type(cls).__call__ is not type.__call__ or cls.__new__ is not object.__new__:
+        return None
+    try:
+        params = list(inspect.signature(cls.__init__, follow_wrapped=False).parameters.values())[1:]
+    except (TypeError, ValueError):
+        return None
+    if [p.name for p in params] != names or any(p.kind is not p.POSITIONAL_OR_KEYWORD for p in params):
+        return None  # an InitVar, a field left out of __init__, keyword-only fields, *args or **kwargs
+    return [p.default for p in params]
 
-    return scalar
+
+def _record_decoder(tp: type) -> Decoder:
+    fields = dataclasses.fields(tp)
+    hints = _hints(tp)
+    source = _Source()
+    known = source.name(frozenset(f.name for f in fields))
+    absent = source.name(object())  # what data.get gives for a key data lacks
+    # A record is built by calling its class, as ever (its __init__ and __post_init__ run; its instances keep their
+    # compact layout): with every field's value in order, those it lacks being what __init__ would put in.
+    required = [f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING for f in fields]
+    defaults = _init_defaults(tp, [f.name for f in fields])
+    if defaults is not None and any(d is inspect.Parameter.empty and not r for d, r in zip(defaults, required)):
+        defaults = None  # an __init__ of its own that requires a field with a default: let it say so, as ever
+    lines = [
+        "def _c_record(data, where):",
+        "    if type(data) is not dict and not isinstance(data, dict):",
+        "        raise _c_not_a(where, 'an object', data)",
+        *(f"    _c_v{i} = data.get({f.name!r}, {absent})" for i, f in enumerate(fields)),
+        # every key is a field's when the fields found are all the keys: no set built per record
+        f"    if len(data) != {' + '.join(f'(_c_v{i} is not {absent})' for i in range(len(fields))) or 0}:",
+        f"        raise _c_unknown_key(where, data, {known})",
+    ]
+    if defaults is None:
+        lines.append("    kwargs = {}")
+    for i, f in enumerate(fields):
+        v = f"_c_v{i}"
+        checks = source.value(hints[f.name], v, f"(where, {f.name!r})")
+        if required[i]:
+            lines += [f"    if {v} is {absent}:", f"        raise _c_missing_key(where, {f.name!r})", *_indent(checks)]
+            if defaults is None:
+                lines.append(f"    kwargs[{f.name!r}] = {v}")
+        elif defaults is not None:
+            lines += [f"    if {v} is {absent}:", f"        {v} = {source.name(defaults[i])}"]
+            if checks:
+                lines += ["    else:", *_indent(_indent(checks))]
+        else:
+            lines += [f"    if {v} is not {absent}:", *_indent(_indent(checks)), f"        kwargs[{f.name!r}] = {v}"]
+    call = ", ".join(f"_c_v{i}" for i in range(len(fields))) if defaults is not None else "**kwargs"
+    lines += [
+        "    try:",
+        f"        return {source.name(tp)}({call})",
+        "    except ModelError:",
+        "        raise",
+        "    except (TypeError, ValueError) as exc:",
+        "        raise _c_refused(where, exc) from exc",
+    ]
+    return source.compile("_c_record", lines, tp)
 
 
 def json_schema(cls: type, title: str = "", description: str = "") -> dict[str, Any]:
