@@ -31,10 +31,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
-
-import dask
-from distributed import Client, LocalCluster, as_completed
+from typing import TYPE_CHECKING, Any
 
 from migrate.engines import CallResult, StageCall
 from migrate.errors import MigrateError
@@ -43,8 +40,9 @@ from migrate.model.plan_tree import DigestAlgorithm, Plan
 from migrate.model.run_state import RangeProgress, Stage
 from migrate.run import faults
 from migrate.watch import events, progress
-from migrate.watch.plugin import PLUGIN_NAME, MigrationPlugin
-from migrate.watch.worker_logs import ForwardWorkerLogs, reemit_worker_log
+
+if TYPE_CHECKING:  # imported where a cluster starts: ``distributed`` is about 0.5 s of imports a small plan skips
+    from distributed import Client, LocalCluster
 
 NO_WORKERS_TIMEOUT = "60s"
 MONITOR = "migrate.monitor"
@@ -86,6 +84,8 @@ def _worker_environment() -> dict[str, str]:
 
 def _local_cluster_periods() -> dict[str, str]:
     """``LOCAL_CLUSTER_PERIODS`` but for those the operator configured (whatever differs from Dask's own default)."""
+    import dask
+
     shipped = dask.config.merge(*dask.config.defaults)
     return {
         key: value
@@ -97,6 +97,8 @@ def _local_cluster_periods() -> dict[str, str]:
 def _worker_preload() -> list[str]:
     """The operator's worker preloads (Dask's ``distributed.worker.preload``), then ``WORKER_PRELOAD``. In the worker,
     not in the forkserver it forks from: there the package would keep the switches (``accel``) of that moment."""
+    import dask
+
     return [*dask.config.get("distributed.worker.preload"), WORKER_PRELOAD]
 
 
@@ -216,18 +218,6 @@ class DaskEngine:
         """``security``: a distributed.security.Security (TLS) for a remote scheduler; a LocalCluster listens on
         127.0.0.1 only, and its dashboard on ``dashboard_address`` (loopback by default). ``on_ready`` is called
         once the cluster answers (the CLI prints the dashboard's address then)."""
-        routes = dask.config.get("distributed.scheduler.http.routes")
-        dask.config.set(
-            {
-                "distributed.scheduler.no-workers-timeout": NO_WORKERS_TIMEOUT,
-                # our /migration page and status.json beside the dashboard of a LocalCluster we start
-                "distributed.scheduler.http.routes": [*routes, *([] if MONITOR in routes else [MONITOR])],
-                # a LocalCluster's workers fork from one server process that has imported Dask once, instead of
-                # each starting a fresh interpreter ("spawn"): their start-up took both cores for about 1.5 s,
-                # while the driver converts; the forkserver is single-threaded, so forking it is safe
-                "distributed.worker.multiprocessing-method": "forkserver",
-            }
-        )
         self.cluster: LocalCluster | None = None
         self._client: Client | None = None
         self._dashboard_address = dashboard_address
@@ -255,19 +245,31 @@ class DaskEngine:
         self._begin_later: Callable[[], None] | None = None
         self._begin_lock = threading.Lock()
         if scheduler:
-            self._start(lambda: Client(scheduler, security=security), remote=True)
+
+            def remote() -> Client:
+                from distributed import Client
+
+                self._configure(local=False)
+                return Client(scheduler, security=security)
+
+            self._start(remote, remote=True)
         else:
-            dask.config.set(_local_cluster_periods())  # before the cluster: its workers get this process's config
             if processes and not self._workers_on_demand:
                 _forkserver_deaf_to_ctrl_c()  # on demand: when the workers start (a small plan never forks one)
-            local = lambda: LocalCluster(  # noqa: E731
-                n_workers=0 if self._workers_on_demand else self._n_workers,
-                threads_per_worker=1,
-                processes=processes,
-                # process workers listen on loopback only; in-process ones have no listener (inproc://) to bind
-                **(_process_workers() if processes else {}),
-                dashboard_address=dashboard_address,
-            )
+
+            def local() -> LocalCluster:
+                from distributed import LocalCluster
+
+                self._configure(local=True)
+                return LocalCluster(
+                    n_workers=0 if self._workers_on_demand else self._n_workers,
+                    threads_per_worker=1,
+                    processes=processes,
+                    # process workers listen on loopback only; in-process ones have no listener (inproc://) to bind
+                    **(_process_workers() if processes else {}),
+                    dashboard_address=dashboard_address,
+                )
+
             if processes:
                 self._begin_later = lambda: threading.Thread(
                     target=self._start, args=(local, False), name="dask-start", daemon=True
@@ -276,6 +278,29 @@ class DaskEngine:
                     self._begin()
             else:  # in-process workers talk over an in-process transport that must be set up by this thread
                 self._start(local, remote=False)
+
+    @staticmethod
+    def _configure(local: bool) -> None:
+        """Dask's settings for our clusters, set where a cluster starts (importing ``distributed`` loads its defaults,
+        which these extend); for a LocalCluster we start, also its periods (before the cluster: its workers get this
+        process's config)."""
+        import dask
+        import distributed  # noqa: F401  (its configuration defaults)
+
+        routes = dask.config.get("distributed.scheduler.http.routes")
+        dask.config.set(
+            {
+                "distributed.scheduler.no-workers-timeout": NO_WORKERS_TIMEOUT,
+                # our /migration page and status.json beside the dashboard of a LocalCluster we start
+                "distributed.scheduler.http.routes": [*routes, *([] if MONITOR in routes else [MONITOR])],
+                # a LocalCluster's workers fork from one server process that has imported Dask once, instead of
+                # each starting a fresh interpreter ("spawn"): their start-up took both cores for about 1.5 s,
+                # while the driver converts; the forkserver is single-threaded, so forking it is safe
+                "distributed.worker.multiprocessing-method": "forkserver",
+            }
+        )
+        if local:
+            dask.config.set(_local_cluster_periods())
 
     def _begin(self) -> None:
         """Start the LocalCluster's scheduler (in the background, once), if it waits for a reason to."""
@@ -290,6 +315,11 @@ class DaskEngine:
 
     def _start(self, make: Callable[[], Any], remote: bool) -> None:
         try:
+            from distributed import Client
+
+            from migrate.watch.plugin import PLUGIN_NAME, MigrationPlugin
+            from migrate.watch.worker_logs import ForwardWorkerLogs, reemit_worker_log
+
             if remote:
                 client = make()
             else:
@@ -473,6 +503,8 @@ class DaskEngine:
             self.publish_held_events()
             ahead = 2 * self._n_workers
             index: dict[str, int] = {}
+            from distributed import as_completed
+
             done = as_completed()
 
             def submit(i: int) -> None:
@@ -557,6 +589,8 @@ class DaskEngine:
             self.client.log_event(topic, event)
 
     def _submit(self, stage: Stage, fn: Callable[..., Any], calls: list[StageCall]) -> list[CallResult]:
+        from distributed import as_completed
+
         self.start_workers(wait=True)
         self.publish_held_events()
         futures = []
@@ -611,6 +645,8 @@ class DaskEngine:
             for topic in self._topics:
                 self.client.unsubscribe_topic(topic)
             if self.cluster is None:
+                from migrate.watch.worker_logs import ForwardWorkerLogs
+
                 self.client.unregister_worker_plugin(ForwardWorkerLogs.name)
         if self._client is not None:
             self._client.close()
