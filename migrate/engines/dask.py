@@ -4,10 +4,12 @@ Task keys are ``<stage>-<hash of plan id and arguments>``: deterministic, so the
 series per stage (convert-, verify-, swap-) and resubmitting the same work is recognised. Tasks restricted to a
 host that has no worker fail after ``no-workers-timeout`` instead of waiting forever.
 
-A LocalCluster (the default) starts its scheduler and dashboard at once, and, unless a number of workers is given,
-its worker processes (one per core) only for a plan whose work is worth them (``worth_workers``): until they are
-up, calls whose data is on this host run here, in the driver; a plan this process finishes in about the time
-workers take to start never starts them.
+A LocalCluster (the default, no number of workers given) starts its scheduler, dashboard and worker processes
+only for a plan whose work is worth them (``worth_workers``), or when asked for its client: a plan this process
+finishes in about the time workers take to start runs here and never starts them. Its workers are one per core
+but one, and this process works on the last core for the whole run (``DaskEngine._share``): it takes calls from
+the queue the workers are fed from, so one core converts while the workers start, and every core converts once
+they are up, with no two processes on one core. A number of workers given starts them at once, and only they work.
 
 Watching (``migrate.watch``): workers publish each finished segment, and what each stage call changed, to the
 scheduler's event log, where ``MigrationPlugin`` turns them into the /migration page, status.json and Prometheus
@@ -18,6 +20,7 @@ which the command line points at the run log, so a LocalCluster's workers print 
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import hashlib
 import json
@@ -28,20 +31,18 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
-
-import dask
-from distributed import Client, LocalCluster, as_completed
+from typing import TYPE_CHECKING, Any
 
 from migrate.engines import CallResult, StageCall
 from migrate.errors import MigrateError
 from migrate.format import accel
 from migrate.model.plan_tree import DigestAlgorithm, Plan
-from migrate.model.run_state import Stage
+from migrate.model.run_state import RangeProgress, Stage
 from migrate.run import faults
 from migrate.watch import events, progress
-from migrate.watch.plugin import PLUGIN_NAME, MigrationPlugin
-from migrate.watch.worker_logs import ForwardWorkerLogs, reemit_worker_log
+
+if TYPE_CHECKING:  # imported where a cluster starts: ``distributed`` is about 0.5 s of imports a small plan skips
+    from distributed import Client, LocalCluster
 
 NO_WORKERS_TIMEOUT = "60s"
 MONITOR = "migrate.monitor"
@@ -83,6 +84,8 @@ def _worker_environment() -> dict[str, str]:
 
 def _local_cluster_periods() -> dict[str, str]:
     """``LOCAL_CLUSTER_PERIODS`` but for those the operator configured (whatever differs from Dask's own default)."""
+    import dask
+
     shipped = dask.config.merge(*dask.config.defaults)
     return {
         key: value
@@ -94,6 +97,8 @@ def _local_cluster_periods() -> dict[str, str]:
 def _worker_preload() -> list[str]:
     """The operator's worker preloads (Dask's ``distributed.worker.preload``), then ``WORKER_PRELOAD``. In the worker,
     not in the forkserver it forks from: there the package would keep the switches (``accel``) of that moment."""
+    import dask
+
     return [*dask.config.get("distributed.worker.preload"), WORKER_PRELOAD]
 
 
@@ -190,10 +195,11 @@ def _on_worker(stage: Stage, fn: Callable[..., Any], *args: Any) -> Any:
 
 
 class DaskEngine:
-    """Stages on a Dask cluster. A LocalCluster's scheduler starts in the background, its workers once a plan is
-    worth them (``worth_workers``, or ``start_workers``): until they are up, calls whose data is on this host run
-    here, in the driver, so their start-up costs no wall time when there is work to do meanwhile, and none at all for
-    a plan that is done sooner; their progress events reach the scheduler's page once it is up."""
+    """Stages on a Dask cluster. A LocalCluster's scheduler and workers start in the background once a plan is
+    worth them (``worth_workers``, or ``start_workers``); calls whose data is on this host run here too, before and
+    while the workers are up (``_share``), so their start-up costs no wall time when there is work to do meanwhile,
+    and none at all for a plan that is done sooner; their progress events reach the scheduler's page once it is up.
+    With a number of workers given, calls run here only until the workers answer."""
 
     name = "dask"
     run_here_while_starting = True  # tests that need a call to fail on a worker turn it off
@@ -212,6 +218,75 @@ class DaskEngine:
         """``security``: a distributed.security.Security (TLS) for a remote scheduler; a LocalCluster listens on
         127.0.0.1 only, and its dashboard on ``dashboard_address`` (loopback by default). ``on_ready`` is called
         once the cluster answers (the CLI prints the dashboard's address then)."""
+        self.cluster: LocalCluster | None = None
+        self._client: Client | None = None
+        self._dashboard_address = dashboard_address
+        self._on_segment = on_segment
+        self._on_ready = on_ready
+        self._topics: list[str] = []
+        self._held_events: list[tuple[str, Any]] = []  # from calls run here, until the scheduler is up
+        self._told_here: set[RangeProgress] = set()  # ranges run here, told to on_segment already
+        self._plans_run_here: dict[str, Plan] = {}  # announced to the scheduler's page with them
+        self._ready = threading.Event()  # the scheduler answers (and, for a remote one, its workers)
+        self._workers_up = threading.Event()  # a LocalCluster's workers answer
+        self._workers_start: threading.Thread | None = None
+        # worker processes as many as cores but one, when a plan is worth them: this process works beside them on the
+        # last core (``_share``), from the first second; as many as asked for, at once, and only they work
+        self._workers_on_demand = scheduler is None and processes and n_workers is None
+        self._driver_works = self._workers_on_demand
+        cores = os.cpu_count() or 1
+        self._n_workers = n_workers or (max(1, cores - 1) if self._workers_on_demand else cores)
+        self._start_error: BaseException | None = None
+        self.progress = sys.stderr.isatty() if progress is None else progress
+        self._scattered: dict[str, Any] = {}
+        self._announced: set[str] = set()
+        # a LocalCluster started on demand starts its scheduler and dashboard with the first plan worth workers, or
+        # when asked for (``client``): a plan this process finishes alone in about a second never starts one
+        self._begin_later: Callable[[], None] | None = None
+        self._begin_lock = threading.Lock()
+        if scheduler:
+
+            def remote() -> Client:
+                from distributed import Client
+
+                self._configure(local=False)
+                return Client(scheduler, security=security)
+
+            self._start(remote, remote=True)
+        else:
+            if processes and not self._workers_on_demand:
+                _forkserver_deaf_to_ctrl_c()  # on demand: when the workers start (a small plan never forks one)
+
+            def local() -> LocalCluster:
+                from distributed import LocalCluster
+
+                self._configure(local=True)
+                return LocalCluster(
+                    n_workers=0 if self._workers_on_demand else self._n_workers,
+                    threads_per_worker=1,
+                    processes=processes,
+                    # process workers listen on loopback only; in-process ones have no listener (inproc://) to bind
+                    **(_process_workers() if processes else {}),
+                    dashboard_address=dashboard_address,
+                )
+
+            if processes:
+                self._begin_later = lambda: threading.Thread(
+                    target=self._start, args=(local, False), name="dask-start", daemon=True
+                ).start()
+                if not self._workers_on_demand:
+                    self._begin()
+            else:  # in-process workers talk over an in-process transport that must be set up by this thread
+                self._start(local, remote=False)
+
+    @staticmethod
+    def _configure(local: bool) -> None:
+        """Dask's settings for our clusters, set where a cluster starts (importing ``distributed`` loads its defaults,
+        which these extend); for a LocalCluster we start, also its periods (before the cluster: its workers get this
+        process's config)."""
+        import dask
+        import distributed  # noqa: F401  (its configuration defaults)
+
         routes = dask.config.get("distributed.scheduler.http.routes")
         dask.config.set(
             {
@@ -224,45 +299,27 @@ class DaskEngine:
                 "distributed.worker.multiprocessing-method": "forkserver",
             }
         )
-        self.cluster: LocalCluster | None = None
-        self._client: Client | None = None
-        self._dashboard_address = dashboard_address
-        self._on_segment = on_segment
-        self._on_ready = on_ready
-        self._topics: list[str] = []
-        self._held_events: list[tuple[str, Any]] = []  # from calls run here, until the scheduler is up
-        self._plans_run_here: dict[str, Plan] = {}  # announced to the scheduler's page with them
-        self._ready = threading.Event()  # the scheduler answers (and, for a remote one, its workers)
-        self._workers_up = threading.Event()  # a LocalCluster's workers answer
-        self._workers_start: threading.Thread | None = None
-        self._n_workers = n_workers or os.cpu_count() or 1
-        # worker processes as many as cores, when a plan is worth them; as many as asked for, at once
-        self._workers_on_demand = scheduler is None and processes and n_workers is None
-        self._start_error: BaseException | None = None
-        self.progress = sys.stderr.isatty() if progress is None else progress
-        self._scattered: dict[str, Any] = {}
-        self._announced: set[str] = set()
-        if scheduler:
-            self._start(lambda: Client(scheduler, security=security), remote=True)
-        else:
-            dask.config.set(_local_cluster_periods())  # before the cluster: its workers get this process's config
-            if processes:
-                _forkserver_deaf_to_ctrl_c()
-            local = lambda: LocalCluster(  # noqa: E731
-                n_workers=0 if self._workers_on_demand else self._n_workers,
-                threads_per_worker=1,
-                processes=processes,
-                # process workers listen on loopback only; in-process ones have no listener (inproc://) to bind
-                **(_process_workers() if processes else {}),
-                dashboard_address=dashboard_address,
-            )
-            if processes:
-                threading.Thread(target=self._start, args=(local, False), name="dask-start", daemon=True).start()
-            else:  # in-process workers talk over an in-process transport that must be set up by this thread
-                self._start(local, remote=False)
+        if local:
+            dask.config.set(_local_cluster_periods())
+
+    def _begin(self) -> None:
+        """Start the LocalCluster's scheduler (in the background, once), if it waits for a reason to."""
+        with self._begin_lock:
+            begin, self._begin_later = self._begin_later, None
+        if begin is not None:
+            begin()
+
+    @property
+    def _begun(self) -> bool:
+        return self._begin_later is None
 
     def _start(self, make: Callable[[], Any], remote: bool) -> None:
         try:
+            from distributed import Client
+
+            from migrate.watch.plugin import PLUGIN_NAME, MigrationPlugin
+            from migrate.watch.worker_logs import ForwardWorkerLogs, reemit_worker_log
+
             if remote:
                 client = make()
             else:
@@ -274,8 +331,7 @@ class DaskEngine:
             client.subscribe_topic(events.LOG_TOPIC, reemit_worker_log)
             self._topics = [events.LOG_TOPIC]
             if self._on_segment is not None:
-                on_segment = self._on_segment
-                client.subscribe_topic(events.SEGMENT_TOPIC, lambda event: on_segment(events.decode_segment(event[1])))
+                client.subscribe_topic(events.SEGMENT_TOPIC, self._segment_event)
                 self._topics.append(events.SEGMENT_TOPIC)
             self._client = client
             if not self._workers_on_demand:  # up with the cluster (remote: they are the cluster's business)
@@ -293,7 +349,12 @@ class DaskEngine:
     def start_workers(self, wait: bool = False) -> None:
         """Start a LocalCluster's workers (once; nothing to do for a remote cluster), and with ``wait`` wait until
         they answer."""
+        self._begin()
         if self._workers_start is None and not self._workers_up.is_set():
+            if self._workers_on_demand:
+                # started now, not with the scheduler: the server imports Dask, a core's worth of work for about a
+                # second that a plan run without workers does not need
+                _forkserver_deaf_to_ctrl_c()
             self._workers_start = threading.Thread(target=self._scale_up, name="dask-workers", daemon=True)
             self._workers_start.start()
         if wait:
@@ -314,6 +375,7 @@ class DaskEngine:
 
     @property
     def client(self) -> Client:
+        self._begin()
         self._ready.wait()
         if self._start_error is not None:
             raise self._start_error
@@ -369,6 +431,8 @@ class DaskEngine:
         local = self.run_here_while_starting and all(call.host is None for call in calls)
         if not (local and all(call.plan is not None and not worth_workers(call.plan) for call in calls)):
             self.start_workers()
+        if self._driver_works and self.run_here_while_starting:
+            return self._share(stage, fn, calls)
         out: list[CallResult | None] = [None] * len(calls)
         for i, call in enumerate(calls):
             if self._workers_up.is_set() or not self.run_here_while_starting:
@@ -383,12 +447,120 @@ class DaskEngine:
             self.publish_held_events()
         return [r for r in out if r is not None]
 
+    def _share(self, stage: Stage, fn: Callable[..., Any], calls: list[StageCall]) -> list[CallResult]:
+        """The calls of a LocalCluster started on demand, shared between this process and the workers: the driver
+        takes the next call whose data is on this host, over and over, while a feeder thread (once workers are up)
+        keeps each worker one call ahead from the same queue, so every core converts from the first second to the
+        last and no call runs twice. Calls pinned to a host go to the workers only."""
+        out: list[CallResult | None] = [None] * len(calls)
+        queue = collections.deque(i for i, call in enumerate(calls) if call.host is None)
+        pinned = [i for i, call in enumerate(calls) if call.host is not None]
+        lock = threading.Lock()
+
+        def take() -> int | None:
+            with lock:
+                return queue.popleft() if queue else None
+
+        feeder: threading.Thread | None = None
+        failure: list[BaseException] = []
+        if self._workers_start is not None or pinned:  # workers are (being) started: feed them
+            feeder = threading.Thread(
+                target=self._feed,
+                args=(stage, fn, calls, pinned, take, lambda: bool(queue), out, failure),
+                name="dask-feed",
+                daemon=True,
+            )
+            feeder.start()
+        while (i := take()) is not None:
+            out[i] = self._run_here(stage, fn, calls[i])
+        if feeder is not None:
+            feeder.join()
+        if failure and any(r is None for r in out):
+            raise failure[0]
+        if self._ready.is_set():
+            self.publish_held_events()
+        return [r for r in out if r is not None]
+
+    def _feed(
+        self,
+        stage: Stage,
+        fn: Callable[..., Any],
+        calls: list[StageCall],
+        pinned: list[int],
+        take: Callable[[], int | None],
+        left: Callable[[], bool],
+        out: list[CallResult | None],
+        failure: list[BaseException],
+    ) -> None:
+        """Submit the pinned calls, then keep each worker one call ahead of its current one (so the scheduler's
+        round trip hides behind a call's work), taking calls from the queue the driver also takes from. Waits for
+        workers still starting only while there is something for them: the driver may finish the map first."""
+        try:
+            while not self._workers_up.wait(0.05):
+                if not pinned and not left():
+                    return
+            self.start_workers(wait=True)  # raises why they did not start
+            self.publish_held_events()
+            ahead = 2 * self._n_workers
+            index: dict[str, int] = {}
+            from distributed import as_completed
+
+            done = as_completed()
+
+            def submit(i: int) -> None:
+                call = calls[i]
+                future = self.client.submit(
+                    _on_worker,
+                    stage,
+                    fn,
+                    *self._shared(call),
+                    key=_key(stage, call, i),
+                    workers=[call.host] if call.host else None,
+                    allow_other_workers=False,
+                    pure=False,
+                    retries=0,
+                )
+                index[future.key] = i
+                done.add(future)
+
+            for i in pinned:
+                submit(i)
+            for _ in range(ahead):
+                if (i := take()) is None:
+                    break
+                submit(i)
+            for future in done:
+                i = index[future.key]
+                if future.status == "finished":
+                    out[i] = CallResult(True, future.result())
+                else:
+                    exc = future.exception()
+                    out[i] = CallResult(False, error=str(exc), error_type=type(exc).__name__)
+                future.release()
+                if (nxt := take()) is not None:
+                    submit(nxt)
+                self.publish_held_events()  # the driver's finished calls, on the page as they come
+        except BaseException as exc:  # raised by map once the driver has run what it could
+            failure.append(exc)
+
+    def _segment_event(self, event: tuple[float, Any]) -> None:
+        """A segment or range finished on a worker, or here: the page's event comes back to this subscription too,
+        and a range told already (``_run_here``) is not told twice (a segment's outcome is counted once anyway)."""
+        assert self._on_segment is not None
+        o = events.decode_segment(event[1])
+        if isinstance(o, RangeProgress) and o in self._told_here:
+            self._told_here.discard(o)
+            return
+        self._on_segment(o)
+
     def _run_here(self, stage: Stage, fn: Callable[..., Any], call: StageCall) -> CallResult:
         plan = call.plan
 
         def sink(o: progress.Event) -> None:
             if self._on_segment is not None:
                 self._on_segment(o)
+                if isinstance(o, RangeProgress):
+                    self._told_here.add(o)
             self._held_events.append((events.SEGMENT_TOPIC, events.encode(events.segment_event(o, plan))))
 
         if plan is not None:
@@ -409,14 +581,16 @@ class DaskEngine:
     def publish_held_events(self) -> None:
         """The events of the calls that ran here, on the scheduler's page (waits for the scheduler to answer; every
         map does it once the scheduler is up, and close does it)."""
-        for plan in self._plans_run_here.values():
+        for plan in list(self._plans_run_here.values()):  # the driver may be adding one (``_share``)
             self._announce(plan)
-        self._plans_run_here.clear()
+            self._plans_run_here.pop(plan.plan_id, None)
         while self._held_events:
             topic, event = self._held_events.pop(0)
             self.client.log_event(topic, event)
 
     def _submit(self, stage: Stage, fn: Callable[..., Any], calls: list[StageCall]) -> list[CallResult]:
+        from distributed import as_completed
+
         self.start_workers(wait=True)
         self.publish_held_events()
         futures = []
@@ -452,6 +626,10 @@ class DaskEngine:
         return out
 
     def close(self) -> None:
+        if not self._begun:  # never started: the events held are for a page that never was
+            with self._begin_lock:
+                self._begin_later = None
+            return
         self._ready.wait()
         if self._workers_start is not None:
             self._workers_start.join()
@@ -467,6 +645,8 @@ class DaskEngine:
             for topic in self._topics:
                 self.client.unsubscribe_topic(topic)
             if self.cluster is None:
+                from migrate.watch.worker_logs import ForwardWorkerLogs
+
                 self.client.unregister_worker_plugin(ForwardWorkerLogs.name)
         if self._client is not None:
             self._client.close()

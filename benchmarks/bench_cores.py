@@ -1,0 +1,314 @@
+"""Every core busy (issue 26): the default engine's steady state against the serial engine and the machine's floor.
+
+Three sections, every row a fresh process, rows interleaved over ``--rounds`` (their order turned each round), each
+row's best kept, every ratio between rows of the same run:
+
+* ``tmpfs``: ``kafka-log-migrate execute`` of one large v0 segment (``--tmpfs-records``, default 11,029,411
+  messages of 100 B values: 1.5 GB, 1.98 GB as v2, under 2 GiB) in one partition, and of two such segments in two
+  partitions, on /dev/shm; on the default engine (a LocalCluster, one worker per core) and on ``--engine serial``.
+  The *marginal* time (two segments minus one) cancels each engine's start-up, which is reported beside it (the
+  one-segment run minus the marginal time). The machine's floor in the same run: a plain copy of the same bytes
+  (every source read, as many bytes written as the conversion writes, on every core), one segment and two.
+  Target: default ÷ serial >= 1.8x.
+* ``disk``: the same on a directory of the real disk (``--disk-dir``): the default engine over 1.2 GB of log dir
+  (one partition) and 3.6 GB (three), each run starting with its sources out of the page cache (dropped after the
+  plan, which reads them); against the plain copy of the same bytes from the same cache state, ending in syncfs as
+  the conversion does. Target: the default engine's marginal rate >= 0.8x the copy's.
+* ``startup``: the two commands as an operator runs them (``kafka-log-migrate plan``, then ``execute``: two whole
+  processes) over 1.5 M v0 messages of 100 B values, against aiokafka's bare codec loop converting the same bytes
+  in one process (``bench_end_to_end.py``'s rows, reused). Target: >= 1.0x.
+
+The plan (``kafka-log-migrate plan``) is made before each timed ``execute`` and is not timed in the first two
+sections. Log dirs are rebuilt for every run from hard links to sources generated once (``gen_legacy``), so a run's
+data is its sources plus its outputs: on /dev/shm 1.5 GB of source and up to 4 GB of output during the two-segment
+run; everything is removed at the end (``--keep-sources`` keeps the generated sources for the next run).
+
+    python benchmarks/bench_cores.py [--sections tmpfs,disk,startup] [--rounds 3] [--shm /dev/shm/bench-cores]
+           [--disk-dir /tmp/bench-cores] [--tmpfs-records 11029411] [--disk-records 8823529] [--keep-sources]
+           [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+import bench_end_to_end as e2e
+from gen_legacy import message_size, write_segment
+
+from migrate.demo import legacy_logdir
+
+REPO = Path(__file__).resolve().parents[1]
+TOPIC = "bench"
+V2_BYTES_PER_MESSAGE = 180  # a 10 B key and 100 B value as one single-record v2 batch (batch.single_record_batch_sizes)
+
+COPY = r"""
+import json, os, sys, time
+from multiprocessing import get_context
+out_dir, cache, ratio, procs, *sources = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4]), *sys.argv[5:]
+sizes = [os.stat(s).st_size for s in sources]
+outs = [os.path.join(out_dir, f"copy-{i}.log") for i in range(len(sources))]
+def work(i):
+    # this process's share of every source: its half (or third...) of each, as the ranges of a plan spread them
+    buf = bytearray(2 << 20)
+    for src_path, out_path, size in zip(sources, outs, sizes):
+        lo, hi = size * i // procs, size * (i + 1) // procs
+        src, dst = os.open(src_path, os.O_RDONLY), os.open(out_path, os.O_WRONLY)
+        pos, at = lo, int(lo * ratio)
+        while pos < hi:
+            n = os.preadv(src, [memoryview(buf)[: min(len(buf), hi - pos)]], pos)
+            grown = int((pos + n) * ratio) - int(pos * ratio)  # as many bytes out as a conversion writes
+            for piece in (memoryview(buf)[:n], memoryview(buf)[: grown - n]):
+                at += os.pwrite(dst, piece, at)
+            pos += n
+        os.close(src); os.close(dst)
+for s in sources:
+    fd = os.open(s, os.O_RDONLY)
+    if cache == "cold":
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    os.close(fd)
+for o in outs:
+    os.close(os.open(o, os.O_WRONLY | os.O_CREAT | os.O_TRUNC))
+t = time.perf_counter()
+ps = [get_context("fork").Process(target=work, args=(i,)) for i in range(procs)]
+[p.start() for p in ps]; [p.join() for p in ps]
+import ctypes
+fd = os.open(out_dir, os.O_RDONLY); ctypes.CDLL(None).syncfs(fd); os.close(fd)  # as a convert task ends
+seconds = time.perf_counter() - t
+for o in outs:
+    os.unlink(o)
+print(json.dumps({"seconds": seconds}))
+"""
+
+
+def generate(root: Path, records: int, count: int) -> list[Path]:
+    """``count`` distinct source segments of ``records`` messages under ``root`` (kept if already there)."""
+    out = []
+    for i in range(count):
+        path = root / f"src-{i}.log"
+        expected = records * message_size(10, 100, 0)
+        if not path.exists() or path.stat().st_size != expected:
+            write_segment(path, records, value_bytes=100, seed=1 + i)
+        out.append(path)
+    return out
+
+
+def log_dir_of(root: Path, sources: list[Path], records: int) -> Path:
+    """A fresh log dir whose partition i holds ``sources[i]`` (a hard link: the run never writes its sources)."""
+    shutil.rmtree(root, ignore_errors=True)
+    root.mkdir(parents=True)
+    for p, src in enumerate(sources):
+        d = root / f"{TOPIC}-{p}"
+        d.mkdir()
+        os.link(src, d / f"{0:020d}.log")
+    legacy_logdir.write_broker_files(
+        root, [legacy_logdir.PartitionFiles(TOPIC, p, records) for p in range(len(sources))]
+    )
+    return root
+
+
+def cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "migrate.cli", *args]
+
+
+BEFORE: Path | None = None  # --before: an older tree whose default engine runs beside ours ("dask-before" rows)
+
+
+PYCACHE = Path(tempfile.gettempdir()) / "bench-cores-pycache"
+
+
+def env(engine: str = "") -> dict[str, str]:
+    """The tool's processes keep compiled modules as an installed package does (this environment may set
+    PYTHONDONTWRITEBYTECODE: every process would compile the tool's modules again, about 0.7 s that no operator's
+    install pays; as bench_cutover.py does)."""
+    e = dict(os.environ)
+    tree = BEFORE if engine.endswith("-before") and BEFORE is not None else REPO
+    e["PYTHONPATH"] = str(tree)
+    e.pop("PYTHONDONTWRITEBYTECODE", None)
+    e["PYTHONPYCACHEPREFIX"] = str(PYCACHE)
+    return e
+
+
+def drop_cache(paths: list[Path]) -> None:
+    os.sync()
+    for p in paths:
+        fd = os.open(p, os.O_RDONLY)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        os.close(fd)
+
+
+def execute_run(scratch: Path, sources: list[Path], records: int, engine: str, cold: bool) -> float:
+    """Plan (untimed), then ``execute`` in a fresh process, timed from its start to its exit; then remove it all."""
+    log_dir = log_dir_of(scratch / "logdir", sources, records)
+    plan = scratch / "plan.json"
+    run = lambda argv: subprocess.run(  # noqa: E731
+        argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env(engine), cwd=tempfile.gettempdir()
+    )
+    run(cli("plan", "--log-dirs", str(log_dir), "-o", str(plan)))
+    if cold:
+        drop_cache(sources)
+    extra = ["--engine", "serial"] if engine == "serial" else ["--dashboard-address", "127.0.0.1:0"]
+    t = time.perf_counter()
+    run(cli("execute", "--plan", str(plan), *extra))
+    seconds = time.perf_counter() - t
+    shutil.rmtree(log_dir)
+    for leftover in (plan, Path(f"{plan}.state"), Path(f"{plan}.logs")):
+        if leftover.is_dir():
+            shutil.rmtree(leftover)
+        else:
+            leftover.unlink(missing_ok=True)
+    return seconds
+
+
+def copy_run(scratch: Path, sources: list[Path], cold: bool) -> float:
+    out = scratch / "copy"
+    out.mkdir(exist_ok=True)
+    procs = os.cpu_count() or 1
+    ratio = V2_BYTES_PER_MESSAGE / message_size(10, 100, 0)
+    r = e2e.child(COPY, out, "cold" if cold else "warm", ratio, procs, *sources)
+    shutil.rmtree(out)
+    return r["seconds"]
+
+
+def marginal_section(
+    name: str, scratch: Path, records: int, counts: tuple[int, int], engines: list[str], cold: bool, rounds: int
+) -> dict:
+    sources = generate(scratch / "sources", records, counts[1] if cold else 1)
+    rows: dict[str, list[float]] = {}
+    for r in range(rounds):
+        order = [(e, n) for n in counts for e in [*engines, "copy"]]
+        for engine, n in order if r % 2 == 0 else order[::-1]:
+            chosen = sources[:n] if cold else [sources[0]] * n  # tmpfs: one source, linked into every partition
+            if engine == "copy":
+                seconds = copy_run(scratch, chosen, cold)
+            else:
+                seconds = execute_run(scratch, chosen, records, engine, cold)
+            rows.setdefault(f"{engine}-{n}", []).append(seconds)
+            print(f"{name} round {r + 1}: {engine} x{n}: {seconds:.2f} s", file=sys.stderr, flush=True)
+    best = {k: min(v) for k, v in rows.items()}
+    out: dict = {"records": records, "segment_bytes": records * message_size(10, 100, 0), "counts": counts}
+    out["runs"] = rows
+    for engine in [*engines, "copy"]:
+        one, many = best[f"{engine}-{counts[0]}"], best[f"{engine}-{counts[1]}"]
+        marginal = many - one
+        out[engine] = {
+            "one": one,
+            "many": many,
+            "marginal": marginal,
+            "startup": one - marginal * counts[0] / (counts[1] - counts[0]),
+        }
+    return out
+
+
+def startup_section(scratch: Path, rounds: int) -> dict:
+    records = 1_500_000
+    src = write_segment(scratch / "seg" / f"{0:020d}.log", records, value_bytes=100)
+    names = ["commands", *(["commands-before"] if BEFORE is not None else [])]
+    rows: dict[str, list[float]] = {name: [] for name in [*names, "aiokafka"]}
+    for r in range(rounds):
+        for name in names if r % 2 == 0 else names[::-1]:
+            log_dir = log_dir_of(scratch / "logdir", [src], records)
+            plan = scratch / "plan.json"
+            t = time.perf_counter()
+            for argv in (
+                cli("plan", "--log-dirs", str(log_dir), "-o", str(plan)),
+                cli("execute", "--plan", str(plan), "--dashboard-address", "127.0.0.1:0"),
+            ):
+                subprocess.run(argv, check=True, capture_output=True, env=env(name), cwd=tempfile.gettempdir())
+            rows[name].append(time.perf_counter() - t)
+            shutil.rmtree(log_dir)
+            shutil.rmtree(f"{plan}.state", ignore_errors=True)
+            shutil.rmtree(f"{plan}.logs", ignore_errors=True)
+            plan.unlink()
+        rows["aiokafka"].append(e2e.child(e2e.AIOKAFKA, src, 1)["seconds"])
+        told = ", ".join(f"{k} {v[-1]:.2f} s" for k, v in rows.items())
+        print(f"startup round {r + 1}: {told}", file=sys.stderr, flush=True)
+    return {"records": records, "runs": rows, **{k: min(v) for k, v in rows.items()}}
+
+
+def report(results: dict) -> str:
+    lines = []
+    for name in ("tmpfs", "disk"):
+        s = results.get(name)
+        if not s:
+            continue
+        mb = s["segment_bytes"] / 1e6
+        a, b = s["counts"]
+        lines.append(f"{name}: segments of {mb:,.0f} MB ({s['records']:,} v0 messages, 100 B values), {a} -> {b}")
+        lines.append("| row | best s, one | best s, many | marginal s | start-up s | marginal MB/s |")
+        lines.append("| --- | ---: | ---: | ---: | ---: | ---: |")
+        for engine in ("dask", "dask-before", "serial", "copy"):
+            if engine in s:
+                r = s[engine]
+                rate = (b - a) * mb / r["marginal"] if r["marginal"] > 0 else float("inf")
+                lines.append(
+                    f"| {engine} | {r['one']:.2f} | {r['many']:.2f} | {r['marginal']:.2f} | {r['startup']:.2f} | "
+                    f"{rate:,.0f} |"
+                )
+        dask = s["dask"]["marginal"]
+        if "serial" in s:
+            lines.append(f"default ÷ serial (marginal): {s['serial']['marginal'] / dask:.2f}x")
+        lines.append(f"default ÷ plain copy (marginal, the floor): {s['copy']['marginal'] / dask:.2f}x")
+        if "dask-before" in s:
+            before = s["dask-before"]["marginal"]
+            lines.append(f"before ÷ serial: {s['serial']['marginal'] / before:.2f}x" if "serial" in s else "")
+            lines.append(f"before ÷ plain copy: {s['copy']['marginal'] / before:.2f}x")
+        lines.append("")
+    s = results.get("startup")
+    if s:
+        for name in ("commands", "commands-before"):
+            if name in s:
+                lines.append(
+                    f"startup, {name}: plan + execute (two processes) {s[name]:.2f} s, aiokafka bare loop "
+                    f"{s['aiokafka']:.2f} s: {s['aiokafka'] / s[name]:.2f}x"
+                )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sections", default="tmpfs,disk,startup")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--shm", type=Path, default=Path("/dev/shm/bench-cores"))
+    ap.add_argument("--disk-dir", type=Path, default=Path(tempfile.gettempdir()) / "bench-cores")
+    ap.add_argument("--tmpfs-records", type=int, default=11_029_411)
+    ap.add_argument("--disk-records", type=int, default=8_823_529)
+    ap.add_argument("--keep-sources", action="store_true")
+    ap.add_argument("--before", type=Path, help="an older tree (accelerator built) whose default engine runs too")
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    sections = args.sections.split(",")
+    global BEFORE
+    BEFORE = args.before
+    befores = ["dask-before"] if args.before else []
+    results: dict = {}
+    try:
+        if "tmpfs" in sections:
+            results["tmpfs"] = marginal_section(
+                "tmpfs", args.shm, args.tmpfs_records, (1, 2), ["dask", *befores, "serial"], False, args.rounds
+            )
+        if "disk" in sections:
+            results["disk"] = marginal_section(
+                "disk", args.disk_dir, args.disk_records, (1, 3), ["dask", *befores], True, args.rounds
+            )
+        if "startup" in sections:
+            results["startup"] = startup_section(args.shm / "startup", args.rounds)
+    finally:
+        for root in (args.shm, args.disk_dir):
+            for sub in ("logdir", "copy", "startup", *([] if args.keep_sources else ["sources"])):
+                shutil.rmtree(root / sub, ignore_errors=True)
+    print(report(results))
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
