@@ -1,8 +1,9 @@
 """The strict JSON codec of the project's records, and the JSON schema generator beside it.
 
-``to_json`` turns a frozen dataclass (enums by value, tuples as lists) into plain JSON data; ``from_json`` builds one
-back, rejecting unknown keys, missing fields and wrong types with the path of the offending value (a ModelError), so
-a plan, a state row or an event that crossed a process boundary is either the record it claims to be or refused.
+``to_json`` turns a frozen dataclass (enums by value, tuples and other sequences as lists) into plain JSON data;
+``from_json`` builds one back, rejecting unknown keys, missing fields and wrong types with the path of the offending
+value (a ModelError), so a plan, a state row or an event that crossed a process boundary is either the record it
+claims to be or refused.
 ``json_schema`` describes the same records for operators' tools (``plans/plan.schema.json``). Nothing here knows
 the plan: ``migrate.model`` is the vocabulary, this is how it is written down.
 """
@@ -37,10 +38,10 @@ def enum_member(kind: type[enum.Enum], value: Any, where: str) -> Any:
 # A broker holds up to a million segments, and its plan, state rows and events all pass through here: one generic
 # walk per value (an isinstance chain, dataclasses.fields, a dict comprehension per record) cost more than parsing
 # the JSON itself. So each record class gets its own encoder and decoder, generated once as Python source: fields
-# are read by name, a scalar is copied after one exact-type test, nested values are dispatched on their exact type
-# through a table, and records are built without the per-field object.__setattr__ of a frozen dataclass's __init__
-# where that is provably the same thing (``_builds_plainly``). The behaviour is the generic one's, value for value
-# and message for message (tests/test_codec_fast.py holds the generic codec and compares them).
+# are read by name, a scalar is copied or checked after one exact-type test, nested values are dispatched on their
+# exact type through a table, containers are decoded in place, and a record is built by one positional call of its
+# class (``_init_defaults``). The behaviour is the generic one's, value for value and message for message
+# (tests/test_codec_fast.py holds the generic codec and compares them).
 
 
 def _compile(name: str, lines: list[str], namespace: dict[str, Any], label: str = "") -> Any:
