@@ -18,6 +18,7 @@ copy, truncation, deletion). Every verb that renames or deletes starts here:
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -34,6 +35,7 @@ from migrate.run.swap_record import (
     SegmentSwap,
     UnreadableSwapRecordError,
     partition_truth,
+    record_file,
     record_path,
     remove_record,
 )
@@ -116,7 +118,7 @@ def open_reconciled(
 def db_swap_record(plan: Plan, store: StateStore, name: str) -> PartitionSwapRecord | None:
     """The partition's swap as the database holds it, for runs that began before swap records were written."""
     segments = tuple(
-        SegmentSwap(row.base, row.swap, row.result, "")
+        SegmentSwap.of(row.base, row.swap, row.result, "")
         for row in store.segments_of(name)
         if row.swap and row.result is not None
     )
@@ -132,7 +134,7 @@ def _reconcile_partitions(
     states = store.partition_states()
     for name, state in sorted(states.items()):
         part = plan.partition(key, name)
-        has_record = record_path(part.dir, plan.plan_id).exists()
+        has_record = os.path.exists(record_file(part.dir, plan.plan_id))
         if not has_record and state not in LIVE:
             continue  # nothing renamed yet: the swap checks each file before its first rename
         try:
@@ -191,7 +193,7 @@ def files_mixed(plan: Plan, key: str) -> list[str]:
     asked before the fence comes down, whatever the state database says."""
     mixed = []
     for part in plan.log_dir(key).partitions:
-        if not record_path(part.dir, plan.plan_id).exists():
+        if not os.path.exists(record_file(part.dir, plan.plan_id)):
             continue
         try:
             truth = partition_truth(part, plan.plan_id).truth
