@@ -174,16 +174,13 @@ _SWAP_FILE_REQUIRED = frozenset(("suffix", "original", "output"))
 _STAT_KEYS = frozenset(("inode", "size", "mtime_ns"))
 
 
-def _int(value: Any, where: str) -> int:
-    if type(value) is not int:
-        raise ModelError(f"{where}: expected an integer, found {value!r}")
-    return value
-
-
-def _stat_from(data: Any, where: str) -> FileStat:
-    if type(data) is not dict or data.keys() != _STAT_KEYS:
-        raise ModelError(f"{where}: expected an object of inode, size and mtime_ns, found {data!r}")
-    return FileStat(_int(data["inode"], where), _int(data["size"], where), _int(data["mtime_ns"], where))
+def _stat_from(data: Any) -> FileStat | None:
+    """A FileStat from its JSON object, None where it is not one (the caller names where)."""
+    if type(data) is dict and data.keys() == _STAT_KEYS:
+        inode, size, mtime = data["inode"], data["size"], data["mtime_ns"]
+        if type(inode) is int and type(size) is int and type(mtime) is int:
+            return FileStat(inode, size, mtime)
+    return None
 
 
 def swap_files_from_json(data: Any, where: str) -> tuple[SwapFile, ...]:
@@ -193,21 +190,21 @@ def swap_files_from_json(data: Any, where: str) -> tuple[SwapFile, ...]:
         raise ModelError(f"{where}: expected a list of swap files, found {type(data).__name__}")
     out = []
     for i, item in enumerate(data):
-        at = f"{where}[{i}]"
-        if type(item) is not dict or not _SWAP_FILE_KEYS.issuperset(item) or not item.keys() >= _SWAP_FILE_REQUIRED:
-            raise ModelError(f"{at}: expected a swap file (suffix, original, output[, base_offset]), found {item!r}")
-        suffix = item["suffix"]
-        if type(suffix) is not str:
-            raise ModelError(f"{at}.suffix: expected a string, found {suffix!r}")
-        original = item.get("original")
-        base = item.get("base_offset")
-        out.append(
-            SwapFile(
-                suffix,
-                None if original is None else _stat_from(original, f"{at}.original"),
-                _stat_from(item["output"], f"{at}.output"),
-                None if base is None else _int(base, f"{at}.base_offset"),
-            )
+        if type(item) is dict and _SWAP_FILE_REQUIRED <= item.keys() <= _SWAP_FILE_KEYS:
+            suffix, original, base = item["suffix"], item["original"], item.get("base_offset")
+            before = None if original is None else _stat_from(original)
+            output = _stat_from(item["output"])
+            if (
+                type(suffix) is str
+                and output is not None
+                and (before is not None or original is None)
+                and (base is None or type(base) is int)
+            ):
+                out.append(SwapFile(suffix, before, output, base))
+                continue
+        raise ModelError(
+            f"{where}[{i}]: expected a swap file (suffix, original and output: objects of inode, size and mtime_ns, "
+            f"base_offset), found {item!r}"
         )
     return tuple(out)
 
