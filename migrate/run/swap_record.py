@@ -57,7 +57,14 @@ class SegmentSwap:
 
     @cached_property
     def result(self) -> SegmentResult:
+        if self.result_data is None:  # a bug: the record was read with ``results=False``
+            raise MigrateError(f"the swap record of segment {self.base_offset} was read without its results")
         return from_json(SegmentResult, self.result_data, f"swap record of segment {self.base_offset}: result")
+
+    @property
+    def has_result(self) -> bool:
+        """False where the record was read with ``results=False``."""
+        return self.result_data is not None or "result" in self.__dict__
 
     @classmethod
     def of(cls, base_offset: int, files: tuple[SwapFile, ...], result: SegmentResult, log_edges: str) -> SegmentSwap:
@@ -121,9 +128,10 @@ _RECORD_KEYS = frozenset(("plan_id", "partition", "segments"))
 _SEGMENT_KEYS = frozenset(("base_offset", "files", "result", "log_edges"))
 
 
-def _decode(data: Any, where: str) -> PartitionSwapRecord:
+def _decode(data: Any, where: str, results: bool = True) -> PartitionSwapRecord:
     """As strict as ``from_json(PartitionSwapRecord, data)`` on everything but the results, which ``result`` checks
-    when it decodes one."""
+    when it decodes one; ``results=False`` keeps none of them (what the files say needs none, and a reconciliation
+    keeps every partition's truth: their results would be most of its memory)."""
     if type(data) is not dict or data.keys() != _RECORD_KEYS:
         raise ModelError(f"{where}: expected an object of plan_id, partition and segments")
     plan_id, partition, segments = data["plan_id"], data["partition"], data["segments"]
@@ -137,12 +145,15 @@ def _decode(data: Any, where: str) -> PartitionSwapRecord:
         base, edges, result = s["base_offset"], s["log_edges"], s["result"]
         if type(base) is not int or type(edges) is not str or type(result) is not dict:
             raise ModelError(f"{at}: base_offset must be an integer, log_edges a string and result an object")
-        out.append(SegmentSwap(base, swap_files_from_json(s["files"], f"{at}.files"), edges, result))
+        out.append(
+            SegmentSwap(base, swap_files_from_json(s["files"], f"{at}.files"), edges, result if results else None)
+        )
     return PartitionSwapRecord(plan_id, partition, tuple(out))
 
 
-def read_record(partition_dir: str | Path, plan_id: str) -> PartitionSwapRecord | None:
-    """The partition's record, None where no swap began; UnreadableSwapRecordError where it is torn or foreign."""
+def read_record(partition_dir: str | Path, plan_id: str, results: bool = True) -> PartitionSwapRecord | None:
+    """The partition's record, None where no swap began; UnreadableSwapRecordError where it is torn or foreign.
+    ``results=False``: without the segments' conversion results (``SegmentSwap.result`` then refuses)."""
     path = record_file(str(partition_dir), plan_id)
     try:
         with open(path, encoding="utf-8") as f:
@@ -152,7 +163,7 @@ def read_record(partition_dir: str | Path, plan_id: str) -> PartitionSwapRecord 
     except (OSError, UnicodeDecodeError) as exc:
         raise UnreadableSwapRecordError(f"{path}: cannot be read ({exc})") from exc
     try:
-        record = _decode(json.loads(text), "swap record")
+        record = _decode(json.loads(text), "swap record", results)
     except (ValueError, ModelError) as exc:
         raise UnreadableSwapRecordError(f"{path}: not a swap record ({exc})") from exc
     if record.plan_id != plan_id:
@@ -203,7 +214,7 @@ def partition_truth(part: PartitionPlan, plan_id: str, fallback: PartitionSwapRe
     """Classify one planned partition from its files: its swap record if any (``fallback``: the same facts from the
     state database, for a run that began before records were written), else the planned sources."""
     try:
-        record = read_record(part.dir, plan_id) or fallback
+        record = read_record(part.dir, plan_id, results=False) or fallback
     except UnreadableSwapRecordError:
         if _sources_untouched(part):
             return PartitionTruth(part.name, FileTruth.ORIGINAL, None)  # written before any rename: none happened

@@ -35,6 +35,7 @@ from migrate.run.swap_record import (
     SegmentSwap,
     UnreadableSwapRecordError,
     partition_truth,
+    read_record,
     record_file,
     record_path,
     remove_record,
@@ -150,7 +151,9 @@ def _reconcile_partitions(
         if truth.truth == FileTruth.CHANGED:
             unresolved.append(PartitionProblem(name, Problem("live-changed", "; ".join(truth.changed[:3]), part.dir)))
             if state not in LIVE and truth.record is not None and write:
-                store.adopt_swap(name, _segments(truth), "files changed mid-swap: fence kept up")
+                store.adopt_swap(
+                    name, _segments(part.dir, plan.plan_id, truth), "files changed mid-swap: fence kept up"
+                )
             continue
         fix = _correction(state, truth)
         if fix is None:
@@ -159,7 +162,8 @@ def _reconcile_partitions(
         if not write:
             continue
         if fix.startswith("swapping"):
-            store.adopt_swap(name, _segments(truth), f"state {state.value}, files {truth.truth.value}")
+            why = f"state {state.value}, files {truth.truth.value}"
+            store.adopt_swap(name, _segments(part.dir, plan.plan_id, truth), why)
         else:  # every live file is the original again and nothing of the swap is left to undo
             remove_record(part.dir, plan.plan_id)
             store.reset_rolled_back([name])
@@ -167,9 +171,15 @@ def _reconcile_partitions(
     return corrected, unresolved, truths
 
 
-def _segments(truth: PartitionTruth) -> list:
-    assert truth.record is not None
-    return [(s.base_offset, s.files, s.result) for s in truth.record.segments]
+def _segments(partition_dir: str, plan_id: str, truth: PartitionTruth) -> list:
+    """The swap the record states, with its results: the truth's record was read without them (or came from the
+    database, with them)."""
+    record = truth.record
+    assert record is not None
+    if not all(s.has_result for s in record.segments):
+        record = read_record(partition_dir, plan_id)
+        assert record is not None  # it was there a moment ago: a record is removed only by this tool
+    return [(s.base_offset, s.files, s.result) for s in record.segments]
 
 
 def _correction(state: PartitionState, truth: PartitionTruth) -> str | None:
