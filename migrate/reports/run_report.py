@@ -29,8 +29,8 @@ from migrate import __version__
 from migrate.codec import from_json, to_json
 from migrate.engines import Engine, StageCall
 from migrate.model.plan_tree import Plan
-from migrate.model.run_state import EventKind, Problem, SegmentResult, SegmentState, Stage
-from migrate.run.state import StateHealth, StateStore
+from migrate.model.run_state import EventKind, Problem, SegmentState, Stage
+from migrate.run.state import ResultColumns, StateHealth, StateStore
 from migrate.run.workspace import durable_file
 from migrate.units import human_bytes
 
@@ -209,7 +209,7 @@ def build_table(plan: Plan, rows: list[StateRows], plan_path: str | Path | None 
                 key = (p.name, seg.base_offset)
                 s = stored.get(key)
                 state = s[2] if s else SegmentState.PLANNED.value
-                result = from_json(SegmentResult, json.loads(s[3])) if s and s[3] else None
+                result = ResultColumns.of(s[3]) if s and s[3] else None
                 problem = from_json(Problem, json.loads(s[4])) if s and s[4] else None
                 magics = result.magics_in if result is not None else seg.entries_by_magic
                 converted = result is not None and state not in NOT_CONVERTED

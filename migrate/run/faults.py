@@ -21,6 +21,12 @@ CRASH_EXIT = 77
 
 _seen: Counter[str] = Counter()
 
+# A run passes 10^6 points: each asks the environment's own dict for its three keys (what ``os.environ.get`` does
+# after encoding the key and going through the Mapping machinery, several times slower); a test that sets a variable
+# while the process runs is seen at the next point, as before.
+_ENV_DATA = getattr(os.environ, "_data", None)
+_KEYS = tuple(os.fsencode(k) for k in (CRASH_ENV, FAIL_ENV, TRACE_ENV)) if isinstance(_ENV_DATA, dict) else ()
+
 
 def _target(spec: str) -> tuple[str, int]:
     head, sep, count = spec.rpartition(":")
@@ -29,6 +35,8 @@ def _target(spec: str) -> tuple[str, int]:
 
 def point(name: str) -> None:
     """Pass the point ``name``: crash or fail here if a test asked for it."""
+    if _KEYS and _KEYS[0] not in _ENV_DATA and _KEYS[1] not in _ENV_DATA and _KEYS[2] not in _ENV_DATA:  # type: ignore[operator]
+        return
     crash = os.environ.get(CRASH_ENV)
     fail = os.environ.get(FAIL_ENV)
     trace = os.environ.get(TRACE_ENV)

@@ -27,11 +27,12 @@ import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from migrate.codec import from_json, to_json
-from migrate.errors import MigrateError, StateWriteError
+from migrate.errors import MigrateError, ModelError, StateWriteError
 from migrate.model.plan_tree import OMIT_IF_NONE, LogDirPlan
 from migrate.model.run_state import (
     EventKind,
@@ -99,16 +100,121 @@ class SwapFile:
 
 @dataclass(frozen=True)
 class SegmentRow:
+    """A segment's row as stored: its JSON columns are decoded on first use only, since status, rollback and the
+    swap each need one of them at most (decoding every result of 10^6 rows is most of what such a verb would cost)."""
+
     partition: str
     base: int
     state: SegmentState
-    result: SegmentResult | None
-    problem: Problem | None
-    swap: tuple[SwapFile, ...] | None
+    result_text: str | None
+    problem_text: str | None
+    swap_text: str | None
+
+    @cached_property
+    def result(self) -> SegmentResult | None:
+        return from_json(SegmentResult, json.loads(self.result_text)) if self.result_text else None
+
+    @cached_property
+    def problem(self) -> Problem | None:
+        return from_json(Problem, json.loads(self.problem_text)) if self.problem_text else None
+
+    @cached_property
+    def swap(self) -> tuple[SwapFile, ...] | None:
+        return (
+            swap_files_from_json(json.loads(self.swap_text), f"{self.partition}/{self.base}")
+            if self.swap_text
+            else None
+        )
+
+
+@dataclass(frozen=True)
+class ResultColumns:
+    """The figures of a stored SegmentResult the run's report shows, read from its JSON without building the whole
+    record (the report reads every planned segment's)."""
+
+    batches_out: int
+    magics_in: dict[str, int]
+    first_offset: int | None
+    last_offset: int | None
+    mtime_timestamped_records: int
+    truncated_tail_bytes: int
+    output_count: int  # as SegmentResult.output_count
+
+    @classmethod
+    def of(cls, text: str) -> ResultColumns:
+        data = json.loads(text)
+        return cls(
+            data.get("batches_out", 0),
+            data.get("magics_in") or {},
+            data.get("first_offset"),
+            data.get("last_offset"),
+            data.get("mtime_timestamped_records", 0),
+            data.get("truncated_tail_bytes", 0),
+            (1 if data.get("outputs") else 0) + len(data.get("parts") or ()),
+        )
+
+
+def _stat_json(st: FileStat | None) -> dict[str, int] | None:
+    return None if st is None else {"inode": st.inode, "size": st.size, "mtime_ns": st.mtime_ns}
+
+
+def swap_files_json(files: tuple[SwapFile, ...]) -> list[dict[str, Any]]:
+    """``to_json`` of a segment's swap files, written out: the swap encodes one per segment file, 10^6 a run."""
+    out = []
+    for f in files:
+        item: dict[str, Any] = {"suffix": f.suffix, "original": _stat_json(f.original), "output": _stat_json(f.output)}
+        if f.base_offset is not None:
+            item["base_offset"] = f.base_offset
+        out.append(item)
+    return out
+
+
+_SWAP_FILE_KEYS = frozenset(("suffix", "original", "output", "base_offset"))
+_SWAP_FILE_REQUIRED = frozenset(("suffix", "original", "output"))
+_STAT_KEYS = frozenset(("inode", "size", "mtime_ns"))
+
+
+def _stat_from(data: Any) -> FileStat | None:
+    """A FileStat from its JSON object, None where it is not one (the caller names where)."""
+    if type(data) is dict and data.keys() == _STAT_KEYS:
+        inode, size, mtime = data["inode"], data["size"], data["mtime_ns"]
+        if type(inode) is int and type(size) is int and type(mtime) is int:
+            return FileStat(inode, size, mtime)
+    return None
+
+
+def swap_files_from_json(data: Any, where: str) -> tuple[SwapFile, ...]:
+    """``from_json(tuple[SwapFile, ...], data)`` as strict, written out for speed (read by the 10^6 in status,
+    rollback and every reconciliation); a ModelError names ``where`` and what is wrong."""
+    if type(data) is not list:
+        raise ModelError(f"{where}: expected a list of swap files, found {type(data).__name__}")
+    out = []
+    for i, item in enumerate(data):
+        if type(item) is dict and _SWAP_FILE_REQUIRED <= item.keys() <= _SWAP_FILE_KEYS:
+            suffix, original, base = item["suffix"], item["original"], item.get("base_offset")
+            before = None if original is None else _stat_from(original)
+            output = _stat_from(item["output"])
+            if (
+                type(suffix) is str
+                and output is not None
+                and (before is not None or original is None)
+                and (base is None or type(base) is int)
+            ):
+                out.append(SwapFile(suffix, before, output, base))
+                continue
+        raise ModelError(
+            f"{where}[{i}]: expected a swap file (suffix, original and output: objects of inode, size and mtime_ns, "
+            f"base_offset), found {item!r}"
+        )
+    return tuple(out)
 
 
 def _json(value: Any) -> str | None:
-    return None if value is None else json.dumps(to_json(value), separators=(",", ":"))
+    return None if value is None else _dumps(to_json(value))
+
+
+def _dumps(data: Any) -> str:
+    return json.dumps(data, separators=(",", ":"))
 
 
 def _write_error(exc: BaseException, path: Path) -> StateWriteError:
@@ -324,41 +430,49 @@ class StateStore:
             "refused": SegmentState.REFUSED,
             "failed": SegmentState.FAILED,
         }
-        with self.transaction("outcomes") as db:
-            touched: dict[str, Problem | None] = {}
-            for o in outcomes:
-                state = states.get(o.outcome.value)
-                if state is None:
-                    continue
-                db.execute(
-                    "UPDATE segments SET state=?, result=?, problem=?, source_bytes=?, output_bytes=?, records=?, "
-                    "convert_seconds=?, verify_seconds=?, updated=? WHERE partition=? AND base=?",
-                    (
-                        state.value,
-                        _json(o.result),
-                        _json(o.problem),
-                        o.source_bytes,
-                        o.output_bytes,
-                        o.records,
-                        o.convert_seconds,
-                        o.verify_seconds,
-                        now,
-                        o.partition,
-                        o.base_offset,
-                    ),
+        kinds = {
+            SegmentState.VERIFIED: EventKind.SEGMENT_VERIFIED,
+            SegmentState.UNCHANGED: EventKind.SEGMENT_UNCHANGED,
+            SegmentState.REFUSED: EventKind.SEGMENT_REFUSED,
+            SegmentState.FAILED: EventKind.SEGMENT_FAILED,
+        }
+        # encoded before the transaction, written with one executemany each: the write lock, which the host's other
+        # workers wait for, is held for the inserts alone
+        rows: list[tuple[Any, ...]] = []
+        events: list[tuple[Any, ...]] = []
+        touched: dict[str, Problem | None] = {}
+        for o in outcomes:
+            state = states.get(o.outcome.value)
+            if state is None:
+                continue
+            rows.append(
+                (
+                    state.value,
+                    _json(o.result),
+                    _json(o.problem),
+                    o.source_bytes,
+                    o.output_bytes,
+                    o.records,
+                    o.convert_seconds,
+                    o.verify_seconds,
+                    now,
+                    o.partition,
+                    o.base_offset,
                 )
-                kind = {
-                    SegmentState.VERIFIED: EventKind.SEGMENT_VERIFIED,
-                    SegmentState.UNCHANGED: EventKind.SEGMENT_UNCHANGED,
-                    SegmentState.REFUSED: EventKind.SEGMENT_REFUSED,
-                    SegmentState.FAILED: EventKind.SEGMENT_FAILED,
-                }[state]
-                detail = {"problem": o.problem.message} if o.problem else {}
-                self._event(db, kind, o.partition, o.base_offset, **detail)
-                if o.problem is not None and touched.get(o.partition) is None:
-                    touched[o.partition] = o.problem
-                else:
-                    touched.setdefault(o.partition, None)
+            )
+            detail = json.dumps({"problem": o.problem.message}, default=str) if o.problem else None
+            events.append((now, kinds[state].value, o.partition, o.base_offset, detail))
+            if o.problem is not None and touched.get(o.partition) is None:
+                touched[o.partition] = o.problem
+            else:
+                touched.setdefault(o.partition, None)
+        with self.transaction("outcomes") as db:
+            db.executemany(
+                "UPDATE segments SET state=?, result=?, problem=?, source_bytes=?, output_bytes=?, records=?, "
+                "convert_seconds=?, verify_seconds=?, updated=? WHERE partition=? AND base=?",
+                rows,
+            )
+            db.executemany("INSERT INTO events(time, kind, partition, base, detail) VALUES (?, ?, ?, ?, ?)", events)
             for name, problem in touched.items():
                 self._settle_partition(db, name, problem, now)
 
@@ -440,7 +554,7 @@ class StateStore:
             for name, segments in batch:
                 db.executemany(
                     "UPDATE segments SET swap=?, updated=? WHERE partition=? AND base=?",
-                    [(_json(files), now, name, base) for base, files in segments],
+                    [(_dumps(swap_files_json(files)), now, name, base) for base, files in segments],
                 )
                 db.execute(
                     "UPDATE partitions SET state=?, updated=? WHERE name=?", (PartitionState.SWAPPING.value, now, name)
@@ -456,7 +570,7 @@ class StateStore:
             db.executemany(
                 "UPDATE segments SET swap=?, result=?, state=?, updated=? WHERE partition=? AND base=?",
                 [
-                    (_json(files), _json(result), SegmentState.VERIFIED.value, now, name, base)
+                    (_dumps(swap_files_json(files)), _json(result), SegmentState.VERIFIED.value, now, name, base)
                     for base, files, result in segments
                 ],
             )
@@ -563,14 +677,7 @@ class StateStore:
     @staticmethod
     def _row(r: tuple) -> SegmentRow:
         part, base, state, result, problem, swap = r
-        return SegmentRow(
-            part,
-            base,
-            SegmentState(state),
-            from_json(SegmentResult, json.loads(result)) if result else None,
-            from_json(Problem, json.loads(problem)) if problem else None,
-            tuple(from_json(SwapFile, f) for f in json.loads(swap)) if swap else None,
-        )
+        return SegmentRow(part, base, SegmentState(state), result, problem, swap)
 
     def partition_statuses(self, log_dir: str) -> list[PartitionStatus]:
         counts: dict[str, dict[str, int]] = {}

@@ -26,7 +26,7 @@ from migrate.kafka.names import segment_name
 from migrate.model.run_state import FileStat, SegmentResult
 from migrate.run import faults
 from migrate.run.state import SwapFile
-from migrate.run.workspace import BACKUP_SUFFIX, staging_dir
+from migrate.run.workspace import BACKUP_SUFFIX, WORK_DIR_NAME
 
 
 class BackupMissingError(MigrateError):
@@ -51,7 +51,7 @@ def _describe(st: FileStat | None) -> str:
 
 @dataclass(frozen=True)
 class SegmentFiles:
-    partition_dir: Path
+    partition_dir: str | Path
     plan_id: str
     base_offset: int
 
@@ -75,7 +75,11 @@ class SegmentFiles:
     def _paths(self) -> tuple[str, str]:
         """The live and the staged path of this segment without a suffix."""
         name = segment_name(self.base_offset)
-        return os.path.join(self.partition_dir, name), os.path.join(staging_dir(self.partition_dir, self.plan_id), name)
+        # the work dir joined as a string (``staging_dir`` builds a Path): this runs for every segment of a swap
+        return (
+            os.path.join(self.partition_dir, name),
+            os.path.join(self.partition_dir, f"{WORK_DIR_NAME}-{self.plan_id}", name),
+        )
 
     # --- before the swap -------------------------------------------------------------------------------------
 

@@ -11,6 +11,7 @@ outcomes that name them are committed.
 from __future__ import annotations
 
 import ctypes
+import os
 import time
 import traceback
 from collections.abc import Iterator
@@ -19,6 +20,7 @@ from pathlib import Path
 from migrate.compaction.reference import expected_records
 from migrate.errors import LocatedError, StateWriteError, UnsafePathError
 from migrate.format.records import Record
+from migrate.kafka.names import segment_name
 from migrate.model.plan_tree import Plan, TaskPlan
 from migrate.model.run_state import (
     ConversionStatus,
@@ -35,7 +37,7 @@ from migrate.model.stage_reports import ConvertTaskResult, RangePart
 from migrate.prestage.cutover import take_staged
 from migrate.run import faults
 from migrate.run.state import StateStore
-from migrate.run.workspace import checked_work_dir, segment_file, sync_filesystem
+from migrate.run.workspace import checked_work_dir, sync_filesystem
 from migrate.segment.compacted import load_survivors
 from migrate.segment.convert import convert_segment
 from migrate.segment.ranges import convert_range
@@ -46,13 +48,22 @@ from migrate.stages.compact import survivors_path
 from migrate.watch import progress
 
 
-def segment_task(plan: Plan, log_dir: str, partition: str, base_offset: int) -> SegmentTask:
+def segment_task(
+    plan: Plan, log_dir: str, partition: str, base_offset: int, work_dirs: dict[str, str] | None = None
+) -> SegmentTask:
+    """``work_dirs``: the partitions' work dirs this task has proven already (a task of many small segments checks
+    each partition's once, not once per segment)."""
     p = plan.partition(log_dir, partition)
     seg = p.segment_by_base[base_offset]
-    return SegmentTask(
-        source=str(segment_file(p.dir, base_offset, ".log")),
+    staging = work_dirs.get(partition) if work_dirs is not None else None
+    if staging is None:
         # made here, proven a real directory: one planted as a symbolic link would send the outputs elsewhere
-        staging_dir=str(checked_work_dir(p.dir, plan.plan_id, create=True)),
+        staging = str(checked_work_dir(p.dir, plan.plan_id, create=True))
+        if work_dirs is not None:
+            work_dirs[partition] = staging
+    return SegmentTask(
+        source=os.path.join(p.dir, segment_name(base_offset, ".log")),
+        staging_dir=staging,
         base_offset=base_offset,
         options=plan.options.for_partition(p.leader_epoch),
         expected_size=seg.size,
@@ -120,6 +131,7 @@ def _run(
     outcomes: list[SegmentOutcome] = []
     failed: set[str] = {n for n, s in partition_states.items() if s not in WORKABLE}
     stopped: Problem | None = None
+    work_dirs: dict[str, str] = {}
     for ref in task.segments:
         skip = (
             stopped is not None
@@ -129,7 +141,7 @@ def _run(
         if skip:
             outcomes.append(SegmentOutcome(task.log_dir, ref.partition, ref.base_offset, Outcome.SKIPPED))
             continue
-        outcome = convert_and_verify(plan, task.log_dir, ref.partition, ref.base_offset)
+        outcome = convert_and_verify(plan, task.log_dir, ref.partition, ref.base_offset, work_dirs)
         outcomes.append(outcome)
         progress.report(outcome)
         if outcome.outcome in (Outcome.REFUSED, Outcome.FAILED):
@@ -177,11 +189,13 @@ def convert_range_task(plan: Plan, task: TaskPlan, run: str = "") -> RangePart:
     return part
 
 
-def convert_and_verify(plan: Plan, log_dir: str, partition: str, base_offset: int) -> SegmentOutcome:
+def convert_and_verify(
+    plan: Plan, log_dir: str, partition: str, base_offset: int, work_dirs: dict[str, str] | None = None
+) -> SegmentOutcome:
     started = time.perf_counter()
     fallback = ""
     try:
-        task = segment_task(plan, log_dir, partition, base_offset)
+        task = segment_task(plan, log_dir, partition, base_offset, work_dirs)
         entry = plan.log_dir(log_dir)
         if entry.staging_dir is not None and plan.partition(log_dir, partition).segment_by_base[base_offset].staged:
             faults.point("before:take-staged")

@@ -80,7 +80,7 @@ def _check_live(plan: Plan, key: str, store: StateStore) -> LiveCheck:
             if row.state != SegmentState.SWAPPED or row.result is None or not row.swap:
                 continue
             checked += 1
-            files = SegmentFiles(Path(part.dir), plan.plan_id, row.base)
+            files = SegmentFiles(part.dir, plan.plan_id, row.base)
             changed = files.change(row.swap)
             if changed:
                 problems += changed

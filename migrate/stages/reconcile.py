@@ -18,6 +18,7 @@ copy, truncation, deletion). Every verb that renames or deletes starts here:
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -34,6 +35,8 @@ from migrate.run.swap_record import (
     SegmentSwap,
     UnreadableSwapRecordError,
     partition_truth,
+    read_record,
+    record_file,
     record_path,
     remove_record,
 )
@@ -116,7 +119,7 @@ def open_reconciled(
 def db_swap_record(plan: Plan, store: StateStore, name: str) -> PartitionSwapRecord | None:
     """The partition's swap as the database holds it, for runs that began before swap records were written."""
     segments = tuple(
-        SegmentSwap(row.base, row.swap, row.result, "")
+        SegmentSwap.of(row.base, row.swap, row.result, "")
         for row in store.segments_of(name)
         if row.swap and row.result is not None
     )
@@ -132,7 +135,7 @@ def _reconcile_partitions(
     states = store.partition_states()
     for name, state in sorted(states.items()):
         part = plan.partition(key, name)
-        has_record = record_path(part.dir, plan.plan_id).exists()
+        has_record = os.path.exists(record_file(part.dir, plan.plan_id))
         if not has_record and state not in LIVE:
             continue  # nothing renamed yet: the swap checks each file before its first rename
         try:
@@ -148,7 +151,9 @@ def _reconcile_partitions(
         if truth.truth == FileTruth.CHANGED:
             unresolved.append(PartitionProblem(name, Problem("live-changed", "; ".join(truth.changed[:3]), part.dir)))
             if state not in LIVE and truth.record is not None and write:
-                store.adopt_swap(name, _segments(truth), "files changed mid-swap: fence kept up")
+                store.adopt_swap(
+                    name, _segments(part.dir, plan.plan_id, truth), "files changed mid-swap: fence kept up"
+                )
             continue
         fix = _correction(state, truth)
         if fix is None:
@@ -157,7 +162,8 @@ def _reconcile_partitions(
         if not write:
             continue
         if fix.startswith("swapping"):
-            store.adopt_swap(name, _segments(truth), f"state {state.value}, files {truth.truth.value}")
+            why = f"state {state.value}, files {truth.truth.value}"
+            store.adopt_swap(name, _segments(part.dir, plan.plan_id, truth), why)
         else:  # every live file is the original again and nothing of the swap is left to undo
             remove_record(part.dir, plan.plan_id)
             store.reset_rolled_back([name])
@@ -165,9 +171,15 @@ def _reconcile_partitions(
     return corrected, unresolved, truths
 
 
-def _segments(truth: PartitionTruth) -> list:
-    assert truth.record is not None
-    return [(s.base_offset, s.files, s.result) for s in truth.record.segments]
+def _segments(partition_dir: str, plan_id: str, truth: PartitionTruth) -> list:
+    """The swap the record states, with its results: the truth's record was read without them (or came from the
+    database, with them)."""
+    record = truth.record
+    assert record is not None
+    if not all(s.has_result for s in record.segments):
+        record = read_record(partition_dir, plan_id)
+        assert record is not None  # it was there a moment ago: a record is removed only by this tool
+    return [(s.base_offset, s.files, s.result) for s in record.segments]
 
 
 def _correction(state: PartitionState, truth: PartitionTruth) -> str | None:
@@ -191,7 +203,7 @@ def files_mixed(plan: Plan, key: str) -> list[str]:
     asked before the fence comes down, whatever the state database says."""
     mixed = []
     for part in plan.log_dir(key).partitions:
-        if not record_path(part.dir, plan.plan_id).exists():
+        if not os.path.exists(record_file(part.dir, plan.plan_id)):
             continue
         try:
             truth = partition_truth(part, plan.plan_id).truth

@@ -30,7 +30,7 @@ def live_changes(plan: Plan, key: str, store: StateStore) -> list[str]:
         part = plan.partition(key, name)
         for row in store.segments_of(name):
             if row.swap:
-                changed += SegmentFiles(Path(part.dir), plan.plan_id, row.base).change(row.swap)
+                changed += SegmentFiles(part.dir, plan.plan_id, row.base).change(row.swap)
     return changed
 
 
@@ -67,7 +67,7 @@ def restore_partitions(plan: Plan, key: str, store: StateStore, names: list[str]
             part = plan.partition(key, name)
             for row in reversed(store.segments_of(name)):
                 if row.swap:
-                    SegmentFiles(Path(part.dir), plan.plan_id, row.base).restore(row.swap, force)
+                    SegmentFiles(part.dir, plan.plan_id, row.base).restore(row.swap, force)
         # the originals durable before their swap records go: a record never disappears while its renames may not
         sync_filesystem(plan.log_dir(key).log_dir)
         for name in batch:

@@ -11,7 +11,6 @@ swap undone and failed, and the others go on; any other I/O error stops the stag
 from __future__ import annotations
 
 import errno
-from pathlib import Path
 
 from migrate.errors import LocatedError, MigrateError, SourceChangedError, StateWriteError
 from migrate.model.plan_tree import PartitionPlan, Plan
@@ -20,7 +19,7 @@ from migrate.model.stage_reports import PartitionProblem, SwapReport
 from migrate.run import faults, fence
 from migrate.run.state import StateStore, SwapFile
 from migrate.run.swap_files import SegmentFiles
-from migrate.run.swap_record import PartitionSwapRecord, SegmentSwap, write_records
+from migrate.run.swap_record import record_text, write_records
 from migrate.run.workspace import sync_filesystem
 from migrate.segment.identity import changed_since_read, edges_digest
 from migrate.stages.common import kafka_lock, locate
@@ -77,7 +76,7 @@ def swap_log_dir(plan: Plan, key: str, swap_ready: bool = True) -> SwapReport:
 
 
 def _files(plan: Plan, part: PartitionPlan, base: int) -> SegmentFiles:
-    return SegmentFiles(Path(part.dir), plan.plan_id, base)
+    return SegmentFiles(part.dir, plan.plan_id, base)
 
 
 def _finish_swapping(plan: Plan, key: str, store: StateStore) -> tuple[list[str], list[PartitionProblem]]:
@@ -116,19 +115,21 @@ def _finish_swapping(plan: Plan, key: str, store: StateStore) -> tuple[list[str]
 
 def _swap_batch(plan: Plan, key: str, store: StateStore, names: list[str]) -> tuple[list[str], list[PartitionProblem]]:
     failed: list[PartitionProblem] = []
-    batch: list[tuple[str, list[tuple[int, tuple[SwapFile, ...], SegmentResult]]]] = []
+    # per partition: (base, swap files, result, the result's JSON as stored, edges of the output .log)
+    batch: list[tuple[str, list[tuple[int, tuple[SwapFile, ...], SegmentResult, str, str]]]] = []
     for name in names:
         part = plan.partition(key, name)
         try:
             segments = []
             for row in store.segments_of(name):
-                if row.state == SegmentState.VERIFIED and row.result is not None:
+                result = row.result if row.state == SegmentState.VERIFIED else None
+                if result is not None and row.result_text is not None:
                     files = _files(plan, part, row.base)
-                    swap = files.plan_swap(row.result)  # size, mtime, inode of every file
-                    change = changed_since_read(files.live(".log"), row.result)  # then what a same-size rewrite shows
+                    swap = files.plan_swap(result)  # size, mtime, inode of every file
+                    change = changed_since_read(files.live(".log"), result)  # then what a same-size rewrite shows
                     if change is not None:
                         raise SourceChangedError(change, path=files.live(".log"))
-                    segments.append((row.base, swap, row.result))
+                    segments.append((row.base, swap, result, row.result_text, edges_digest(result.outputs[".log"])))
             batch.append((name, segments))
         except LocatedError as exc:  # a live file changed after conversion: leave the partition as it is
             problem = Problem.of(exc)
@@ -136,20 +137,16 @@ def _swap_batch(plan: Plan, key: str, store: StateStore, names: list[str]) -> tu
             failed.append(PartitionProblem(name, problem))
     if not batch:
         return [], failed
-    store.begin_swap([(name, [(base, files) for base, files, _ in segments]) for name, segments in batch])
+    store.begin_swap([(name, [(s[0], s[1]) for s in segments]) for name, segments in batch])
     # the files' own record of the swap, durable before the first rename: whatever becomes of the database, the
     # files then say which partition is original, mixed or converted (migrate.run.swap_record)
     write_records(
         [
             (
                 plan.partition(key, name).dir,
-                PartitionSwapRecord(
-                    plan.plan_id,
-                    name,
-                    tuple(
-                        SegmentSwap(base, files, result, edges_digest(result.outputs[".log"]))
-                        for base, files, result in segments
-                    ),
+                plan.plan_id,
+                record_text(
+                    plan.plan_id, name, ((base, files, text, edges) for base, files, _, text, edges in segments)
                 ),
             )
             for name, segments in batch
@@ -160,21 +157,21 @@ def _swap_batch(plan: Plan, key: str, store: StateStore, names: list[str]) -> tu
     for name, segments in batch:
         part = plan.partition(key, name)
         try:
-            for base, files, _ in segments:
+            for base, files, *_ in segments:
                 _files(plan, part, base).swap_in(files)
             done.append(name)
         except (OSError, LocatedError) as exc:
             problem = Problem.of(exc)
             if isinstance(exc, OSError) and exc.errno not in _ISOLATED_ERRNOS:
                 # a disk-wide failure: undo this partition if we can, then stop with the state recorded
-                _undo(plan, part, [(b, f) for b, f, _ in segments], store, problem)
+                _undo(plan, part, [(s[0], s[1]) for s in segments], store, problem)
                 if done:
                     sync_filesystem(plan.log_dir(key).log_dir)
                     store.set_partitions(
                         done, PartitionState.MIGRATED, EventKind.PARTITION_MIGRATED, SegmentState.SWAPPED
                     )
                 raise
-            if _undo(plan, part, [(b, f) for b, f, _ in segments], store, problem):
+            if _undo(plan, part, [(s[0], s[1]) for s in segments], store, problem):
                 failed.append(PartitionProblem(name, problem))
     faults.point("before:syncfs-swap")
     sync_filesystem(plan.log_dir(key).log_dir)
