@@ -11,6 +11,7 @@ outcomes that name them are committed.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import os
 import time
 import traceback
@@ -119,7 +120,9 @@ def convert_task(plan: Plan, task_id: str, run: str = "") -> ConvertTaskResult:
             except OSError as exc:
                 raise StateWriteError(f"cannot make the staged segments of {path} durable: {exc}") from exc
         store.record_outcomes(outcomes)
-    return ConvertTaskResult(tuple(outcomes))
+    # the driver keeps every segment's outcome of a run: without its result (the state store holds it, and the
+    # progress feed carried it), so a million segments cost the driver their counts, not their digests and stats
+    return ConvertTaskResult(tuple(o if o.result is None else dataclasses.replace(o, result=None) for o in outcomes))
 
 
 def _run(
