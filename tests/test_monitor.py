@@ -491,8 +491,15 @@ def test_events_cross_the_wire_as_plain_data_and_come_back_as_the_same_records(s
     failed = PartitionProblem("gzip-v0-0", Problem("live-changed", "changed", "/x.log"))
     sent = [
         (events.PLAN_TOPIC, events.plan_event(small_plan)),
-        (events.SEGMENT_TOPIC, event_of(small_plan, "gzip-v0-0", 0)),
-        (events.SEGMENT_TOPIC, events.segment_event(RangeProgress(d.key, "gzip-v0-0", 0, 0, 2, 100), small_plan)),
+        (
+            events.SEGMENTS_TOPIC,
+            events.SegmentsFinished(
+                (
+                    event_of(small_plan, "gzip-v0-0", 0),
+                    events.segment_event(RangeProgress(d.key, "gzip-v0-0", 0, 0, 2, 100), small_plan),
+                )
+            ),
+        ),
         (
             events.STAGE_TOPIC,
             events.stage_event(
@@ -532,9 +539,9 @@ def test_events_cross_the_wire_as_plain_data_and_come_back_as_the_same_records(s
     log = events.WorkerLogRecord("migrate.x", 30, "WARNING", "careful", 1.5, "tcp://w:1")
     assert events.decode_worker_log(events.encode(log)) == log
 
-    bad = events.encode(event_of(small_plan, "gzip-v0-0", 0))
-    bad["progress"]["base_offset"] = "zero"
+    bad = events.encode(events.SegmentsFinished((event_of(small_plan, "gzip-v0-0", 0),)))
+    bad["events"][0]["progress"]["base_offset"] = "zero"
     with pytest.raises(ModelError, match="base_offset"):
-        events.decode_run_event(events.SEGMENT_TOPIC, bad)
+        events.decode_run_event(events.SEGMENTS_TOPIC, bad)
     with pytest.raises(ModelError, match="kind"):
         events.decode_run_event(events.STAGE_TOPIC, {"kind": "teleport", "plan_id": "p", "log_dir": "/d"})

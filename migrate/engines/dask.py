@@ -180,13 +180,21 @@ def _on_worker(stage: Stage, fn: Callable[..., Any], *args: Any) -> Any:
 
     worker = get_worker()
     plan = args[0] if args and isinstance(args[0], Plan) else None
-    previous = progress.set_sink(
-        lambda o: worker.log_event(events.SEGMENT_TOPIC, events.encode(events.segment_event(o, plan)))
-    )
+    batcher = events.SegmentBatcher()
+
+    def sink(o: progress.Event) -> None:
+        batch = batcher.add(events.segment_event(o, plan))
+        if batch is not None:
+            worker.log_event(events.SEGMENTS_TOPIC, batch)
+
+    previous = progress.set_sink(sink)
     try:
         value = fn(*args)
     finally:
         progress.set_sink(previous)
+        batch = batcher.flush()
+        if batch is not None:
+            worker.log_event(events.SEGMENTS_TOPIC, batch)
     if plan is not None:
         event = events.stage_event(plan, stage, value)
         if event is not None:
@@ -225,6 +233,7 @@ class DaskEngine:
         self._on_ready = on_ready
         self._topics: list[str] = []
         self._held_events: list[tuple[str, Any]] = []  # from calls run here, until the scheduler is up
+        self._held_segments: list[events.SegmentFinished] = []  # of the call running here, batched when it ends
         self._told_here: set[RangeProgress] = set()  # ranges run here, told to on_segment already
         self._plans_run_here: dict[str, Plan] = {}  # announced to the scheduler's page with them
         self._ready = threading.Event()  # the scheduler answers (and, for a remote one, its workers)
@@ -331,8 +340,8 @@ class DaskEngine:
             client.subscribe_topic(events.LOG_TOPIC, reemit_worker_log)
             self._topics = [events.LOG_TOPIC]
             if self._on_segment is not None:
-                client.subscribe_topic(events.SEGMENT_TOPIC, self._segment_event)
-                self._topics.append(events.SEGMENT_TOPIC)
+                client.subscribe_topic(events.SEGMENTS_TOPIC, self._segment_events)
+                self._topics.append(events.SEGMENTS_TOPIC)
             self._client = client
             if not self._workers_on_demand:  # up with the cluster (remote: they are the cluster's business)
                 self._workers_up.set()
@@ -543,15 +552,15 @@ class DaskEngine:
         except BaseException as exc:  # raised by map once the driver has run what it could
             failure.append(exc)
 
-    def _segment_event(self, event: tuple[float, Any]) -> None:
-        """A segment or range finished on a worker, or here: the page's event comes back to this subscription too,
+    def _segment_events(self, event: tuple[float, Any]) -> None:
+        """Segments or ranges finished on a worker, or here: the page's events come back to this subscription too,
         and a range told already (``_run_here``) is not told twice (a segment's outcome is counted once anyway)."""
         assert self._on_segment is not None
-        o = events.decode_segment(event[1])
-        if isinstance(o, RangeProgress) and o in self._told_here:
-            self._told_here.discard(o)
-            return
-        self._on_segment(o)
+        for o in events.decode_segments(event[1]):
+            if isinstance(o, RangeProgress) and o in self._told_here:
+                self._told_here.discard(o)
+                continue
+            self._on_segment(o)
 
     def _run_here(self, stage: Stage, fn: Callable[..., Any], call: StageCall) -> CallResult:
         plan = call.plan
@@ -561,7 +570,7 @@ class DaskEngine:
                 self._on_segment(o)
                 if isinstance(o, RangeProgress):
                     self._told_here.add(o)
-            self._held_events.append((events.SEGMENT_TOPIC, events.encode(events.segment_event(o, plan))))
+            self._held_segments.append(events.segment_event(o, plan))
 
         if plan is not None:
             self._plans_run_here.setdefault(plan.plan_id, plan)
@@ -572,11 +581,18 @@ class DaskEngine:
             return CallResult(False, error=str(exc), error_type=type(exc).__name__)
         finally:
             progress.set_sink(previous)
+        self._hold_segments()  # before the call's stage event, in the order they happened
         if plan is not None:
             event = events.stage_event(plan, stage, value)
             if event is not None:
                 self._held_events.append((events.STAGE_TOPIC, events.encode(event)))
         return CallResult(True, value)
+
+    def _hold_segments(self) -> None:
+        """The segments finished here since the last call, as one batch among the held events."""
+        if self._held_segments:
+            batch, self._held_segments = events.SegmentsFinished(tuple(self._held_segments)), []
+            self._held_events.append((events.SEGMENTS_TOPIC, events.encode(batch)))
 
     def publish_held_events(self) -> None:
         """The events of the calls that ran here, on the scheduler's page (waits for the scheduler to answer; every

@@ -1,11 +1,12 @@
 """The events a run publishes while it runs, as typed records, and the topics of Dask's event log they travel on.
 
-Workers publish each finished segment (``SEGMENT_TOPIC``) and, after each stage call, what the scheduler cannot see
-otherwise (segments an earlier run did, partitions swapped in or rolled back: ``STAGE_TOPIC``); the client publishes
-the plan's partitions once (``PLAN_TOPIC``); workers forward their warnings to the client (``LOG_TOPIC``). On the wire
-an event is the plain JSON data of its record (Dask's event log carries msgpack-able data); ``encode`` writes it and
-``decode_run_event``/``decode_worker_log`` read it back with the project's strict codec, once, where it arrives, so
-nothing past that point reads a dict by key.
+Workers publish finished segments in batches (``SEGMENTS_TOPIC``: one message per ``SegmentBatcher`` batch, not one
+per segment, so a task of 256 tiny segments does not send 256 messages through the scheduler) and, after each stage
+call, what the scheduler cannot see otherwise (segments an earlier run did, partitions swapped in or rolled back:
+``STAGE_TOPIC``); the client publishes the plan's partitions once (``PLAN_TOPIC``); workers forward their warnings to
+the client (``LOG_TOPIC``). On the wire an event is the plain JSON data of its record (Dask's event log carries
+msgpack-able data); ``encode`` writes it and ``decode_run_event``/``decode_worker_log`` read it back with the
+project's strict codec, once, where it arrives, so nothing past that point reads a dict by key.
 
 A low layer: stages emit through ``migrate.watch.progress``, and this module imports only the model and the codec.
 """
@@ -24,7 +25,7 @@ from migrate.model.run_state import LogDirStatus, Outcome, PartitionState, Range
 from migrate.model.stage_reports import PartitionProblem, RollbackReport, SwapReport
 
 PLAN_TOPIC = "kafka-log-migrate-plan"
-SEGMENT_TOPIC = "kafka-log-migrate-segment"
+SEGMENTS_TOPIC = "kafka-log-migrate-segments"
 STAGE_TOPIC = "kafka-log-migrate-stage"
 LOG_TOPIC = "kafka-log-migrate-log"
 
@@ -88,6 +89,45 @@ class SegmentFinished:
     planned_bytes: int = 0
     converted: bool = False  # conversion finished (even if verification then refused it)
     mtime_timestamped_records: int = 0
+
+
+@dataclass(frozen=True)
+class SegmentsFinished:
+    """The segments one worker finished since its last batch."""
+
+    events: tuple[SegmentFinished, ...]
+
+
+# a batch goes out once it holds this many segments or is this old: live progress without a message per segment
+BATCH_SEGMENTS = 256
+BATCH_SECONDS = 0.25
+
+
+class SegmentBatcher:
+    """Finished segments gathered into ``SegmentsFinished`` batches, each ready to publish when full or old enough."""
+
+    def __init__(self, clock: Any = None) -> None:
+        import time
+
+        self._clock = clock or time.monotonic
+        self._held: list[SegmentFinished] = []
+        self._since = self._clock()
+
+    def add(self, event: SegmentFinished) -> dict[str, Any] | None:
+        """Hold ``event``; the encoded batch when it is due now."""
+        if not self._held:
+            self._since = self._clock()
+        self._held.append(event)
+        if len(self._held) >= BATCH_SEGMENTS or self._clock() - self._since >= BATCH_SECONDS:
+            return self.flush()
+        return None
+
+    def flush(self) -> dict[str, Any] | None:
+        """The encoded batch of what is held, if anything."""
+        if not self._held:
+            return None
+        batch, self._held = SegmentsFinished(tuple(self._held)), []
+        return encode(batch)
 
 
 def planned_size(plan: Plan | None, log_dir: str, partition: str, base_offset: int) -> int:
@@ -218,7 +258,7 @@ class WorkerLogRecord:
 
 # --- the wire -----------------------------------------------------------------------------------------------------
 
-RunEvent = PlanAnnounced | SegmentFinished | StageEvent
+RunEvent = PlanAnnounced | SegmentsFinished | StageEvent
 
 
 def encode(event: RunEvent | WorkerLogRecord) -> dict[str, Any]:
@@ -243,8 +283,8 @@ def decode_run_event(topic: str, msg: Any) -> RunEvent | None:
     where = f"event on {topic}"
     if topic == PLAN_TOPIC:
         return from_json(PlanAnnounced, _as_sent(msg), where)
-    if topic == SEGMENT_TOPIC:
-        return from_json(SegmentFinished, _as_sent(msg), where)
+    if topic == SEGMENTS_TOPIC:
+        return from_json(SegmentsFinished, _as_sent(msg), where)
     if topic == STAGE_TOPIC:
         if not isinstance(msg, dict):
             raise ModelError(f"{where}: expected an object, found {type(msg).__name__}")
@@ -253,9 +293,10 @@ def decode_run_event(topic: str, msg: Any) -> RunEvent | None:
     return None
 
 
-def decode_segment(msg: Any) -> SegmentOutcome | RangeProgress:
-    """What a client subscribed to ``SEGMENT_TOPIC`` hands to its progress line."""
-    return from_json(SegmentFinished, _as_sent(msg), f"event on {SEGMENT_TOPIC}").progress
+def decode_segments(msg: Any) -> list[SegmentOutcome | RangeProgress]:
+    """What a client subscribed to ``SEGMENTS_TOPIC`` hands to its progress line, segment by segment."""
+    batch = from_json(SegmentsFinished, _as_sent(msg), f"event on {SEGMENTS_TOPIC}")
+    return [e.progress for e in batch.events]
 
 
 def decode_worker_log(msg: Any) -> WorkerLogRecord:

@@ -17,7 +17,7 @@ from distributed.diagnostics.plugin import SchedulerPlugin
 from migrate import __version__
 from migrate.errors import ModelError
 from migrate.model.run_state import Stage
-from migrate.watch.events import PlanAnnounced, SegmentFinished, decode_run_event
+from migrate.watch.events import PlanAnnounced, SegmentsFinished, decode_run_event
 from migrate.watch.prometheus import MigrationCollector, register_collector, unregister_collector
 from migrate.watch.tally import RunProgress, TaskCounts
 
@@ -84,8 +84,9 @@ class MigrationPlugin(SchedulerPlugin):
             return
         if isinstance(event, PlanAnnounced):
             self.run(event.plan_id).plan(event)
-        elif isinstance(event, SegmentFinished):
-            self.run(event.plan_id).segment(event)
+        elif isinstance(event, SegmentsFinished):
+            for finished in event.events:
+                self.run(finished.plan_id).segment(finished)
         else:
             self.run(event.plan_id).stage(event)
 
