@@ -19,7 +19,7 @@ installed package's are.
 
     python benchmarks/bench_million.py [--segments 100000,300000,1000000] [--per-partition 10]
                                        [--dir /dev/shm/bench-million] [--engine dask|serial] [--workers N]
-                                       [--plan-name plan.json] [--json out.json]
+                                       [--plan-name plan.parquet] [--json out.json]
 
 The plan's name is a parameter (a columnar plan need not end in .json) and the loader is taken through
 ``plan_loader`` alone: the two places to adapt when the plan format changes.
@@ -390,7 +390,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dir", default="/dev/shm/bench-million", help="scratch dir, on tmpfs (removed per size)")
     ap.add_argument("--engine", choices=["dask", "serial"], default="dask")
     ap.add_argument("--workers", type=int, help="execute's and verify's --workers (default: theirs)")
-    ap.add_argument("--plan-name", default="plan.json", help="the plan file's name (default plan.json)")
+    ap.add_argument(
+        "--plan-name",
+        default="plan.parquet",
+        help="the plan file's name (default plan.parquet: the columnar form; plan.json for the JSON one)",
+    )
     ap.add_argument("--keep", action="store_true", help="keep each size's dir (for a look after a failure)")
     ap.add_argument("--json", help="also write the figures here")
     args = ap.parse_args(argv)
