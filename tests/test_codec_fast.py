@@ -303,8 +303,8 @@ def samples() -> list[tuple[type, Any]]:
                                 SwapFile(".log", FileStat(1, 2, 3), FileStat(4, 5, 6)),
                                 SwapFile(".index", None, FileStat(7, 8, 9), 50),
                             ),
-                            result(0),
                             "edges",
+                            to_json(result(0)),  # a swap record keeps its result as JSON data, decoded on use
                         ),
                     ),
                 )
@@ -381,7 +381,9 @@ def mutated(draw: st.DrawFn) -> tuple[type, Any]:
         if kind == "replace":
             parent[key] = draw(json_values)
         elif kind == "sibling":  # a value of the right shape from elsewhere: often valid, sometimes not
-            parent[key] = copy.deepcopy(draw(st.sampled_from(_leaves(data))))
+            leaves = _leaves(data)
+            if leaves:  # a record mutated down to empty containers has none
+                parent[key] = copy.deepcopy(draw(st.sampled_from(leaves)))
         elif kind == "drop":
             del parent[key]
         elif isinstance(parent, dict):
