@@ -518,17 +518,7 @@ class DaskEngine:
 
             def submit(i: int) -> None:
                 call = calls[i]
-                future = self.client.submit(
-                    _on_worker,
-                    stage,
-                    fn,
-                    *self._shared(call),
-                    key=_key(stage, call, i),
-                    workers=[call.host] if call.host else None,
-                    allow_other_workers=False,
-                    pure=False,
-                    retries=0,
-                )
+                future = self._submit_one(stage, fn, call, i)
                 index[future.key] = i
                 done.add(future)
 
@@ -604,6 +594,21 @@ class DaskEngine:
             topic, event = self._held_events.pop(0)
             self.client.log_event(topic, event)
 
+    def _submit_one(self, stage: Stage, fn: Callable[..., Any], call: StageCall, position: int) -> Any:
+        """One call as a task on a worker: pinned to its host where it has one, never retried (a stage's failure is
+        reported, not repeated)."""
+        return self.client.submit(
+            _on_worker,
+            stage,
+            fn,
+            *self._shared(call),
+            key=_key(stage, call, position),
+            workers=[call.host] if call.host else None,
+            allow_other_workers=False,
+            pure=False,
+            retries=0,
+        )
+
     def _submit(self, stage: Stage, fn: Callable[..., Any], calls: list[StageCall]) -> list[CallResult]:
         from distributed import as_completed
 
@@ -611,19 +616,7 @@ class DaskEngine:
         self.publish_held_events()
         futures = []
         for position, call in enumerate(calls):
-            futures.append(
-                self.client.submit(
-                    _on_worker,
-                    stage,
-                    fn,
-                    *self._shared(call),
-                    key=_key(stage, call, position),
-                    workers=[call.host] if call.host else None,
-                    allow_other_workers=False,
-                    pure=False,
-                    retries=0,
-                )
-            )
+            futures.append(self._submit_one(stage, fn, call, position))
         index = {f.key: i for i, f in enumerate(futures)}
         out: list[CallResult] = [CallResult(False)] * len(futures)
         for done, future in enumerate(as_completed(futures), start=1):
