@@ -132,6 +132,18 @@ def headless(browser: str, profile: Path, *args: str) -> subprocess.CompletedPro
     )
 
 
+def test_executes_summary_summed_in_the_state_is_the_report_tables_summary(executed):
+    """execute sums its summary in each log dir's state (no row per segment in the driver); report computes it from
+    the table: the same figures, the corrupted segment's failure with its file and position included."""
+    from_state, from_table = executed["execute"]["summary"], executed["report"]
+    assert from_state == {key: from_table[key] for key in from_state}
+    assert from_state["states"]["refused"] == 1 and from_state["partition_states"]["failed"] == 1
+    (failure,) = from_state["failures"]
+    assert failure["partition"] == CORRUPT[0] and failure["file"].endswith(f"{CORRUPT[1]:020d}.log")
+    assert failure["position"] is not None
+    assert from_state["mtime_partitions"] == from_table["mtime_partitions"] > 0
+
+
 def test_the_html_report_in_chromium_shows_the_runs_totals_without_script_errors(executed, tmp_path):
     browser = chromium_path()
     summary = executed["report"]

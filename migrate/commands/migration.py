@@ -310,10 +310,9 @@ def run_execute(args: argparse.Namespace) -> int:
                 require_consistent_replicas=args.require_consistent_replicas,
                 replica_peers=_replica_peers(args, plan),
             )
-        rows, _ = report.collect(plan, watched, args.plan)
+        summary = report.run_summary(plan, watched, args.plan)
     finally:
         engine.close()
-    summary = report.summarize(report.build_table(plan, rows, args.plan)) if rows else None
     body = to_json(outcome)
     if summary is not None:
         body["summary"] = report.summary_json(summary)

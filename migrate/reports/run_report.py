@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 from migrate import __version__
 from migrate.codec import from_json, to_json
 from migrate.engines import Engine, StageCall
+from migrate.kafka.names import segment_name
 from migrate.model.plan_tree import Plan
 from migrate.model.run_state import EventKind, Problem, SegmentState, Stage
 from migrate.run.state import ResultColumns, StateHealth, StateStore
@@ -176,14 +177,34 @@ def run_spans(rows: Iterable[StateRows]) -> list[tuple[float, float]]:
     spans: list[tuple[float, float]] = []
     for r in rows:
         outcomes = sorted(at for at, *_ in r.segment_events)
-        starts = [at for at, kind, *_ in r.run_events if kind == EventKind.RUN_STARTED.value]
-        ends = [at for at, kind, *_ in r.run_events if kind == EventKind.RUN_ENDED.value]
-        for i, start in enumerate(starts):
-            limit = starts[i + 1] if i + 1 < len(starts) else math.inf
-            end = next((e for e in ends if start <= e < limit), None)
-            if end is None:  # a run that crashed: up to its last recorded outcome
-                end = max((at for at in outcomes if start <= at < limit), default=start)
-            spans.append((start, end))
+
+        def last_outcome(start: float, limit: float, outcomes: list[float] = outcomes) -> float | None:
+            return max((at for at in outcomes if start <= at < limit), default=None)
+
+        spans += log_dir_spans(r.run_events, last_outcome)
+    return merge_spans(spans)
+
+
+def log_dir_spans(
+    run_events: list[tuple[float, str, str | None, int | None]],
+    last_outcome: Callable[[float, float], float | None],
+) -> list[tuple[float, float]]:
+    """One log dir's runs as (start, end); a run that crashed ends at its last recorded outcome
+    (``last_outcome(start, limit)``: the latest segment event in [start, limit), None if none)."""
+    spans: list[tuple[float, float]] = []
+    starts = [at for at, kind, *_ in run_events if kind == EventKind.RUN_STARTED.value]
+    ends = [at for at, kind, *_ in run_events if kind == EventKind.RUN_ENDED.value]
+    for i, start in enumerate(starts):
+        limit = starts[i + 1] if i + 1 < len(starts) else math.inf
+        end = next((e for e in ends if start <= e < limit), None)
+        if end is None:
+            end = last_outcome(start, limit)
+            end = start if end is None else end
+        spans.append((start, end))
+    return spans
+
+
+def merge_spans(spans: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
     merged: list[tuple[float, float]] = []
     for start, end in sorted(spans):
         if merged and start <= merged[-1][1]:
@@ -383,6 +404,141 @@ def summarize(table: pa.Table) -> Summary:
         partitions=len(partitions),
         partition_states=dict(sorted(partition_states.items())),
         failures=tuple(failures),
+    )
+
+
+@dataclass(frozen=True)
+class SummaryPart:
+    """One log dir's share of a run's summary, summed where its state lives (plain data: it travels back from a
+    worker). Equal, once merged, to ``summarize`` of the report's table, without a row per segment anywhere."""
+
+    planned_segments: int
+    planned_bytes: int
+    states: dict[str, int]
+    converted_segments: int
+    bytes_before: int
+    bytes_after: int
+    records: int
+    mtime_partitions: int
+    partition_states: dict[str, int]
+    failures: tuple[Failure, ...]
+    spans: tuple[tuple[float, float], ...]
+
+    @classmethod
+    def of(cls, store: StateStore, plan: Plan, key: str) -> SummaryPart:
+        d = plan.log_dir(key)
+        planned = {p.name: (len(p.segments), p.bytes) for p in d.partitions}
+        states: dict[str, int] = {}
+        stored_segments = converted = before = after = records = 0
+        mtime: set[str] = set()
+        for partition, state, has_result, count, source, output, recs, mtime_records in store.segment_figures():
+            if partition not in planned:
+                continue  # the report's table has a row per planned segment only
+            stored_segments += count
+            states[state] = states.get(state, 0) + count
+            if has_result and mtime_records:
+                mtime.add(partition)
+            if has_result and state not in NOT_CONVERTED:
+                converted += count
+                before, after, records = before + source, after + output, records + recs
+        planned_segments = sum(n for n, _ in planned.values())
+        if planned_segments > stored_segments:
+            states[SegmentState.PLANNED.value] = states.get(SegmentState.PLANNED.value, 0) + (
+                planned_segments - stored_segments
+            )
+        stored_partitions = {name: state for name, state, _ in store.partition_records() if name in planned}
+        partition_states: dict[str, int] = {}
+        for name in planned:
+            state = stored_partitions.get(name, "planned")
+            partition_states[state] = partition_states.get(state, 0) + 1
+        order = {name: i for i, name in enumerate(planned)}
+        by_name = d.partition_by_name
+        failures = []
+        for partition, base, text in sorted(store.segment_problems(), key=lambda row: (order.get(row[0], -1), row[1])):
+            if partition not in planned:
+                continue
+            problem = from_json(Problem, json.loads(text))
+            file = f"{by_name[partition].dir}/{segment_name(base, '.log')}"
+            failures.append(
+                Failure(
+                    d.label,
+                    partition,
+                    problem.path or file,
+                    problem.position,
+                    problem.offset,
+                    problem.kind,
+                    problem.message or "",
+                )
+            )
+        spans = log_dir_spans(
+            store.event_records(RUN_EVENTS), lambda start, limit: store.last_event_time(SEGMENT_EVENTS, start, limit)
+        )
+        return cls(
+            planned_segments,
+            sum(b for _, b in planned.values()),
+            states,
+            converted,
+            before,
+            after,
+            records,
+            len(mtime),
+            partition_states,
+            tuple(failures),
+            tuple(spans),
+        )
+
+
+def summary_part(plan: Plan, key: str) -> SummaryPart | None:
+    """Stage function: one log dir's share of the run summary, None if no run of the plan has state there."""
+    log_dir = plan.log_dir(key).log_dir
+    if StateStore.health(log_dir, plan.plan_id) != StateHealth.OK:
+        return None
+    with StateStore.open(log_dir, plan.plan_id) as store:
+        return SummaryPart.of(store, plan, key)
+
+
+def run_summary(plan: Plan, engine: Engine, plan_path: str | Path | None = None) -> Summary | None:
+    """The summary ``summarize`` makes of the report's table, summed per log dir where its state is (the log dir,
+    else the archive beside the plan): what ``execute`` prints, in memory independent of the segment count. None
+    when no log dir has state."""
+    calls = [StageCall((d.key,), d.host, plan, d.key) for d in plan.log_dirs]
+    parts: list[SummaryPart] = []
+    for call, r in zip(calls, engine.map(Stage.REPORT, summary_part, calls)):
+        found = r.value if r.ok else None
+        if found is None and plan_path is not None:
+            from migrate.pipeline import archive_path
+
+            path = archive_path(plan_path, call.log_dir)
+            if path.exists():
+                with StateStore.open_file(path) as store:
+                    found = SummaryPart.of(store, plan, call.log_dir)
+        if found is not None:
+            parts.append(found)
+    if not parts:
+        return None
+
+    def added(dicts: Iterable[dict[str, int]]) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for d in dicts:
+            for k, v in d.items():
+                out[k] = out.get(k, 0) + v
+        return dict(sorted(out.items()))
+
+    spans = merge_spans(s for p in parts for s in p.spans)
+    return Summary(
+        plan_id=plan.plan_id,
+        planned_segments=sum(p.planned_segments for p in parts),
+        planned_bytes=sum(p.planned_bytes for p in parts),
+        states=added(p.states for p in parts),
+        converted_segments=sum(p.converted_segments for p in parts),
+        bytes_before=sum(p.bytes_before for p in parts),
+        bytes_after=sum(p.bytes_after for p in parts),
+        records=sum(p.records for p in parts),
+        duration_seconds=round(sum(end - start for start, end in spans), 3),
+        mtime_partitions=sum(p.mtime_partitions for p in parts),
+        partitions=sum(sum(p.partition_states.values()) for p in parts),
+        partition_states=added(p.partition_states for p in parts),
+        failures=tuple(f for p in parts for f in p.failures),
     )
 
 

@@ -745,6 +745,32 @@ class StateStore:
         """(name, state, problem JSON) of every planned partition."""
         return self.conn.execute("SELECT name, state, problem FROM partitions ORDER BY name").fetchall()
 
+    def segment_figures(self) -> list[tuple[str, str, bool, int, int, int, int, int]]:
+        """The run summary's sums without a row per segment in Python (a broker holds up to 10^6): per partition,
+        segment state and whether a result is stored, (partition, state, has result, segments, source_bytes,
+        output_bytes, records, largest mtime_timestamped_records of one segment)."""
+        return self.conn.execute(
+            "SELECT partition, state, result IS NOT NULL AS stored, COUNT(*), COALESCE(SUM(source_bytes), 0), "
+            "COALESCE(SUM(output_bytes), 0), COALESCE(SUM(records), 0), "
+            "COALESCE(MAX(json_extract(result, '$.mtime_timestamped_records')), 0) "
+            "FROM segments GROUP BY partition, state, stored"
+        ).fetchall()
+
+    def segment_problems(self) -> list[tuple[str, int, str]]:
+        """(partition, base, problem JSON) of every segment with a problem, by partition and base offset."""
+        return self.conn.execute(
+            "SELECT partition, base, problem FROM segments WHERE problem IS NOT NULL ORDER BY partition, base"
+        ).fetchall()
+
+    def last_event_time(self, kinds: Iterable[EventKind], start: float, limit: float) -> float | None:
+        """The time of the latest event of ``kinds`` in [start, limit)."""
+        names = [k.value for k in kinds]
+        row = self.conn.execute(
+            f"SELECT MAX(time) FROM events WHERE kind IN ({','.join('?' * len(names))}) AND time >= ? AND time < ?",
+            [*names, start, limit],
+        ).fetchone()
+        return None if row is None else row[0]
+
     def event_records(self, kinds: Iterable[EventKind]) -> list[tuple[float, str, str | None, int | None]]:
         """(time, kind, partition, base) of the events of ``kinds``, oldest first."""
         names = [k.value for k in kinds]
