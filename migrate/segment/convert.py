@@ -37,7 +37,7 @@ from migrate.kafka.names import segment_name
 from migrate.model.plan_tree import SEGMENT_SUFFIXES, ConvertOptions, TimestampPolicy
 from migrate.model.run_state import ConversionStatus, FileStat, SegmentResult, SegmentTask
 from migrate.segment.compacted import load_survivors, retained
-from migrate.segment.identity import edges_digest_of
+from migrate.segment.identity import edges_digest_of, edges_digest_of_bytes
 from migrate.segment.indexes import IndexBuilder
 from migrate.segment.profile import check_offsets
 from migrate.segment.reader import open_unbuffered, read_chunks
@@ -278,34 +278,34 @@ def convert_segment(task: SegmentTask) -> SegmentResult:
     src, st = open_unbuffered(task.source)
     try:
         check_planned(task, st)
-        live_dir = os.path.dirname(task.source)
-        live = live_files(live_dir, task.base_offset)
+        live = live_files(os.path.dirname(task.source), task.base_offset)
         staging = task.staging_dir
         os.makedirs(staging, exist_ok=True)
         # staged files are written under their final names: the staging dir is private, and a staged file is trusted
         # only once its identity is recorded with the verified outcome, so a crash mid-write leaves nothing trusted
-        finals = {sfx: os.path.join(staging, segment_name(task.base_offset, sfx)) for sfx in SUFFIXES}
+        stem = os.path.join(staging, segment_name(task.base_offset))
+        finals = {sfx: stem + sfx for sfx in SUFFIXES}
         index = IndexBuilder(task.base_offset, task.options.index_interval_bytes)
         try:
-            with open(finals[".log"], "wb", buffering=_WRITE_BUFFER) as out:
-                run = stream_entries(task, src, out, st, index=index)
-                result = run.result
-                # what a same-size rewrite before the swap cannot keep (migrate.segment.identity)
-                result.source_ctime_ns = st.st_ctime_ns
-                result.source_edges = edges_digest_of(src.fileno(), st.st_size)
-                result.live_before = {sfx: FileStat.of(x) for sfx, x in live.items()}
-                if result.status == ConversionStatus.UNCHANGED:
-                    os.unlink(finals[".log"])
-                    result.output_bytes = 0
-                else:
-                    out.flush()
-                    _finish(out.fileno(), finals[".log"], ".log", result, live, st)
+            if st.st_size <= SMALL_SEGMENT_BYTES:
+                result = _convert_small(task, src, st, finals[".log"], index, live)
+            else:
+                with open(finals[".log"], "wb", buffering=_WRITE_BUFFER) as out:
+                    run = stream_entries(task, src, out, st, index=index)
+                    result = run.result
+                    _record_source(result, run, src, st, live)
+                    if result.status == ConversionStatus.UNCHANGED:
+                        os.unlink(finals[".log"])
+                        result.output_bytes = 0
+                    else:
+                        out.flush()
+                        _finish(out.fileno(), finals[".log"], ".log", result, live, st)
             if result.status != ConversionStatus.UNCHANGED:
                 for sfx, data in zip((".index", ".timeindex"), index.finish()):
                     fd = os.open(finals[sfx], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
                     try:
                         if data:
-                            os.write(fd, data)
+                            _write_all(fd, data)
                         _finish(fd, finals[sfx], sfx, result, live, st)
                     finally:
                         os.close(fd)
@@ -320,15 +320,77 @@ def convert_segment(task: SegmentTask) -> SegmentResult:
     return result
 
 
+# a source this small is converted in memory: read whole in one read (the reader sizes its buffer to the file), its
+# output written with one write, and the digest of its edges taken from the bytes read rather than read again. The
+# bound keeps the output buffer small (a converted segment is at most a few times its source).
+SMALL_SEGMENT_BYTES = 1 << 20
+
+
+class _Parts(list):
+    """An output kept in memory, for ``stream_entries`` (it only calls ``write``)."""
+
+    def write(self, data: bytes | memoryview) -> None:
+        self.append(bytes(data))
+
+
+def _convert_small(
+    task: SegmentTask,
+    src: BinaryIO,
+    st: os.stat_result,
+    path: str,
+    index: IndexBuilder,
+    live: dict[str, os.stat_result],
+) -> SegmentResult:
+    """``convert_segment``'s ``.log`` for a small source: converted in memory, written with one write (none when it is
+    unchanged)."""
+    parts = _Parts()
+    run = stream_entries(task, src, parts, st, index=index)  # type: ignore[arg-type]
+    result = run.result
+    _record_source(result, run, src, st, live)
+    if result.status == ConversionStatus.UNCHANGED:
+        result.output_bytes = 0
+        return result
+    # the mode ``open(path, "wb")`` creates with, so a staged file's bits do not depend on the path taken
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
+    try:
+        _write_all(fd, parts[0] if len(parts) == 1 else b"".join(parts))
+        _finish(fd, path, ".log", result, live, st)
+    finally:
+        os.close(fd)
+    return result
+
+
+def _record_source(
+    result: SegmentResult, run: StreamRun, src: BinaryIO, st: os.stat_result, live: dict[str, os.stat_result]
+) -> None:
+    """What a same-size rewrite before the swap cannot keep (migrate.segment.identity), and the live files' identity.
+    The edges are digested from the bytes converted when the reader held the whole file at once (exactly what a
+    second read would return for an unchanged file, and what was converted for one changed since), else read."""
+    result.source_ctime_ns = st.st_ctime_ns
+    if run.whole is not None:
+        result.source_edges = edges_digest_of_bytes(run.whole, st.st_size)
+    else:
+        result.source_edges = edges_digest_of(src.fileno(), st.st_size)
+    result.live_before = {sfx: FileStat.of(x) for sfx, x in live.items()}
+
+
+def _write_all(fd: int, data: bytes | memoryview) -> None:
+    """All of ``data`` at the file position (a write may write less than it was given)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
 _WRITE_BUFFER = 1 << 20  # coalesces the small writes of copied or compressed batches; a run's batches go straight
 
 
 def live_files(live_dir: str, base_offset: int) -> dict[str, os.stat_result]:
     """The live files a conversion's outputs will replace, as they are now."""
+    stem = os.path.join(live_dir, segment_name(base_offset))
     out = {}
     for sfx in SUFFIXES:
         with contextlib.suppress(FileNotFoundError):
-            out[sfx] = os.stat(os.path.join(live_dir, segment_name(base_offset, sfx)))
+            out[sfx] = os.stat(stem + sfx)
     return out
 
 
@@ -394,6 +456,8 @@ class StreamRun:
     result: SegmentResult
     stop: int  # file position after the last entry converted (or dropped)
     changed: bool  # some entry was rewritten: the output differs from the source
+    # the whole source as read, when one read held all of it (from position 0, ``st_size`` bytes): its edges digest
+    whole: memoryview | bytes | None = None
 
 
 def stream_entries(
@@ -421,7 +485,7 @@ def stream_entries(
     # second from disk, which covers the first
     source_digest = LogDigest(timed=False, algorithm=opts.digest)
     output_digest = LogDigest(plain=False, algorithm=opts.digest)
-    stop = _stream(
+    stop, whole = _stream(
         task,
         src,
         out,
@@ -445,7 +509,7 @@ def stream_entries(
     result.records = source_digest.records
     result.source_digest = source_digest.hexdigests()[0]
     result.output_digest_ts = output_digest.hexdigests()[1]
-    return StreamRun(result, stop, converter.changed)
+    return StreamRun(result, stop, converter.changed, whole)
 
 
 def _survivors(task: SegmentTask) -> np.ndarray | None:
@@ -489,9 +553,9 @@ def _stream(
     limit: int | None,
     st: os.stat_result,
     splitter: SplitSink | None = None,
-) -> int:
+) -> tuple[int, memoryview | bytes | None]:
     """``survivors``: compaction's pass two keeps only the records at these offsets (sorted). Returns the file
-    position after the last entry read."""
+    position after the last entry read, and the whole file when one chunk read all of it (``StreamRun.whole``)."""
     opts = task.options
     path = task.source
     base = task.base_offset
@@ -500,7 +564,10 @@ def _stream(
     chunks = read_chunks(
         src, path, opts.chunk_bytes, reuse=True, start=start, limit=limit, size_hint=st.st_size - start
     )
+    count = 0
+    buf: bytes | memoryview = b""
     for chunk in chunks:
+        count += 1
         buf, buf_position, entries = chunk.buffer, chunk.position, chunk.entries
         for item in entries.items:
             kept = item if survivors is None else retained(item, survivors)
@@ -563,7 +630,9 @@ def _stream(
                 )
             result.truncated_tail_bytes = entries.tail.size
     result.output_bytes = written
-    return stop
+    # one chunk from position 0 of exactly the file's size: the reader saw the end of the file in that read
+    whole = buf if count == 1 and start == 0 and limit is None and len(buf) == st.st_size else None
+    return stop, whole
 
 
 class SplitSink(Protocol):
