@@ -94,10 +94,23 @@ class _Converter:
             return np.where(v0, self.mtime_ms, timestamps), np.where(v0, TimestampType.LOG_APPEND_TIME, types)
         return timestamps, np.where(v0, TimestampType.CREATE_TIME, types)
 
+    def _v0_timestamps(self, timestamps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``_count_magics`` and ``_policy_timestamps`` of a run of v0 messages only (every type -1), the usual
+        legacy run: the same counts and columns without the per-record selections."""
+        n = len(timestamps)
+        self.magics["0"] = self.magics.get("0", 0) + n
+        if self.options.timestamps == TimestampPolicy.MTIME:
+            self.mtime_timestamped += n
+            return np.full(n, self.mtime_ms, np.int64), np.full(n, int(TimestampType.LOG_APPEND_TIME), np.int64)
+        return timestamps, np.full(n, int(TimestampType.CREATE_TIME), np.int64)
+
     def legacy_run(self, run: legacy.LegacyRun) -> _Written:
         cols = run.records
-        self._count_magics(run.magics)
-        timestamps, types = self._policy_timestamps(cols.timestamps, run.timestamp_types())
+        if run.magics.any():
+            self._count_magics(run.magics)
+            timestamps, types = self._policy_timestamps(cols.timestamps, run.timestamp_types())
+        else:
+            timestamps, types = self._v0_timestamps(cols.timestamps)
         out_cols = timestamps_only(cols, timestamps)
         opts = self.options
         if opts.target_magic == 1:
