@@ -17,6 +17,7 @@ differs by kind, a caller writes as an ``EntryVisitor``.
 
 from __future__ import annotations
 
+import itertools
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -198,8 +199,12 @@ def read_entries(
     items = result.items
     n = len(p)
     if n <= _SMALL_ENTRIES and _all_plain_legacy(buf, p.tolist(), magics.tolist()):
-        items.append(legacy.decode_run(buf, p, s))  # as below, without the arrays that pay off over many entries
-        _check_offsets_increase(items)
+        # as below, without the arrays that pay off over many entries
+        run = legacy.decode_run(buf, p, s)
+        offsets = run.records.offsets.tolist()
+        if any(b <= a for a, b in itertools.pairwise(offsets)):
+            run.check_offsets_within()  # raises its precise error: the condition is the one it checks
+        items.append(run)
         return result
     u8 = as_u8(buf)
     # a legacy entry's attributes byte (17) holds its codec; only uncompressed legacy messages form runs

@@ -293,7 +293,8 @@ def convert_segment(task: SegmentTask) -> SegmentResult:
         check_planned(task, st)
         live = live_files(os.path.dirname(task.source), task.base_offset)
         staging = task.staging_dir
-        os.makedirs(staging, exist_ok=True)
+        if not os.path.isdir(staging):  # one stat where it exists (the usual case) instead of a refused mkdir
+            os.makedirs(staging, exist_ok=True)
         # staged files are written under their final names: the staging dir is private, and a staged file is trusted
         # only once its identity is recorded with the verified outcome, so a crash mid-write leaves nothing trusted
         stem = os.path.join(staging, segment_name(task.base_offset))

@@ -143,7 +143,7 @@ def verify_segment(
     outputs = [(base, result.outputs, result.output_stats)]
     outputs += [(p.base_offset, p.outputs, p.output_stats) for p in result.parts or ()]
     below_magic = 0
-    for n, (part_base, files, _) in enumerate(outputs):
+    for n, (part_base, files, stats) in enumerate(outputs):
         rebuilt = IndexBuilder(part_base, options.index_interval_bytes)
         seen = _Span()
         try:
@@ -157,7 +157,7 @@ def verify_segment(
             check.fail(f"{files['.log']}: {back.tail} bytes after the last complete batch")
         if result.parts is not None:
             _check_part(check, files[".log"], part_base, n, outputs, back, seen, options)
-        _check_indexes(files, part_base, rebuilt, check, options)
+        _check_indexes(files, part_base, rebuilt, check, options, {k: v.size for k, v in stats.items()})
     check.records = digest.records
     check.digest_ts = digest.hexdigests()[1]
     if expected is not None:
@@ -268,11 +268,18 @@ def _short(value: object) -> str:
 
 
 def _check_indexes(
-    outputs: dict[str, str], base: int, rebuilt: IndexBuilder, check: SegmentCheck, options: ConvertOptions
+    outputs: dict[str, str],
+    base: int,
+    rebuilt: IndexBuilder,
+    check: SegmentCheck,
+    options: ConvertOptions,
+    sizes: dict[str, int] | None = None,
 ) -> None:
-    """The index files must be exactly what Kafka's recovery builds from the batches read back."""
-    index_data = _read(outputs[".index"])
-    time_data = _read(outputs[".timeindex"])
+    """The index files must be exactly what Kafka's recovery builds from the batches read back. ``sizes``: what the
+    conversion wrote (the reads' first size; the files are read to their end whatever it is)."""
+    sizes = sizes or {}
+    index_data = _read(outputs[".index"], sizes.get(".index", 0))
+    time_data = _read(outputs[".timeindex"], sizes.get(".timeindex", 0))
     want_index, want_time = rebuilt.finish()
     if want_index == index_data and want_time == time_data:
         return
@@ -291,14 +298,17 @@ def _check_indexes(
         check.fail(f"cannot read the converted log to explain the index difference: {exc}")
 
 
-def _read(path: str) -> bytes:
-    """A small file whole (an index): one open and read, none of ``Path.read_bytes``'s layers."""
+def _read(path: str, size_hint: int = 0) -> bytes:
+    """A small file whole (an index): one open and read, none of ``Path.read_bytes``'s layers. ``size_hint``: its
+    expected size, so the first read asks for no more than it needs (and one more byte, to see the end)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         chunks = []
-        while data := os.read(fd, 1 << 20):
+        want = size_hint + 1 if 0 <= size_hint < 1 << 20 else 1 << 20
+        while data := os.read(fd, want):
             chunks.append(data)
-        return b"".join(chunks)
+            want = 1 << 20
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
     finally:
         os.close(fd)
 
