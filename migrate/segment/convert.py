@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Protocol
@@ -40,7 +41,7 @@ from migrate.segment.compacted import load_survivors, retained
 from migrate.segment.identity import edges_digest_of, edges_digest_of_bytes
 from migrate.segment.indexes import IndexBuilder
 from migrate.segment.profile import check_offsets
-from migrate.segment.reader import open_unbuffered, read_chunks
+from migrate.segment.reader import Chunk, decode_whole, open_unbuffered, read_chunks, read_whole
 
 SUFFIXES = SEGMENT_SUFFIXES
 
@@ -358,7 +359,9 @@ def _convert_small(
     """``convert_segment``'s ``.log`` for a small source: converted in memory, written with one write (none when it is
     unchanged)."""
     parts = _Parts()
-    run = stream_entries(task, src, parts, st, index=index)  # type: ignore[arg-type]
+    # below the chunk size the reader would read the file in one chunk: read it so directly, without its buffers
+    data = read_whole(src.fileno(), st.st_size) if st.st_size < task.options.chunk_bytes else None
+    run = stream_entries(task, src, parts, st, index=index, data=data)  # type: ignore[arg-type]
     result = run.result
     _record_source(result, run, src, st, live)
     if result.status == ConversionStatus.UNCHANGED:
@@ -484,10 +487,12 @@ def stream_entries(
     start: int = 0,
     limit: int | None = None,
     splitter: SplitSink | None = None,
+    data: bytes | None = None,
 ) -> StreamRun:
     """Convert the entries of ``src`` (at file position ``start``) that start before ``limit`` (all, when None),
     writing them to ``out``; ``index`` gets every written batch. The result holds everything but the outputs.
-    ``splitter`` (a split source, ``migrate.segment.split``) takes every batch instead of ``out`` and ``index``."""
+    ``splitter`` (a split source, ``migrate.segment.split``) takes every batch instead of ``out`` and ``index``.
+    ``data``: the whole file, read already (``read_whole``), to convert instead of reading ``src``."""
     opts = task.options
     result = SegmentResult(source=task.source, base_offset=task.base_offset, status=ConversionStatus.CONVERTED)
     result.source_bytes = st.st_size
@@ -513,6 +518,7 @@ def stream_entries(
         limit,
         st,
         splitter,
+        data,
     )
     if result.entries_in == 0:
         result.status = ConversionStatus.EMPTY
@@ -567,6 +573,7 @@ def _stream(
     limit: int | None,
     st: os.stat_result,
     splitter: SplitSink | None = None,
+    data: bytes | None = None,
 ) -> tuple[int, memoryview | bytes | None]:
     """``survivors``: compaction's pass two keeps only the records at these offsets (sorted). Returns the file
     position after the last entry read, and the whole file when one chunk read all of it (``StreamRun.whole``)."""
@@ -575,9 +582,12 @@ def _stream(
     base = task.base_offset
     written = 0
     stop = start
-    chunks = read_chunks(
-        src, path, opts.chunk_bytes, reuse=True, start=start, limit=limit, size_hint=st.st_size - start
-    )
+    if data is not None and start == 0 and limit is None:
+        chunks: Iterable[Chunk] = (decode_whole(data, path),)
+    else:
+        chunks = read_chunks(
+            src, path, opts.chunk_bytes, reuse=True, start=start, limit=limit, size_hint=st.st_size - start
+        )
     count = 0
     buf: bytes | memoryview = b""
     for chunk in chunks:
