@@ -335,9 +335,9 @@ def convert_segment(task: SegmentTask) -> SegmentResult:
     return result
 
 
-# a source this small is converted in memory: read whole in one read (the reader sizes its buffer to the file), its
-# output written with one write, and the digest of its edges taken from the bytes read rather than read again. The
-# bound keeps the output buffer small (a converted segment is at most a few times its source).
+# a source this small is converted in memory: read whole with one read when it is under the chunk size, its output
+# written with one write, and the digest of its edges taken from the bytes read rather than read again. The bound
+# keeps the output buffer small (a converted segment is at most a few times its source).
 SMALL_SEGMENT_BYTES = 1 << 20
 
 
