@@ -17,6 +17,7 @@ differs by kind, a caller writes as an ``EntryVisitor``.
 
 from __future__ import annotations
 
+import itertools
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -130,8 +131,42 @@ _walk = accel.compiled("walk")
 _positions = accel.pick(_walk_compiled, walk_positions)
 
 
+# a buffer this small (a tiny segment: a few entries) is walked in Python: fewer steps than the numpy ones that pay
+# off over many entries
+SMALL_WALK_BYTES = 1024
+
+
+def _walk_small(buf: bytes | bytearray | memoryview) -> Walk:
+    """``walk_entries`` of a small buffer, the same result and the same refusals (a bad size before an unknown
+    magic, each the first of its kind), one Python step per entry."""
+    end = len(buf)
+    positions: list[int] = []
+    sizes: list[int] = []
+    magics: list[int] = []
+    unpack = _SIZE.unpack_from
+    pos = 0
+    while pos + HEADER_SIZE_UP_TO_MAGIC <= end:
+        (size,) = unpack(buf, pos + 8)
+        if size < MIN_ENTRY_SIZE:
+            raise _bad_size(buf, pos)
+        nxt = pos + 12 + size
+        if nxt > end:
+            break
+        positions.append(pos)
+        sizes.append(nxt - pos)
+        magics.append(buf[pos + legacy.MAGIC_OFFSET])
+        pos = nxt
+    tail = _tail_at(buf, pos) if pos < end else None
+    for at, magic in zip(positions, magics):
+        if magic > v2.MAGIC:
+            raise UnsupportedFormatError(f"unknown magic byte {magic} (Kafka knows 0, 1 and 2)", position=at)
+    return Walk(np.array(positions, np.int64), np.array(sizes, np.int64), np.array(magics, np.uint8), pos, tail)
+
+
 def walk_entries(buf: bytes | bytearray | memoryview) -> Walk:
     """Find every complete entry of ``buf``; an incomplete last one becomes ``tail``."""
+    if len(buf) <= SMALL_WALK_BYTES and (type(buf) is not memoryview or buf.format == "B"):
+        return _walk_small(buf)  # (indexing a view of another format would not give its bytes)
     p, consumed = _positions(buf)
     tail = _tail_at(buf, consumed) if consumed < len(buf) else None
     if not len(p):
@@ -160,12 +195,20 @@ def read_entries(
     result = Entries(consumed=walk.consumed, tail=walk.tail if final else None)
     if not len(walk.positions):
         return result
-    u8 = as_u8(buf)
     p, s, magics = walk.positions, walk.sizes, walk.magics
-    # a legacy entry's attributes byte (17) holds its codec; only uncompressed legacy messages form runs
-    plain_legacy = (magics < 2) & ((u8[p + legacy.ATTRIBUTES_OFFSET] & legacy.CODEC_MASK) == 0)
     items = result.items
     n = len(p)
+    if n <= _SMALL_ENTRIES and _all_plain_legacy(buf, p.tolist(), magics.tolist()):
+        # as below, without the arrays that pay off over many entries
+        run = legacy.decode_run(buf, p, s)
+        offsets = run.records.offsets.tolist()
+        if any(b <= a for a, b in itertools.pairwise(offsets)):
+            run.check_offsets_within()  # raises its precise error: the condition is the one it checks
+        items.append(run)
+        return result
+    u8 = as_u8(buf)
+    # a legacy entry's attributes byte (17) holds its codec; only uncompressed legacy messages form runs
+    plain_legacy = (magics < 2) & ((u8[p + legacy.ATTRIBUTES_OFFSET] & legacy.CODEC_MASK) == 0)
     if plain_legacy.all():  # the usual legacy chunk: one run, checked within itself by the columns
         items.append(legacy.decode_run(buf, p, s))
         _check_offsets_increase(items)
@@ -185,6 +228,15 @@ def read_entries(
                 items.append(legacy.decode_wrapper(buf, pos_i, size_i))
     _check_offsets_increase(items)
     return result
+
+
+_SMALL_ENTRIES = 16
+
+
+def _all_plain_legacy(buf: bytes | bytearray | memoryview, positions: list[int], magics: list[int]) -> bool:
+    """Whether every entry is an uncompressed legacy message (magic below 2, no codec in its attributes byte)."""
+    at, mask = legacy.ATTRIBUTES_OFFSET, legacy.CODEC_MASK
+    return all(m < 2 and not buf[x + at] & mask for x, m in zip(positions, magics))
 
 
 def _check_offsets_increase(items: list[Entry]) -> None:

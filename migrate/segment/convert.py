@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO, Protocol
@@ -37,10 +38,10 @@ from migrate.kafka.names import segment_name
 from migrate.model.plan_tree import SEGMENT_SUFFIXES, ConvertOptions, TimestampPolicy
 from migrate.model.run_state import ConversionStatus, FileStat, SegmentResult, SegmentTask
 from migrate.segment.compacted import load_survivors, retained
-from migrate.segment.identity import edges_digest_of
+from migrate.segment.identity import edges_digest_of, edges_digest_of_bytes
 from migrate.segment.indexes import IndexBuilder
 from migrate.segment.profile import check_offsets
-from migrate.segment.reader import open_unbuffered, read_chunks
+from migrate.segment.reader import Chunk, decode_whole, open_unbuffered, read_chunks, read_whole
 
 SUFFIXES = SEGMENT_SUFFIXES
 
@@ -94,10 +95,23 @@ class _Converter:
             return np.where(v0, self.mtime_ms, timestamps), np.where(v0, TimestampType.LOG_APPEND_TIME, types)
         return timestamps, np.where(v0, TimestampType.CREATE_TIME, types)
 
+    def _v0_timestamps(self, timestamps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``_count_magics`` and ``_policy_timestamps`` of a run of v0 messages only (every type -1), the usual
+        legacy run: the same counts and columns without the per-record selections."""
+        n = len(timestamps)
+        self.magics["0"] = self.magics.get("0", 0) + n
+        if self.options.timestamps == TimestampPolicy.MTIME:
+            self.mtime_timestamped += n
+            return np.full(n, self.mtime_ms, np.int64), np.full(n, int(TimestampType.LOG_APPEND_TIME), np.int64)
+        return timestamps, np.full(n, int(TimestampType.CREATE_TIME), np.int64)
+
     def legacy_run(self, run: legacy.LegacyRun) -> _Written:
         cols = run.records
-        self._count_magics(run.magics)
-        timestamps, types = self._policy_timestamps(cols.timestamps, run.timestamp_types())
+        if run.magics.any():
+            self._count_magics(run.magics)
+            timestamps, types = self._policy_timestamps(cols.timestamps, run.timestamp_types())
+        else:
+            timestamps, types = self._v0_timestamps(cols.timestamps)
         out_cols = timestamps_only(cols, timestamps)
         opts = self.options
         if opts.target_magic == 1:
@@ -278,34 +292,35 @@ def convert_segment(task: SegmentTask) -> SegmentResult:
     src, st = open_unbuffered(task.source)
     try:
         check_planned(task, st)
-        live_dir = os.path.dirname(task.source)
-        live = live_files(live_dir, task.base_offset)
+        live = live_files(os.path.dirname(task.source), task.base_offset)
         staging = task.staging_dir
-        os.makedirs(staging, exist_ok=True)
+        if not os.path.isdir(staging):  # one stat where it exists (the usual case) instead of a refused mkdir
+            os.makedirs(staging, exist_ok=True)
         # staged files are written under their final names: the staging dir is private, and a staged file is trusted
         # only once its identity is recorded with the verified outcome, so a crash mid-write leaves nothing trusted
-        finals = {sfx: os.path.join(staging, segment_name(task.base_offset, sfx)) for sfx in SUFFIXES}
+        stem = os.path.join(staging, segment_name(task.base_offset))
+        finals = {sfx: stem + sfx for sfx in SUFFIXES}
         index = IndexBuilder(task.base_offset, task.options.index_interval_bytes)
         try:
-            with open(finals[".log"], "wb", buffering=_WRITE_BUFFER) as out:
-                run = stream_entries(task, src, out, st, index=index)
-                result = run.result
-                # what a same-size rewrite before the swap cannot keep (migrate.segment.identity)
-                result.source_ctime_ns = st.st_ctime_ns
-                result.source_edges = edges_digest_of(src.fileno(), st.st_size)
-                result.live_before = {sfx: FileStat.of(x) for sfx, x in live.items()}
-                if result.status == ConversionStatus.UNCHANGED:
-                    os.unlink(finals[".log"])
-                    result.output_bytes = 0
-                else:
-                    out.flush()
-                    _finish(out.fileno(), finals[".log"], ".log", result, live, st)
+            if st.st_size <= SMALL_SEGMENT_BYTES:
+                result = _convert_small(task, src, st, finals[".log"], index, live)
+            else:
+                with open(finals[".log"], "wb", buffering=_WRITE_BUFFER) as out:
+                    run = stream_entries(task, src, out, st, index=index)
+                    result = run.result
+                    _record_source(result, run, src, st, live)
+                    if result.status == ConversionStatus.UNCHANGED:
+                        os.unlink(finals[".log"])
+                        result.output_bytes = 0
+                    else:
+                        out.flush()
+                        _finish(out.fileno(), finals[".log"], ".log", result, live, st)
             if result.status != ConversionStatus.UNCHANGED:
                 for sfx, data in zip((".index", ".timeindex"), index.finish()):
                     fd = os.open(finals[sfx], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
                     try:
                         if data:
-                            os.write(fd, data)
+                            _write_all(fd, data)
                         _finish(fd, finals[sfx], sfx, result, live, st)
                     finally:
                         os.close(fd)
@@ -320,15 +335,79 @@ def convert_segment(task: SegmentTask) -> SegmentResult:
     return result
 
 
+# a source this small is converted in memory: read whole with one read when it is under the chunk size, its output
+# written with one write, and the digest of its edges taken from the bytes read rather than read again. The bound
+# keeps the output buffer small (a converted segment is at most a few times its source).
+SMALL_SEGMENT_BYTES = 1 << 20
+
+
+class _Parts(list):
+    """An output kept in memory, for ``stream_entries`` (it only calls ``write``)."""
+
+    def write(self, data: bytes | memoryview) -> None:
+        self.append(bytes(data))
+
+
+def _convert_small(
+    task: SegmentTask,
+    src: BinaryIO,
+    st: os.stat_result,
+    path: str,
+    index: IndexBuilder,
+    live: dict[str, os.stat_result],
+) -> SegmentResult:
+    """``convert_segment``'s ``.log`` for a small source: converted in memory, written with one write (none when it is
+    unchanged)."""
+    parts = _Parts()
+    # below the chunk size the reader would read the file in one chunk: read it so directly, without its buffers
+    data = read_whole(src.fileno(), st.st_size) if st.st_size < task.options.chunk_bytes else None
+    run = stream_entries(task, src, parts, st, index=index, data=data)  # type: ignore[arg-type]
+    result = run.result
+    _record_source(result, run, src, st, live)
+    if result.status == ConversionStatus.UNCHANGED:
+        result.output_bytes = 0
+        return result
+    # the mode ``open(path, "wb")`` creates with, so a staged file's bits do not depend on the path taken
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
+    try:
+        _write_all(fd, parts[0] if len(parts) == 1 else b"".join(parts))
+        _finish(fd, path, ".log", result, live, st)
+    finally:
+        os.close(fd)
+    return result
+
+
+def _record_source(
+    result: SegmentResult, run: StreamRun, src: BinaryIO, st: os.stat_result, live: dict[str, os.stat_result]
+) -> None:
+    """What a same-size rewrite before the swap cannot keep (migrate.segment.identity), and the live files' identity.
+    The edges are digested from the bytes converted when the reader held the whole file at once (exactly what a
+    second read would return for an unchanged file, and what was converted for one changed since), else read."""
+    result.source_ctime_ns = st.st_ctime_ns
+    if run.whole is not None:
+        result.source_edges = edges_digest_of_bytes(run.whole, st.st_size)
+    else:
+        result.source_edges = edges_digest_of(src.fileno(), st.st_size)
+    result.live_before = {sfx: FileStat.of(x) for sfx, x in live.items()}
+
+
+def _write_all(fd: int, data: bytes | memoryview) -> None:
+    """All of ``data`` at the file position (a write may write less than it was given)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
 _WRITE_BUFFER = 1 << 20  # coalesces the small writes of copied or compressed batches; a run's batches go straight
 
 
 def live_files(live_dir: str, base_offset: int) -> dict[str, os.stat_result]:
     """The live files a conversion's outputs will replace, as they are now."""
+    stem = os.path.join(live_dir, segment_name(base_offset))
     out = {}
     for sfx in SUFFIXES:
         with contextlib.suppress(FileNotFoundError):
-            out[sfx] = os.stat(os.path.join(live_dir, segment_name(base_offset, sfx)))
+            out[sfx] = os.stat(stem + sfx)
     return out
 
 
@@ -394,6 +473,8 @@ class StreamRun:
     result: SegmentResult
     stop: int  # file position after the last entry converted (or dropped)
     changed: bool  # some entry was rewritten: the output differs from the source
+    # the whole source as read, when one read held all of it (from position 0, ``st_size`` bytes): its edges digest
+    whole: memoryview | bytes | None = None
 
 
 def stream_entries(
@@ -406,10 +487,12 @@ def stream_entries(
     start: int = 0,
     limit: int | None = None,
     splitter: SplitSink | None = None,
+    data: bytes | None = None,
 ) -> StreamRun:
     """Convert the entries of ``src`` (at file position ``start``) that start before ``limit`` (all, when None),
     writing them to ``out``; ``index`` gets every written batch. The result holds everything but the outputs.
-    ``splitter`` (a split source, ``migrate.segment.split``) takes every batch instead of ``out`` and ``index``."""
+    ``splitter`` (a split source, ``migrate.segment.split``) takes every batch instead of ``out`` and ``index``.
+    ``data``: the whole file, read already (``read_whole``), to convert instead of reading ``src``."""
     opts = task.options
     result = SegmentResult(source=task.source, base_offset=task.base_offset, status=ConversionStatus.CONVERTED)
     result.source_bytes = st.st_size
@@ -421,7 +504,7 @@ def stream_entries(
     # second from disk, which covers the first
     source_digest = LogDigest(timed=False, algorithm=opts.digest)
     output_digest = LogDigest(plain=False, algorithm=opts.digest)
-    stop = _stream(
+    stop, whole = _stream(
         task,
         src,
         out,
@@ -435,6 +518,7 @@ def stream_entries(
         limit,
         st,
         splitter,
+        data,
     )
     if result.entries_in == 0:
         result.status = ConversionStatus.EMPTY
@@ -445,7 +529,7 @@ def stream_entries(
     result.records = source_digest.records
     result.source_digest = source_digest.hexdigests()[0]
     result.output_digest_ts = output_digest.hexdigests()[1]
-    return StreamRun(result, stop, converter.changed)
+    return StreamRun(result, stop, converter.changed, whole)
 
 
 def _survivors(task: SegmentTask) -> np.ndarray | None:
@@ -489,18 +573,25 @@ def _stream(
     limit: int | None,
     st: os.stat_result,
     splitter: SplitSink | None = None,
-) -> int:
+    data: bytes | None = None,
+) -> tuple[int, memoryview | bytes | None]:
     """``survivors``: compaction's pass two keeps only the records at these offsets (sorted). Returns the file
-    position after the last entry read."""
+    position after the last entry read, and the whole file when one chunk read all of it (``StreamRun.whole``)."""
     opts = task.options
     path = task.source
     base = task.base_offset
     written = 0
     stop = start
-    chunks = read_chunks(
-        src, path, opts.chunk_bytes, reuse=True, start=start, limit=limit, size_hint=st.st_size - start
-    )
+    if data is not None and start == 0 and limit is None:
+        chunks: Iterable[Chunk] = (decode_whole(data, path),)
+    else:
+        chunks = read_chunks(
+            src, path, opts.chunk_bytes, reuse=True, start=start, limit=limit, size_hint=st.st_size - start
+        )
+    count = 0
+    buf: bytes | memoryview = b""
     for chunk in chunks:
+        count += 1
         buf, buf_position, entries = chunk.buffer, chunk.position, chunk.entries
         for item in entries.items:
             kept = item if survivors is None else retained(item, survivors)
@@ -563,7 +654,9 @@ def _stream(
                 )
             result.truncated_tail_bytes = entries.tail.size
     result.output_bytes = written
-    return stop
+    # one chunk from position 0 of exactly the file's size: the reader saw the end of the file in that read
+    whole = buf if count == 1 and start == 0 and limit is None and len(buf) == st.st_size else None
+    return stop, whole
 
 
 class SplitSink(Protocol):

@@ -37,6 +37,17 @@ def edges_digest_of(fd: int, size: int) -> str:
     return h.hexdigest()
 
 
+def edges_digest_of_bytes(data: bytes | memoryview, size: int) -> str:
+    """``edges_digest`` of a file whose ``size`` bytes are ``data`` (read whole already)."""
+    if len(data) != size:
+        raise ValueError(f"edges_digest_of_bytes: {len(data)} bytes given for a file of {size}")
+    h = hashlib.sha256(size.to_bytes(8, "big"))
+    h.update(data[: min(size, EDGE_BYTES)])
+    if size > EDGE_BYTES:
+        h.update(data[max(EDGE_BYTES, size - EDGE_BYTES) : size])
+    return h.hexdigest()
+
+
 def _describe(st: os.stat_result) -> str:
     return f"{st.st_size} bytes, mtime_ns {st.st_mtime_ns}, inode {st.st_ino}, ctime_ns {st.st_ctime_ns}"
 

@@ -12,6 +12,7 @@ batch), and ``IndexBuilder`` feeds it chunk after chunk, carrying the loop's sta
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -23,6 +24,8 @@ from migrate.model.plan_tree import DEFAULT_INDEX_INTERVAL_BYTES
 from migrate.segment import offset_index, time_index
 
 _INT64_MAX = 2**63 - 1
+_INT32_MAX = 2**31 - 1
+_TIME_ENTRY = struct.Struct(">qi")  # a time-index entry: timestamp, offset relative to the base
 
 # (valid bytes, last index entry, max timestamp so far, offset of that max, timestamp of the last time-index entry)
 IndexState = tuple[int, int, int, int, int]
@@ -160,6 +163,15 @@ class IndexBuilder:
 
     def finish(self) -> tuple[bytes, bytes]:
         """(.index bytes, .timeindex bytes), with the time index's final roll entry."""
+        if not self.offset_parts and not self.time_parts:
+            # no entry but the roll one, as in every segment under index.interval.bytes: the same bytes as
+            # ``time_index.encode`` gives, without its arrays
+            _, _, max_ts, off_of_max, last_time_ts = self.state
+            if max_ts <= last_time_ts:
+                return b"", b""
+            relative = off_of_max - self.base_offset
+            if 0 <= relative <= _INT32_MAX and -(2**63) <= max_ts <= _INT64_MAX:
+                return b"", _TIME_ENTRY.pack(max_ts, relative)
         off, tim = self.entries()
         return (
             offset_index.encode(self.base_offset, off[:, 0], off[:, 1]),

@@ -171,6 +171,27 @@ def read_file(path: str | Path, chunk_bytes: int = DEFAULT_CHUNK_BYTES, deep: bo
         yield from read_chunks(src, str(path), chunk_bytes, deep)
 
 
+def read_whole(fd: int, size: int) -> bytes | None:
+    """The file open as ``fd``, whole, when it holds exactly ``size`` bytes: what ``read_chunks`` reads from position 0
+    when ``size`` is below its chunk size (one read of ``size + 1`` bytes that comes back short, one that finds the
+    end), with pread: the file position is left alone. None when the file is not that size now (it grew or shrank
+    since ``size`` was taken): the caller reads it in chunks then."""
+    data = os.pread(fd, size + 1, 0)
+    if len(data) != size or os.pread(fd, 1, size):
+        return None
+    return data
+
+
+def decode_whole(data: bytes, path: str, decode: Callable[[Any, bool], Decoded] | None = None) -> Chunk:
+    """``data``, a whole file (``read_whole``), as the one chunk ``read_chunks`` would make of it: decoded as the final
+    buffer (default ``read_entries``), errors naming ``path`` and the file position."""
+    try:
+        decoded = decode(data, True) if decode is not None else read_entries(data, final=True)
+    except CorruptRecordError as exc:
+        raise exc.with_path(path, 0) from exc
+    return Chunk(0, data, decoded)
+
+
 def open_unbuffered(path: str | Path) -> tuple[BinaryIO, os.stat_result]:
     """The file for ``read_chunks(reuse=True)`` (no second buffer in between) and its stat, from one open."""
     src = open(path, "rb", buffering=0)  # noqa: SIM115 - the caller closes it

@@ -34,7 +34,7 @@ from migrate.model.plan_tree import ConvertOptions
 from migrate.model.run_state import SegmentResult
 from migrate.segment import offset_index, time_index
 from migrate.segment.indexes import IndexBuilder
-from migrate.segment.reader import DEFAULT_CHUNK_BYTES, open_unbuffered, read_chunks, read_file
+from migrate.segment.reader import DEFAULT_CHUNK_BYTES, Chunk, decode_whole, read_chunks, read_file, read_whole
 
 
 @dataclass
@@ -98,7 +98,21 @@ def read_back(
     (Kafka's recovery rule) and ``on_batches``. ``region``: only the batches that start in ``[start, end)`` of the
     file (a range's place in a joined segment); sizes and the head are then the region's."""
     back = ReadBack()
-    src, st = open_unbuffered(log_path)
+    fd = os.open(log_path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        # a file under the chunk size is read whole, as the chunked read below would read it, without its buffers
+        data = read_whole(fd, st.st_size) if region is None and st.st_size < chunk_bytes else None
+        if data is None:
+            src = open(fd, "rb", buffering=0)  # noqa: SIM115 - closed below (and it closes ``fd``)
+    except BaseException:
+        os.close(fd)
+        raise
+    if data is not None:
+        os.close(fd)
+        _take(back, decode_whole(data, str(log_path), _decode), 0, digest, index, target_magic, on_batches)
+        back.records = digest.records
+        return back
     start, end = region if region is not None else (0, None)
     with src:
         src.seek(start)
@@ -107,24 +121,37 @@ def read_back(
             src, str(log_path), chunk_bytes, decode=_decode, reuse=True, start=start, limit=end, size_hint=left
         )
         for chunk in chunks:
-            decoded: _Decoded = chunk.entries
-            if chunk.position == start:
-                back.head = bytes(chunk.buffer[:12])
-            groups = decoded.groups
-            for _, records in groups:
-                digest.update(records)
-            batches = groups[0][0] if len(groups) == 1 else BatchColumns.concat([g[0] for g in groups])
-            if len(batches):
-                if index is not None:
-                    index.add_batches(batches.sizes, batches.last_offsets, batches.max_timestamps)
-                if on_batches is not None:
-                    on_batches(batches)
-                back.batches += len(batches)
-                back.below_magic += int(np.count_nonzero(batches.magics < target_magic))
-            back.size = chunk.end - start
-            back.tail = decoded.tail or back.tail
+            _take(back, chunk, start, digest, index, target_magic, on_batches)
     back.records = digest.records
     return back
+
+
+def _take(
+    back: ReadBack,
+    chunk: Chunk,
+    start: int,
+    digest: LogDigest,
+    index: IndexBuilder | None,
+    target_magic: int,
+    on_batches: Callable[[BatchColumns], None] | None,
+) -> None:
+    """One chunk read back: its records into ``digest``, its batches into ``index`` and ``on_batches``."""
+    decoded: _Decoded = chunk.entries
+    if chunk.position == start:
+        back.head = bytes(chunk.buffer[:12])
+    groups = decoded.groups
+    for _, records in groups:
+        digest.update(records)
+    batches = groups[0][0] if len(groups) == 1 else BatchColumns.concat([g[0] for g in groups])
+    if len(batches):
+        if index is not None:
+            index.add_batches(batches.sizes, batches.last_offsets, batches.max_timestamps)
+        if on_batches is not None:
+            on_batches(batches)
+        back.batches += len(batches)
+        back.below_magic += int(np.count_nonzero(batches.magics < target_magic))
+    back.size = chunk.end - start
+    back.tail = decoded.tail or back.tail
 
 
 def verify_segment(
@@ -143,7 +170,7 @@ def verify_segment(
     outputs = [(base, result.outputs, result.output_stats)]
     outputs += [(p.base_offset, p.outputs, p.output_stats) for p in result.parts or ()]
     below_magic = 0
-    for n, (part_base, files, _) in enumerate(outputs):
+    for n, (part_base, files, stats) in enumerate(outputs):
         rebuilt = IndexBuilder(part_base, options.index_interval_bytes)
         seen = _Span()
         try:
@@ -157,7 +184,7 @@ def verify_segment(
             check.fail(f"{files['.log']}: {back.tail} bytes after the last complete batch")
         if result.parts is not None:
             _check_part(check, files[".log"], part_base, n, outputs, back, seen, options)
-        _check_indexes(files, part_base, rebuilt, check, options)
+        _check_indexes(files, part_base, rebuilt, check, options, {k: v.size for k, v in stats.items()})
     check.records = digest.records
     check.digest_ts = digest.hexdigests()[1]
     if expected is not None:
@@ -268,11 +295,18 @@ def _short(value: object) -> str:
 
 
 def _check_indexes(
-    outputs: dict[str, str], base: int, rebuilt: IndexBuilder, check: SegmentCheck, options: ConvertOptions
+    outputs: dict[str, str],
+    base: int,
+    rebuilt: IndexBuilder,
+    check: SegmentCheck,
+    options: ConvertOptions,
+    sizes: dict[str, int] | None = None,
 ) -> None:
-    """The index files must be exactly what Kafka's recovery builds from the batches read back."""
-    index_data = _read(outputs[".index"])
-    time_data = _read(outputs[".timeindex"])
+    """The index files must be exactly what Kafka's recovery builds from the batches read back. ``sizes``: what the
+    conversion wrote (the reads' first size; the files are read to their end whatever it is)."""
+    sizes = sizes or {}
+    index_data = _read(outputs[".index"], sizes.get(".index", 0))
+    time_data = _read(outputs[".timeindex"], sizes.get(".timeindex", 0))
     want_index, want_time = rebuilt.finish()
     if want_index == index_data and want_time == time_data:
         return
@@ -291,14 +325,17 @@ def _check_indexes(
         check.fail(f"cannot read the converted log to explain the index difference: {exc}")
 
 
-def _read(path: str) -> bytes:
-    """A small file whole (an index): one open and read, none of ``Path.read_bytes``'s layers."""
+def _read(path: str, size_hint: int = 0) -> bytes:
+    """A small file whole (an index): one open and read, none of ``Path.read_bytes``'s layers. ``size_hint``: its
+    expected size, so the first read asks for no more than it needs (and one more byte, to see the end)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         chunks = []
-        while data := os.read(fd, 1 << 20):
+        want = size_hint + 1 if 0 <= size_hint < 1 << 20 else 1 << 20
+        while data := os.read(fd, want):
             chunks.append(data)
-        return b"".join(chunks)
+            want = 1 << 20
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
     finally:
         os.close(fd)
 

@@ -22,7 +22,7 @@ from migrate.compaction.reference import expected_records
 from migrate.errors import LocatedError, StateWriteError, UnsafePathError
 from migrate.format.records import Record
 from migrate.kafka.names import segment_name
-from migrate.model.plan_tree import Plan, TaskPlan
+from migrate.model.plan_tree import ConvertOptions, PartitionPlan, Plan, SegmentPlan, TaskPlan
 from migrate.model.run_state import (
     ConversionStatus,
     Outcome,
@@ -49,29 +49,62 @@ from migrate.stages.compact import survivors_path
 from migrate.watch import progress
 
 
-def segment_task(
-    plan: Plan, log_dir: str, partition: str, base_offset: int, work_dirs: dict[str, str] | None = None
-) -> SegmentTask:
-    """``work_dirs``: the partitions' work dirs this task has proven already (a task of many small segments checks
-    each partition's once, not once per segment)."""
-    p = plan.partition(log_dir, partition)
-    seg = p.segment_by_base[base_offset]
-    staging = work_dirs.get(partition) if work_dirs is not None else None
-    if staging is None:
+@dataclasses.dataclass(frozen=True, slots=True)
+class PartitionFacts:
+    """What every segment of one partition shares in a task: its plan, its proven work dir, its options and survivors
+    file. Looked up once per partition: a task of many tiny segments would otherwise rebuild each per segment."""
+
+    part: PartitionPlan
+    staging_dir: str
+    options: ConvertOptions
+    survivors: str | None
+
+
+def partition_facts(
+    plan: Plan, log_dir: str, partition: str, known: dict[str, PartitionFacts] | None = None
+) -> PartitionFacts:
+    """``known``: the partitions this task has looked up (and whose work dirs it has proven) already."""
+    facts = known.get(partition) if known is not None else None
+    if facts is None:
+        p = plan.partition(log_dir, partition)
         # made here, proven a real directory: one planted as a symbolic link would send the outputs elsewhere
         staging = str(checked_work_dir(p.dir, plan.plan_id, create=True))
-        if work_dirs is not None:
-            work_dirs[partition] = staging
+        facts = PartitionFacts(
+            p,
+            staging,
+            plan.options.for_partition(p.leader_epoch),
+            str(survivors_path(p.dir, plan.plan_id)) if p.compaction is not None else None,
+        )
+        if known is not None:
+            known[partition] = facts
+    return facts
+
+
+def segment_task(
+    plan: Plan,
+    log_dir: str,
+    partition: str,
+    base_offset: int,
+    known: dict[str, PartitionFacts] | None = None,
+    seg: SegmentPlan | None = None,
+) -> SegmentTask:
+    """``known``: the partitions' facts this task has looked up already (a task of many small segments looks each
+    partition up, and checks its work dir, once, not once per segment). ``seg``: the segment's plan, when the
+    caller has it."""
+    facts = partition_facts(plan, log_dir, partition, known)
+    p = facts.part
+    if seg is None:
+        seg = p.segment_by_base[base_offset]
     return SegmentTask(
         source=os.path.join(p.dir, segment_name(base_offset, ".log")),
-        staging_dir=staging,
+        staging_dir=facts.staging_dir,
         base_offset=base_offset,
-        options=plan.options.for_partition(p.leader_epoch),
+        options=facts.options,
         expected_size=seg.size,
         expected_mtime_ns=seg.mtime_ns,
         expected_inode=seg.inode,
         tail_drop=seg.tail_drop,
-        survivors=str(survivors_path(p.dir, plan.plan_id)) if p.compaction is not None else None,
+        survivors=facts.survivors,
         split=seg.split,
     )
 
@@ -122,7 +155,15 @@ def convert_task(plan: Plan, task_id: str, run: str = "") -> ConvertTaskResult:
         store.record_outcomes(outcomes)
     # the driver keeps every segment's outcome of a run: without its result (the state store holds it, and the
     # progress feed carried it), so a million segments cost the driver their counts, not their digests and stats
-    return ConvertTaskResult(tuple(o if o.result is None else dataclasses.replace(o, result=None) for o in outcomes))
+    return ConvertTaskResult(tuple(o if o.result is None else _without_result(o) for o in outcomes))
+
+
+def _without_result(outcome: SegmentOutcome) -> SegmentOutcome:
+    """``dataclasses.replace(outcome, result=None)`` without its per-field work (a million outcomes pass here); the
+    record has no ``__post_init__`` to run."""
+    copy = object.__new__(SegmentOutcome)
+    copy.__dict__.update(outcome.__dict__, result=None)
+    return copy
 
 
 def _run(
@@ -134,7 +175,7 @@ def _run(
     outcomes: list[SegmentOutcome] = []
     failed: set[str] = {n for n, s in partition_states.items() if s not in WORKABLE}
     stopped: Problem | None = None
-    work_dirs: dict[str, str] = {}
+    known: dict[str, PartitionFacts] = {}
     for ref in task.segments:
         skip = (
             stopped is not None
@@ -144,7 +185,7 @@ def _run(
         if skip:
             outcomes.append(SegmentOutcome(task.log_dir, ref.partition, ref.base_offset, Outcome.SKIPPED))
             continue
-        outcome = convert_and_verify(plan, task.log_dir, ref.partition, ref.base_offset, work_dirs)
+        outcome = convert_and_verify(plan, task.log_dir, ref.partition, ref.base_offset, known)
         outcomes.append(outcome)
         progress.report(outcome)
         if outcome.outcome in (Outcome.REFUSED, Outcome.FAILED):
@@ -193,14 +234,17 @@ def convert_range_task(plan: Plan, task: TaskPlan, run: str = "") -> RangePart:
 
 
 def convert_and_verify(
-    plan: Plan, log_dir: str, partition: str, base_offset: int, work_dirs: dict[str, str] | None = None
+    plan: Plan, log_dir: str, partition: str, base_offset: int, known: dict[str, PartitionFacts] | None = None
 ) -> SegmentOutcome:
+    """``known``: the partitions' facts this task looked up already (``partition_facts``)."""
     started = time.perf_counter()
     fallback = ""
     try:
-        task = segment_task(plan, log_dir, partition, base_offset, work_dirs)
+        facts = partition_facts(plan, log_dir, partition, known)
+        seg = facts.part.segment_by_base[base_offset]
+        task = segment_task(plan, log_dir, partition, base_offset, known, seg)
         entry = plan.log_dir(log_dir)
-        if entry.staging_dir is not None and plan.partition(log_dir, partition).segment_by_base[base_offset].staged:
+        if entry.staging_dir is not None and seg.staged:
             faults.point("before:take-staged")
             taken = take_staged(entry.log_dir, entry.staging_dir, partition, task, deep=bool(entry.reverify_staged))
             if taken.result is not None:
@@ -219,14 +263,26 @@ def convert_and_verify(
         problem = Problem("bug", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}", task.source)
         return unconverted(log_dir, partition, base_offset, Outcome.FAILED, problem, started)
     converted = time.perf_counter()
-    base = _verified(log_dir, partition, base_offset, result, started, staged_fallback=fallback)
+    convert_seconds = converted - started
     if result.status != ConversionStatus.CONVERTED:
-        return _with(base, outcome=Outcome.UNCHANGED, finished_at=time.time())
+        return _outcome(
+            log_dir, partition, base_offset, result, convert_seconds, Outcome.UNCHANGED, staged_fallback=fallback
+        )
     try:
-        check = verify_segment(result, task.options, expected=_survivors_expected(plan, log_dir, partition, task))
+        expected = _survivors_expected(facts, seg, task)
+        check = verify_segment(result, task.options, expected=expected)
     except OSError as exc:
         _discard(result)
-        return _with(base, outcome=Outcome.FAILED, problem=Problem.of(exc), finished_at=time.time())
+        return _outcome(
+            log_dir,
+            partition,
+            base_offset,
+            result,
+            convert_seconds,
+            Outcome.FAILED,
+            problem=Problem.of(exc),
+            staged_fallback=fallback,
+        )
     verify_seconds = time.perf_counter() - converted
     if not check.ok:
         _discard(result)
@@ -236,55 +292,71 @@ def convert_and_verify(
             "is a bug in kafka-log-migrate: keep the segment and report it",
             task.source,
         )
-        return _with(
-            base, outcome=Outcome.REFUSED, problem=problem, verify_seconds=verify_seconds, finished_at=time.time()
+        return _outcome(
+            log_dir,
+            partition,
+            base_offset,
+            result,
+            convert_seconds,
+            Outcome.REFUSED,
+            problem=problem,
+            verify_seconds=verify_seconds,
+            staged_fallback=fallback,
         )
-    return _with(base, verify_seconds=verify_seconds, finished_at=time.time())
+    return _outcome(
+        log_dir,
+        partition,
+        base_offset,
+        result,
+        convert_seconds,
+        verify_seconds=verify_seconds,
+        staged_fallback=fallback,
+    )
 
 
 def _taken(log_dir: str, partition: str, base_offset: int, result: SegmentResult, started: float) -> SegmentOutcome:
     """A segment whose pre-staged conversion was taken: verified by the pass that staged it, from disk, and provably
     unchanged since (``migrate.prestage.cutover``)."""
-    return _verified(
-        log_dir, partition, base_offset, result, started, finished_at=time.time(), staged_seconds=result.seconds
+    return _outcome(
+        log_dir, partition, base_offset, result, time.perf_counter() - started, staged_seconds=result.seconds
     )
 
 
-def _verified(
-    log_dir: str, partition: str, base_offset: int, result: SegmentResult, started: float, **more: object
+def _outcome(
+    log_dir: str,
+    partition: str,
+    base_offset: int,
+    result: SegmentResult,
+    convert_seconds: float,
+    outcome: Outcome = Outcome.VERIFIED,
+    **more: object,
 ) -> SegmentOutcome:
+    """A converted segment's outcome, built once (a ``dataclasses.replace`` of a draft costs more than the rest of a
+    tiny segment's bookkeeping)."""
     return SegmentOutcome(
         log_dir,
         partition,
         base_offset,
-        Outcome.VERIFIED,
+        outcome,
         source_bytes=result.source_bytes,
         output_bytes=result.output_bytes,
         records=result.records,
-        convert_seconds=time.perf_counter() - started,
+        convert_seconds=convert_seconds,
         result=result,
+        finished_at=time.time(),
         **more,  # type: ignore[arg-type]
     )
 
 
-def _survivors_expected(plan: Plan, log_dir: str, partition: str, task: SegmentTask) -> Iterator[Record] | None:
+def _survivors_expected(facts: PartitionFacts, seg: SegmentPlan, task: SegmentTask) -> Iterator[Record] | None:
     """A compacted partition's segment is verified record by record against the survivors the simple reference
     implementation computed (the compact stage stored them only once it agreed), not against the source digest."""
-    part = plan.partition(log_dir, partition)
-    if part.compaction is None or task.survivors is None:
+    if facts.part.compaction is None or task.survivors is None:
         return None
-    seg = part.segment_by_base[task.base_offset]
     survivors = load_survivors(task.survivors)
     return expected_records(
         task.source, survivors, seg.mtime_ns // 1_000_000, task.options.timestamps, task.options.chunk_bytes
     )
-
-
-def _with(base: SegmentOutcome, /, **changes) -> SegmentOutcome:
-    # positional-only: callers change the field named ``outcome``
-    from dataclasses import replace
-
-    return replace(base, **changes)
 
 
 def _discard(result: SegmentResult) -> None:
