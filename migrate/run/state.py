@@ -202,10 +202,57 @@ def swap_files_from_json(data: Any, where: str) -> tuple[SwapFile, ...]:
             ):
                 out.append(SwapFile(suffix, before, output, base))
                 continue
-        raise ModelError(
-            f"{where}[{i}]: expected a swap file (suffix, original and output: objects of inode, size and mtime_ns, "
-            f"base_offset), found {item!r}"
-        )
+        raise _bad_swap_file(where, i, item)
+    return tuple(out)
+
+
+def _bad_swap_file(where: str, i: int, item: Any) -> ModelError:
+    return ModelError(
+        f"{where}[{i}]: expected a swap file (suffix, original and output: objects of inode, size and mtime_ns, "
+        f"base_offset), found {item!r}"
+    )
+
+
+# a file's identity as a plain tuple (inode, size, mtime_ns): what a FileStat compares, without building one. The
+# classifications of 10^6 files (status, every reconciliation, rollback's checks) compare these with os.stat results
+StatKey = tuple[int, int, int]
+# one swap file as StatKeys: (suffix, base_offset or None, original or None, output)
+SwapFileKey = tuple[str, "int | None", "StatKey | None", StatKey]
+
+
+def stat_key(st: FileStat | None) -> StatKey | None:
+    return None if st is None else (st.inode, st.size, st.mtime_ns)
+
+
+def _key_from(data: Any) -> StatKey | None:
+    """``_stat_from`` as a StatKey."""
+    if type(data) is dict and data.keys() == _STAT_KEYS:
+        inode, size, mtime = data["inode"], data["size"], data["mtime_ns"]
+        if type(inode) is int and type(size) is int and type(mtime) is int:
+            return inode, size, mtime
+    return None
+
+
+def swap_file_keys(data: Any, where: str) -> tuple[SwapFileKey, ...]:
+    """``swap_files_from_json`` as StatKey tuples, exactly as strict (the same ModelError for the same data): what
+    classifying a partition by its files needs, without a SwapFile and two FileStats per file."""
+    if type(data) is not list:
+        raise ModelError(f"{where}: expected a list of swap files, found {type(data).__name__}")
+    out = []
+    for i, item in enumerate(data):
+        if type(item) is dict and _SWAP_FILE_REQUIRED <= item.keys() <= _SWAP_FILE_KEYS:
+            suffix, original, base = item["suffix"], item["original"], item.get("base_offset")
+            before = None if original is None else _key_from(original)
+            output = _key_from(item["output"])
+            if (
+                type(suffix) is str
+                and output is not None
+                and (before is not None or original is None)
+                and (base is None or type(base) is int)
+            ):
+                out.append((suffix, base, before, output))
+                continue
+        raise _bad_swap_file(where, i, item)
     return tuple(out)
 
 
@@ -659,6 +706,15 @@ class StateStore:
             (partition,),
         )
         return [self._row(r) for r in rows]
+
+    def swap_texts(self, partition: str) -> list[tuple[int, str, str | None]]:
+        """(base, swap JSON, result JSON) of the partition's segments whose swap was recorded, by base offset, as
+        stored: the same texts its swap record holds (``migrate.run.swap_record.record_text`` splices them), which
+        lets a reconciliation prove a record is what the database says without decoding its results."""
+        return self.conn.execute(
+            "SELECT base, swap, result FROM segments WHERE partition=? AND swap IS NOT NULL ORDER BY base",
+            (partition,),
+        ).fetchall()
 
     def converted_results(self) -> Iterator[tuple[str, int, SegmentResult]]:
         """Every segment this run converted, swapped in or not yet."""

@@ -42,7 +42,7 @@ def finalize_log_dir(plan: Plan, key: str, partial: bool = False) -> FinalizeRep
                 "was deleted. `rollback --force` puts the originals back and loses those writes."
             )
         states = store.partition_states()
-        mixed = sorted({*(n for n, s in states.items() if s.mixed), *files_mixed(plan, key)})
+        mixed = sorted({*(n for n, s in states.items() if s.mixed), *files_mixed(plan, key, store)})
         if mixed or store.phase in (LogDirPhase.ROLLING_BACK, LogDirPhase.ROLLED_BACK):
             raise MigrateError(
                 f"{log_dir}: {len(mixed)} partition(s) are mid-swap or mid-rollback "
@@ -86,13 +86,15 @@ def _unproven(
     out = []
     for name in names:
         part = plan.partition(key, name)
-        truth = known.get(name) or partition_truth(part, plan.plan_id, fallback=db_swap_record(plan, store, name))
-        if truth.record is None or truth.truth != FileTruth.CONVERTED:
+        truth = known.get(name) or partition_truth(
+            part, plan.plan_id, fallback=db_swap_record(plan, store, name), known=store.swap_texts(name)
+        )
+        if not truth.has_record or truth.truth != FileTruth.CONVERTED:
             out.append(f"{part.dir}: its files are {truth.truth.value}, not the converted ones its swap recorded")
             continue
-        for s in truth.record.segments:
-            live = segment_file(part.dir, s.base_offset, ".log")
-            if s.log_edges and edges_digest(live) != s.log_edges:
+        for base, log_edges in truth.log_edges():
+            live = segment_file(part.dir, base, ".log")
+            if log_edges and edges_digest(live) != log_edges:
                 out.append(f"{live}: its first or last bytes are not those of the output that was swapped in")
     return out
 

@@ -139,9 +139,11 @@ def _reconcile_partitions(
         if not has_record and state not in LIVE:
             continue  # nothing renamed yet: the swap checks each file before its first rename
         try:
-            # the database's copy of the swap only where the files keep none (runs from before swap records)
+            # the database's copy of the swap only where the files keep none (runs from before swap records);
+            # where they keep one, the database's rows only spare decoding it where it is exactly what they say
+            known = store.swap_texts(name)
             fallback = None if has_record else db_swap_record(plan, store, name)
-            truth = partition_truth(part, plan.plan_id, fallback=fallback)
+            truth = partition_truth(part, plan.plan_id, fallback=fallback, known=known)
         except UnreadableSwapRecordError as exc:
             unresolved.append(
                 PartitionProblem(name, Problem("state", f"{exc}; its live files are not the planned ones"))
@@ -150,7 +152,7 @@ def _reconcile_partitions(
         truths[name] = truth
         if truth.truth == FileTruth.CHANGED:
             unresolved.append(PartitionProblem(name, Problem("live-changed", "; ".join(truth.changed[:3]), part.dir)))
-            if state not in LIVE and truth.record is not None and write:
+            if state not in LIVE and truth.has_record and write:
                 store.adopt_swap(
                     name, _segments(part.dir, plan.plan_id, truth), "files changed mid-swap: fence kept up"
                 )
@@ -191,22 +193,24 @@ def _correction(state: PartitionState, truth: PartitionTruth) -> str | None:
             return None
         return "swapping (execute finishes it, rollback undoes it)"
     # ORIGINAL
-    if state in (PartitionState.SWAPPING, PartitionState.ROLLING_BACK) and truth.record is not None:
+    if state in (PartitionState.SWAPPING, PartitionState.ROLLING_BACK) and truth.has_record:
         return None  # a swap that renamed nothing yet, or a rollback that restored all: the verbs finish either
-    if state == PartitionState.MIGRATED or truth.record is not None:
+    if state == PartitionState.MIGRATED or truth.has_record:
         return "planned again (its swap was undone; execute converts it anew)"
     return None
 
 
-def files_mixed(plan: Plan, key: str) -> list[str]:
+def files_mixed(plan: Plan, key: str, store: StateStore | None = None) -> list[str]:
     """Partitions of the log dir whose live files are partly original and partly converted, by their swap records:
-    asked before the fence comes down, whatever the state database says."""
+    asked before the fence comes down, whatever the state database says (``store``: its rows only spare decoding
+    a record that is exactly what they say)."""
     mixed = []
     for part in plan.log_dir(key).partitions:
         if not os.path.exists(record_file(part.dir, plan.plan_id)):
             continue
         try:
-            truth = partition_truth(part, plan.plan_id).truth
+            known = store.swap_texts(part.name) if store is not None else None
+            truth = partition_truth(part, plan.plan_id, known=known).truth
         except UnreadableSwapRecordError:
             truth = FileTruth.CHANGED
         if truth in (FileTruth.MIXED, FileTruth.CHANGED):

@@ -112,7 +112,7 @@ def rollback_log_dir(plan: Plan, key: str, force: bool = False) -> RollbackRepor
             remove_work_dirs([plan.partition(key, name).dir for name in rest], plan.plan_id)
             store.set_partitions(rest, PartitionState.ROLLED_BACK, EventKind.PARTITION_ROLLED_BACK)
             sync_filesystem(log_dir)
-            mixed = files_mixed(plan, key)
+            mixed = files_mixed(plan, key, store)
             if mixed:  # never reached while restore is sound; if it is, the fence must not come down
                 raise MigrateError(
                     f"{log_dir}: after the rollback {len(mixed)} partition(s) still have a swap record and live files "

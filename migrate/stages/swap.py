@@ -62,7 +62,7 @@ def swap_log_dir(plan: Plan, key: str, swap_ready: bool = True) -> SwapReport:
             try:
                 # the fence is up exactly while a partition is mixed, whatever stopped the stage; the files are
                 # asked too, not only the state
-                mixed = sorted({*mixed, *files_mixed(plan, key)})
+                mixed = sorted({*mixed, *files_mixed(plan, key, store)})
                 if not mixed and fence.lower_fence(log_dir):
                     store.record_event(EventKind.FENCE_DOWN)
                 if stopped is None and not store.partitions_in(
