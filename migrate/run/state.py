@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import gc
 import json
 import os
+import re
 import sqlite3
 import time
 from collections.abc import Iterable, Iterator
@@ -233,6 +235,43 @@ def _key_from(data: Any) -> StatKey | None:
     return None
 
 
+_NUM = r"(-?(?:0|[1-9][0-9]*))"
+_STAT_TEXT = r'\{"inode":' + _NUM + r',"size":' + _NUM + r',"mtime_ns":' + _NUM + r"\}"
+_FILE_TEXT = (
+    r'\{"suffix":"([A-Za-z0-9._-]*)","original":(?:null|'
+    + _STAT_TEXT
+    + r'),"output":'
+    + _STAT_TEXT
+    # base_offset last: swap_files_json's key order
+    + r'(?:,"base_offset":'
+    + _NUM
+    + r")?\}"
+)
+_FILE_RE = re.compile(_FILE_TEXT)
+_FILES_RE = re.compile(r"\[(?:" + _FILE_TEXT.replace("(", "(?:").replace("(?:?:", "(?:") + r"(?:,(?=\{)|(?=\])))*\]")
+
+
+# a segment's usual swap: three files (.log, .index, .timeindex), matched and read in one pass
+_THREE_FILES_RE = re.compile(r"\[" + _FILE_TEXT + "," + _FILE_TEXT + "," + _FILE_TEXT + r"\]")
+
+
+def _file_key(suffix: str, i0: str, s0: str, m0: str, i1: str, s1: str, m1: str, base: str) -> SwapFileKey:
+    return suffix, int(base) if base else None, (int(i0), int(s0), int(m0)) if i0 else None, (int(i1), int(s1), int(m1))
+
+
+def swap_file_keys_of(text: str, where: str) -> tuple[SwapFileKey, ...]:
+    """``swap_file_keys(json.loads(text))`` for a swap column as ``swap_files_json`` and ``_dumps`` write it (the
+    whole text must be exactly that form, integers as JSON writes them): read with regular expressions instead of a
+    JSON decode and a check of every object; any other text is decoded and checked as JSON."""
+    m = _THREE_FILES_RE.fullmatch(text)
+    if m is not None:
+        g = m.groups()
+        return _file_key(*g[:8]), _file_key(*g[8:16]), _file_key(*g[16:])
+    if _FILES_RE.fullmatch(text) is None:
+        return swap_file_keys(json.loads(text), where)
+    return tuple(_file_key(*g) for g in _FILE_RE.findall(text))
+
+
 def swap_file_keys(data: Any, where: str) -> tuple[SwapFileKey, ...]:
     """``swap_files_from_json`` as StatKey tuples, exactly as strict (the same ModelError for the same data): what
     classifying a partition by its files needs, without a SwapFile and two FileStats per file."""
@@ -254,6 +293,20 @@ def swap_file_keys(data: Any, where: str) -> tuple[SwapFileKey, ...]:
                 continue
         raise _bad_swap_file(where, i, item)
     return tuple(out)
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """The cyclic garbage collector off for a loop over 10^5-10^6 files that makes many small objects and no cycle:
+    each of its collections would walk the whole heap (the plan's every segment), several seconds of a status or a
+    swap at 10^5 segments. Reference counting frees everything as before; the collector is back on afterwards."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 def _json(value: Any) -> str | None:

@@ -42,6 +42,7 @@ from migrate.run.state import (
     SwapFileKey,
     stat_key,
     swap_file_keys,
+    swap_file_keys_of,
     swap_files_from_json,
     swap_files_json,
 )
@@ -143,7 +144,8 @@ class RecordData:
 
     plan_id: str
     partition: str
-    # (base offset, files as StatKeys, files as JSON data, log edges, result as JSON data or None)
+    # (base offset, files as StatKeys, files as JSON data or text, log edges, result as JSON data or None); the
+    # text (the database's swap column) is one object where its data are a dozen, at 10^6 segments in a status
     segments: tuple[tuple[int, tuple[SwapFileKey, ...], Any, str, Any], ...]
 
     def record(self) -> PartitionSwapRecord:
@@ -151,7 +153,12 @@ class RecordData:
             self.plan_id,
             self.partition,
             tuple(
-                SegmentSwap(base, swap_files_from_json(files, "swap record"), edges, result)
+                SegmentSwap(
+                    base,
+                    swap_files_from_json(json.loads(files) if type(files) is str else files, "swap record"),
+                    edges,
+                    result,
+                )
                 for base, _, files, edges, result in self.segments
             ),
         )
@@ -215,24 +222,31 @@ def _as_known(
         return None
     pos = len(head)
     out = []
+    starts = text.startswith
     for i, (base, swap, result) in enumerate(known):
         if result is None or not (result.startswith("{") and result.endswith("}")):
             return None
-        item = f'{"," if i else ""}{{"base_offset":{base},"files":{swap},"result":{result},"log_edges":"'
-        if not text.startswith(item, pos):
+        # compared in place, piece by piece: no copy of the result text, the most of each segment's bytes
+        item = f'{"," if i else ""}{{"base_offset":{base},"files":'
+        if not starts(item, pos):
             return None
         pos += len(item)
+        if not starts(swap, pos) or not starts(',"result":', pos + len(swap)):
+            return None
+        pos += len(swap) + 10
+        if not starts(result, pos) or not starts(',"log_edges":"', pos + len(result)):
+            return None
+        pos += len(result) + 14
         edges = text[pos : pos + 64]
-        if not _EDGES_RE.fullmatch(edges) or not text.startswith('"}', pos + 64):
+        if not _EDGES_RE.fullmatch(edges) or not starts('"}', pos + 64):
             return None
         pos += 66
         try:
-            files = json.loads(swap)
-            keys = swap_file_keys(files, f"swap record.segments[{i}].files")
+            keys = swap_file_keys_of(swap, f"swap record.segments[{i}].files")
             data = json.loads(result) if results else None
         except (ValueError, ModelError):
             return None  # the whole text is decoded, and refused as it must be
-        out.append((base, keys, files, edges, data))
+        out.append((base, keys, swap, edges, data))
     if pos + 2 != len(text):
         return None
     return RecordData(plan_id, partition, tuple(out))

@@ -27,7 +27,7 @@ from migrate.model.plan_tree import LogDirPlan, Plan
 from migrate.model.run_state import EventKind, PartitionState, Problem
 from migrate.model.stage_reports import PartitionProblem
 from migrate.run import fence
-from migrate.run.state import StateHealth, StateStore, remove_state_files
+from migrate.run.state import StateHealth, StateStore, gc_paused, remove_state_files
 from migrate.run.swap_record import (
     FileTruth,
     PartitionSwapRecord,
@@ -109,7 +109,8 @@ def open_reconciled(
     else:
         store = StateStore.open(log_dir, plan.plan_id)
     try:
-        corrected, unresolved, truths = _reconcile_partitions(plan, key, store, write)
+        with gc_paused():
+            corrected, unresolved, truths = _reconcile_partitions(plan, key, store, write)
     except BaseException:
         store.close()
         raise
@@ -205,14 +206,15 @@ def files_mixed(plan: Plan, key: str, store: StateStore | None = None) -> list[s
     asked before the fence comes down, whatever the state database says (``store``: its rows only spare decoding
     a record that is exactly what they say)."""
     mixed = []
-    for part in plan.log_dir(key).partitions:
-        if not os.path.exists(record_file(part.dir, plan.plan_id)):
-            continue
-        try:
-            known = store.swap_texts(part.name) if store is not None else None
-            truth = partition_truth(part, plan.plan_id, known=known).truth
-        except UnreadableSwapRecordError:
-            truth = FileTruth.CHANGED
-        if truth in (FileTruth.MIXED, FileTruth.CHANGED):
-            mixed.append(part.name)
+    with gc_paused():
+        for part in plan.log_dir(key).partitions:
+            if not os.path.exists(record_file(part.dir, plan.plan_id)):
+                continue
+            try:
+                known = store.swap_texts(part.name) if store is not None else None
+                truth = partition_truth(part, plan.plan_id, known=known).truth
+            except UnreadableSwapRecordError:
+                truth = FileTruth.CHANGED
+            if truth in (FileTruth.MIXED, FileTruth.CHANGED):
+                mixed.append(part.name)
     return mixed
