@@ -171,6 +171,12 @@ def swap_files_json(files: tuple[SwapFile, ...]) -> list[dict[str, Any]]:
     return out
 
 
+def swap_text(files: tuple[SwapFile, ...]) -> str:
+    """A segment's swap files as the state database and the swap record hold them (``begin_swap_texts``,
+    ``migrate.run.swap_record.record_text_of``): encoded once for both."""
+    return _dumps(swap_files_json(files))
+
+
 _SWAP_FILE_KEYS = frozenset(("suffix", "original", "output", "base_offset"))
 _SWAP_FILE_REQUIRED = frozenset(("suffix", "original", "output"))
 _STAT_KEYS = frozenset(("inode", "size", "mtime_ns"))
@@ -649,12 +655,16 @@ class StateStore:
         """Before any rename: for each partition of the batch, every segment's original and output files. One
         commit for the whole batch; after it, a crash leaves these partitions SWAPPING and both recoveries know what
         to do with each file."""
+        self.begin_swap_texts([(name, [(base, swap_text(files)) for base, files in segs]) for name, segs in batch])
+
+    def begin_swap_texts(self, batch: list[tuple[str, list[tuple[int, str]]]]) -> None:
+        """``begin_swap`` with each segment's files already encoded (``swap_text``)."""
         now = time.time()
         with self.transaction("swap-begun") as db:
             for name, segments in batch:
                 db.executemany(
                     "UPDATE segments SET swap=?, updated=? WHERE partition=? AND base=?",
-                    [(_dumps(swap_files_json(files)), now, name, base) for base, files in segments],
+                    [(text, now, name, base) for base, text in segments],
                 )
                 db.execute(
                     "UPDATE partitions SET state=?, updated=? WHERE name=?", (PartitionState.SWAPPING.value, now, name)

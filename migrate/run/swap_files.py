@@ -16,16 +16,18 @@ Every function here is idempotent: doing it again after a crash finishes the job
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
-from migrate.errors import MigrateError, SourceChangedError
+from migrate.errors import MigrateError, ModelError, SourceChangedError
 from migrate.kafka.names import segment_name
 from migrate.model.run_state import FileStat, SegmentResult
 from migrate.run import faults
-from migrate.run.state import SwapFile
+from migrate.run.state import SwapFile, _stat_from
 from migrate.run.workspace import BACKUP_SUFFIX, WORK_DIR_NAME
 
 
@@ -35,9 +37,10 @@ class BackupMissingError(MigrateError):
 
 def _stat(path: str | Path) -> FileStat | None:
     try:
-        return FileStat.of(os.stat(path))
+        st = os.stat(path)
     except FileNotFoundError:
         return None
+    return FileStat(st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 def _unlink(path: str) -> None:
@@ -47,6 +50,82 @@ def _unlink(path: str) -> None:
 
 def _describe(st: FileStat | None) -> str:
     return "missing" if st is None else f"inode {st.inode}, {st.size} bytes, mtime_ns {st.mtime_ns}"
+
+
+def _stat_of(data: Any, where: str) -> FileStat:
+    st = _stat_from(data)
+    if st is None:
+        raise ModelError(f"{where}: expected an object of inode, size and mtime_ns, found {data!r}")
+    return st
+
+
+def _stats_of(data: Any, where: str) -> dict[str, FileStat]:
+    if type(data) is not dict:
+        raise ModelError(f"{where}: expected an object of file stats, found {data!r}")
+    return {sfx: _stat_of(st, f"{where}.{sfx}") for sfx, st in data.items()}
+
+
+class SwapSource:
+    """What the swap needs of a segment's conversion result: the identities of its outputs and of the live files
+    they replace, the later outputs of a split source, and how the source was when it was read. Read from the
+    result's JSON as stored, every field it uses checked as ``from_json`` checks it: decoding the whole
+    SegmentResult, for each of 10^6 segments, was a tenth of a swap's time."""
+
+    __slots__ = ("live_before", "log_output", "output_stats", "parts", "source_ctime_ns", "source_edges")
+
+    def __init__(
+        self,
+        output_stats: dict[str, FileStat],
+        live_before: dict[str, FileStat],
+        parts: tuple[tuple[int, dict[str, FileStat]], ...],
+        source_ctime_ns: int,
+        source_edges: str,
+        log_output: str | None,
+    ) -> None:
+        self.output_stats = output_stats
+        self.live_before = live_before
+        self.parts = parts  # (base offset, output stats) of each later output of a split source
+        self.source_ctime_ns = source_ctime_ns
+        self.source_edges = source_edges
+        self.log_output = log_output  # the staged output .log
+
+    @classmethod
+    def of(cls, result: SegmentResult) -> SwapSource:
+        return cls(
+            result.output_stats,
+            result.live_before,
+            tuple((p.base_offset, p.output_stats) for p in result.parts or ()),
+            result.source_ctime_ns,
+            result.source_edges,
+            result.outputs.get(".log"),
+        )
+
+    @classmethod
+    def of_json(cls, text: str, where: str) -> SwapSource:
+        data = json.loads(text)
+        if type(data) is not dict:
+            raise ModelError(f"{where}: expected a SegmentResult object")
+        outputs = data.get("outputs") or {}
+        parts = data.get("parts") or ()
+        ctime, edges = data.get("source_ctime_ns", 0), data.get("source_edges", "")
+        if type(outputs) is not dict or (type(parts) is not list and parts != ()) or type(ctime) is not int:
+            raise ModelError(f"{where}: outputs, parts or source_ctime_ns is not of its type")
+        if type(edges) is not str or not all(type(v) is str for v in outputs.values()):
+            raise ModelError(f"{where}: source_edges or an output path is not a string")
+        split = []
+        for i, part in enumerate(parts):
+            base = part.get("base_offset") if type(part) is dict else None
+            if type(base) is not int:
+                raise ModelError(f"{where}.parts[{i}]: expected a split part with a base_offset")
+            split.append((base, _stats_of(part.get("output_stats") or {}, f"{where}.parts[{i}].output_stats")))
+        return cls(
+            _stats_of(data.get("output_stats") or {}, f"{where}.output_stats"),
+            _stats_of(data.get("live_before") or {}, f"{where}.live_before"),
+            tuple(split),
+            ctime,
+            edges,
+            outputs.get(".log"),
+        )
 
 
 @dataclass(frozen=True)
@@ -93,21 +172,21 @@ class SegmentFiles:
             for sfx, want in part.output_stats.items()
         )
 
-    def plan_swap(self, result: SegmentResult) -> tuple[SwapFile, ...]:
+    def plan_swap(
+        self, result: SwapSource, live_names: frozenset[str] | set[str] | None = None
+    ) -> tuple[tuple[SwapFile, ...], os.stat_result | None]:
         """What the swap of this segment will do, checked against the live files the conversion saw: a live file
         that changed since (a broker ran) fails the partition before anything is renamed. A split source's later
         outputs come first: new files (no original), each named by its base offset, so that the source's own
-        ``.log`` is the last file renamed and the first put back."""
-        files = [
-            *(
-                SwapFile(sfx, None, output, part.base_offset)
-                for part in result.parts or ()
-                for sfx, output in part.output_stats.items()
-            )
-        ]
+        ``.log`` is the last file renamed and the first put back. Also returns the live ``.log``'s stat as taken
+        here, for ``changed_since_read``. ``live_names``: the partition dir's listing, taken for the batch just
+        before; a file that it does not hold and that must not exist is not asked for again (the swap's own check
+        right before each rename still is)."""
+        files = [SwapFile(sfx, None, output, base) for base, stats in result.parts for sfx, output in stats.items()]
         for f in files:
             target = self.of(f)
-            live, staged = _stat(target.live(f.suffix)), _stat(target.staged(f.suffix))
+            name = target.live(f.suffix)
+            live = None if live_names is not None and os.path.basename(name) not in live_names else _stat(name)
             if live is not None:
                 raise SourceChangedError(
                     f"{target.live(f.suffix)} exists ({_describe(live)}), where a segment split from "
@@ -116,6 +195,7 @@ class SegmentFiles:
                     hint="Nothing was changed. A broker wrote there, or the partition holds a stray segment: "
                     "`rollback` or re-plan after checking the partition with `scan`.",
                 )
+            staged = _stat(target.staged(f.suffix))
             if staged != f.output:
                 raise SourceChangedError(
                     f"the staged {target.staged(f.suffix)} is not what was verified: {_describe(staged)}, verified "
@@ -123,9 +203,22 @@ class SegmentFiles:
                     path=target.staged(f.suffix),
                     hint="Run `execute` again: the segment is converted anew.",
                 )
+        log_st = None
+        prefix = self._paths[0]
+        name_prefix = os.path.basename(prefix)
         for sfx, output in result.output_stats.items():
-            live = _stat(self.live(sfx))
             before = result.live_before.get(sfx)
+            if before is None and live_names is not None and name_prefix + sfx not in live_names:
+                live = None  # not there, and none was: no stat to ask
+            else:
+                try:
+                    st = os.stat(prefix + sfx)
+                except FileNotFoundError:
+                    live = None
+                else:
+                    live = FileStat(st.st_ino, st.st_size, st.st_mtime_ns)
+                    if sfx == ".log":
+                        log_st = st
             if live != before:
                 raise SourceChangedError(
                     f"{self.live(sfx)} changed after it was converted: now {_describe(live)}, converted from "
@@ -140,8 +233,9 @@ class SegmentFiles:
                     path=str(self.staged(sfx)),
                     hint="Run `execute` again: the segment is converted anew.",
                 )
-            files.append(SwapFile(sfx, live, output))
-        return tuple(files)
+            # the original as the conversion recorded it: equal to the stat just taken, one object fewer
+            files.append(SwapFile(sfx, before, output))
+        return tuple(files), log_st
 
     def before_rename(self, files: tuple[SwapFile, ...]) -> list[str]:
         """Why a resumed swap must not rename any file of this segment: a live file that is neither the original
@@ -166,8 +260,10 @@ class SegmentFiles:
 
     # --- swap in ---------------------------------------------------------------------------------------------
 
-    def swap_in(self, files: tuple[SwapFile, ...]) -> None:
-        """Back up each original and rename the staged file over it; finishes a swap a crash interrupted."""
+    def swap_in(self, files: tuple[SwapFile, ...], work_names: frozenset[str] | set[str] | None = None) -> None:
+        """Back up each original and rename the staged file over it; finishes a swap a crash interrupted.
+        ``work_names``: the work dir's listing, taken for the batch before its swap began: a backup it does not
+        hold is linked without asking for it first (were one made since, the link fails and is then asked for)."""
         for f in files:
             at = self.of(f)
             live, staged, kept = at.live(f.suffix), at.staged(f.suffix), at.backup(f.suffix)
@@ -180,14 +276,27 @@ class SegmentFiles:
                     f"({_describe(f.original)}) or the output ({_describe(f.output)})",
                     path=str(live),
                 )
-            if f.original is not None and _stat(kept) != f.original:
-                _unlink(kept)  # a link that never completed, or a leftover
-                faults.point("before:backup-link")
-                os.link(live, kept)
-                faults.point("after:backup-link")
+            if f.original is not None:
+                if work_names is not None and os.path.basename(kept) not in work_names:
+                    try:
+                        faults.point("before:backup-link")
+                        os.link(live, kept)
+                        faults.point("after:backup-link")
+                    except FileExistsError:
+                        self._link_backup(live, kept, f.original)
+                else:
+                    self._link_backup(live, kept, f.original)
             faults.point("before:rename")
             os.replace(staged, live)
             faults.point("after:rename")
+
+    @staticmethod
+    def _link_backup(live: str, kept: str, original: FileStat) -> None:
+        if _stat(kept) != original:
+            _unlink(kept)  # a link that never completed, or a leftover
+            faults.point("before:backup-link")
+            os.link(live, kept)
+            faults.point("after:backup-link")
 
     # --- put back --------------------------------------------------------------------------------------------
 

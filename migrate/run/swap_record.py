@@ -44,7 +44,7 @@ from migrate.run.state import (
     swap_file_keys,
     swap_file_keys_of,
     swap_files_from_json,
-    swap_files_json,
+    swap_text,
 )
 from migrate.run.workspace import WORK_DIR_NAME, work_dir
 
@@ -105,11 +105,17 @@ def record_file(partition_dir: str, plan_id: str) -> str:
 
 def record_text(plan_id: str, partition: str, segments: Iterable[tuple[int, tuple[SwapFile, ...], str, str]]) -> str:
     """A partition's record as written: ``segments`` are (base offset, files, the result's JSON text as the state
-    database holds it, log edges). The text is what ``json.dumps(to_json(record))`` of the record gives, spliced
-    rather than encoded again: the swap writes 10^6 of them."""
+    database holds it, log edges)."""
+    return record_text_of(plan_id, partition, ((b, swap_text(f), r, e) for b, f, r, e in segments))
+
+
+def record_text_of(plan_id: str, partition: str, segments: Iterable[tuple[int, str, str, str]]) -> str:
+    """``record_text`` with each segment's files as the state database holds them (``swap_text``). The text is what
+    ``json.dumps(to_json(record))`` of the record gives, spliced rather than encoded again: the swap writes 10^6 of
+    them."""
     dumps = json.dumps
     items = ",".join(
-        f'{{"base_offset":{base},"files":{_dumps(swap_files_json(files))},"result":{result},"log_edges":{dumps(edges)}}}'
+        f'{{"base_offset":{base},"files":{files},"result":{result},"log_edges":{dumps(edges)}}}'
         for base, files, result, edges in segments
     )
     return f'{{"plan_id":{dumps(plan_id)},"partition":{dumps(partition)},"segments":[{items}]}}'
