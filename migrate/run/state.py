@@ -779,6 +779,13 @@ class StateStore:
             (partition,),
         ).fetchall()
 
+    def swap_rows(self, partition: str) -> list[tuple[int, str]]:
+        """(base, swap JSON) of the partition's segments whose swap was recorded, by base offset."""
+        return self.conn.execute(
+            "SELECT base, swap FROM segments WHERE partition=? AND swap IS NOT NULL AND swap != '' ORDER BY base",
+            (partition,),
+        ).fetchall()
+
     def converted_results(self) -> Iterator[tuple[str, int, SegmentResult]]:
         """Every segment this run converted, swapped in or not yet."""
         rows = self.conn.execute(

@@ -27,7 +27,7 @@ from migrate.errors import MigrateError, ModelError, SourceChangedError
 from migrate.kafka.names import segment_name
 from migrate.model.run_state import FileStat, SegmentResult
 from migrate.run import faults
-from migrate.run.state import SwapFile, _stat_from
+from migrate.run.state import StatKey, SwapFile, SwapFileKey, _stat_from, stat_key
 from migrate.run.workspace import BACKUP_SUFFIX, WORK_DIR_NAME
 
 
@@ -41,6 +41,19 @@ def _stat(path: str | Path) -> FileStat | None:
     except FileNotFoundError:
         return None
     return FileStat(st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _key(path: str) -> StatKey | None:
+    """``_stat`` as a StatKey: the identity compared, no FileStat built."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def _describe_key(st: StatKey | None) -> str:
+    return "missing" if st is None else f"inode {st[0]}, {st[1]} bytes, mtime_ns {st[2]}"
 
 
 def _unlink(path: str) -> None:
@@ -323,44 +336,60 @@ class SegmentFiles:
 
     def restore(self, files: tuple[SwapFile, ...], force: bool = False) -> None:
         """Put every original back (bytes and mtime: the same inode) and remove files the migration added."""
-        for f in reversed(files):
-            at = self.of(f)
-            live, kept = at.live(f.suffix), at.backup(f.suffix)
-            current = _stat(live)
-            if current != f.output and current != f.original and not force:
+        self.restore_keys(
+            tuple((f.suffix, f.base_offset, stat_key(f.original), stat_key(f.output)) for f in files), force
+        )
+
+    def restore_keys(
+        self, files: tuple[SwapFileKey, ...], force: bool = False, work_names: frozenset[str] | None = None
+    ) -> None:
+        """``restore`` of swap files as StatKeys (``migrate.run.state.swap_file_keys_of``: a rollback of 10^6
+        segments builds no SwapFile). ``work_names``: the work dir's listing, taken for the batch just before: a
+        staged file it does not hold is not unlinked again (only this tool makes one, and the work dir goes next)."""
+        for suffix, base, original, output in reversed(files):
+            at = (
+                self
+                if base is None or base == self.base_offset
+                else SegmentFiles(self.partition_dir, self.plan_id, base)
+            )
+            live, kept = at.live(suffix), at.backup(suffix)
+            current = _key(live)
+            if current != output and current != original and not force:
                 raise SourceChangedError(
-                    f"{live} changed after the swap ({_describe(current)}); not putting the original back over it",
+                    f"{live} changed after the swap ({_describe_key(current)}); not putting the original back over it",
                     path=str(live),
                     hint="A broker probably wrote to it. Stop the broker; `rollback --force` restores the original "
                     "and loses what was written since the swap.",
                 )
-            if f.original is None:
-                if current is not None and (current == f.output or force):
+            if original is None:
+                if current is not None and (current == output or force):
                     faults.point("before:unlink")
                     os.unlink(live)
                     faults.point("after:unlink")
                 continue
-            if current == f.original:
+            if current == original:
                 _unlink(kept)  # a second link to the live inode, or nothing
                 continue
-            if current != f.output and _stat(at.staged(f.suffix)) == f.output:
+            if current != output and _key(at.staged(suffix)) == output:
                 # never renamed (only --force gets here with a changed file). Written to in place (appended,
                 # truncated), the original inode is the live file and its backup alike: kept as the broker left it.
                 # Deleted or replaced by another file, the backup is still the original: it is put back, never
                 # deleted with the work dir (its conversion is not live, so it is the only copy)
-                if _stat(kept) == f.original:
+                if _key(kept) == original:
                     faults.point("before:restore")
                     os.replace(kept, live)
                     faults.point("after:restore")
                 continue
-            if _stat(kept) != f.original:
+            if (backup := _key(kept)) != original:
                 raise BackupMissingError(
-                    f"the backup {kept} of {live} is {_describe(_stat(kept))}, not the original "
-                    f"({_describe(f.original)}): it cannot be put back. The live file is the migrated one; keep it "
+                    f"the backup {kept} of {live} is {_describe_key(backup)}, not the original "
+                    f"({_describe_key(original)}): it cannot be put back. The live file is the migrated one; keep it "
                     "(run `execute` to finish) or restore the original from a replica."
                 )
             faults.point("before:restore")
             os.replace(kept, live)
             faults.point("after:restore")
-        for f in files:
-            _unlink(self.of(f).staged(f.suffix))
+        for suffix, base, _, _ in files:
+            staged = (self if base is None else SegmentFiles(self.partition_dir, self.plan_id, base)).staged(suffix)
+            if work_names is None or os.path.basename(staged) in work_names:
+                _unlink(staged)

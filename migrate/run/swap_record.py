@@ -153,6 +153,8 @@ class RecordData:
     # (base offset, files as StatKeys, files as JSON data or text, log edges, result as JSON data or None); the
     # text (the database's swap column) is one object where its data are a dozen, at 10^6 segments in a status
     segments: tuple[tuple[int, tuple[SwapFileKey, ...], Any, str, Any], ...]
+    # read as byte for byte the state database's rows (``_as_known``): its files are the database's swap files
+    known: bool = False
 
     def record(self) -> PartitionSwapRecord:
         return PartitionSwapRecord(
@@ -255,7 +257,7 @@ def _as_known(
         out.append((base, keys, swap, edges, data))
     if pos + 2 != len(text):
         return None
-    return RecordData(plan_id, partition, tuple(out))
+    return RecordData(plan_id, partition, tuple(out), known=True)
 
 
 def read_record(partition_dir: str | Path, plan_id: str, results: bool = True) -> PartitionSwapRecord | None:
@@ -323,6 +325,12 @@ class PartitionTruth:
     @property
     def has_record(self) -> bool:
         return self.data is not None
+
+    @property
+    def as_database_says(self) -> bool:
+        """Judged by a record that is the state database's swap files exactly, and no file was changed: each of
+        them is the original or the output the database names (what ``SegmentFiles.change`` asks of each)."""
+        return self.data is not None and self.data.known and self.truth != FileTruth.CHANGED
 
     @property
     def record(self) -> PartitionSwapRecord | None:

@@ -42,7 +42,7 @@ def finalize_log_dir(plan: Plan, key: str, partial: bool = False) -> FinalizeRep
                 "was deleted. `rollback --force` puts the originals back and loses those writes."
             )
         states = store.partition_states()
-        mixed = sorted({*(n for n, s in states.items() if s.mixed), *files_mixed(plan, key, store)})
+        mixed = sorted({*(n for n, s in states.items() if s.mixed), *files_mixed(plan, key, store, reconciled.truths)})
         if mixed or store.phase in (LogDirPhase.ROLLING_BACK, LogDirPhase.ROLLED_BACK):
             raise MigrateError(
                 f"{log_dir}: {len(mixed)} partition(s) are mid-swap or mid-rollback "

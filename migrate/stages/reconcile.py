@@ -201,18 +201,24 @@ def _correction(state: PartitionState, truth: PartitionTruth) -> str | None:
     return None
 
 
-def files_mixed(plan: Plan, key: str, store: StateStore | None = None) -> list[str]:
+def files_mixed(
+    plan: Plan, key: str, store: StateStore | None = None, truths: Mapping[str, PartitionTruth] | None = None
+) -> list[str]:
     """Partitions of the log dir whose live files are partly original and partly converted, by their swap records:
     asked before the fence comes down, whatever the state database says (``store``: its rows only spare decoding
-    a record that is exactly what they say)."""
+    a record that is exactly what they say). ``truths``: what a reconciliation of this same verb said of them, with
+    no file renamed since (finalize), not asked again."""
     mixed = []
     with gc_paused():
         for part in plan.log_dir(key).partitions:
             if not os.path.exists(record_file(part.dir, plan.plan_id)):
                 continue
             try:
-                known = store.swap_texts(part.name) if store is not None else None
-                truth = partition_truth(part, plan.plan_id, known=known).truth
+                if truths is not None and (known_truth := truths.get(part.name)) is not None:
+                    truth = known_truth.truth
+                else:
+                    known = store.swap_texts(part.name) if store is not None else None
+                    truth = partition_truth(part, plan.plan_id, known=known).truth
             except UnreadableSwapRecordError:
                 truth = FileTruth.CHANGED
             if truth in (FileTruth.MIXED, FileTruth.CHANGED):
