@@ -177,6 +177,21 @@ def swap_text(files: tuple[SwapFile, ...]) -> str:
     return _dumps(swap_files_json(files))
 
 
+def _stat_text(k: StatKey) -> str:
+    return f'{{"inode":{k[0]},"size":{k[1]},"mtime_ns":{k[2]}}}'
+
+
+def swap_keys_text(files: tuple[SwapFileKey, ...]) -> str:
+    """``swap_text`` of swap files as StatKeys: the same bytes, written without a dict per file."""
+    dumps = json.dumps
+    items = []
+    for suffix, base, original, output in files:
+        before = "null" if original is None else _stat_text(original)
+        tail = "" if base is None else f',"base_offset":{base}'
+        items.append(f'{{"suffix":{dumps(suffix)},"original":{before},"output":{_stat_text(output)}{tail}}}')
+    return f"[{','.join(items)}]"
+
+
 _SWAP_FILE_KEYS = frozenset(("suffix", "original", "output", "base_offset"))
 _SWAP_FILE_REQUIRED = frozenset(("suffix", "original", "output"))
 _STAT_KEYS = frozenset(("inode", "size", "mtime_ns"))

@@ -27,7 +27,7 @@ from migrate.errors import MigrateError, ModelError, SourceChangedError
 from migrate.kafka.names import segment_name
 from migrate.model.run_state import FileStat, SegmentResult
 from migrate.run import faults
-from migrate.run.state import StatKey, SwapFile, SwapFileKey, _stat_from, stat_key
+from migrate.run.state import StatKey, SwapFile, SwapFileKey, _key_from, stat_key
 from migrate.run.workspace import BACKUP_SUFFIX, WORK_DIR_NAME
 
 
@@ -52,6 +52,14 @@ def _key(path: str) -> StatKey | None:
     return st.st_ino, st.st_size, st.st_mtime_ns
 
 
+def _link_backup(live: str, kept: str, original: StatKey) -> None:
+    if _key(kept) != original:
+        _unlink(kept)  # a link that never completed, or a leftover
+        faults.point("before:backup-link")
+        os.link(live, kept)
+        faults.point("after:backup-link")
+
+
 def _describe_key(st: StatKey | None) -> str:
     return "missing" if st is None else f"inode {st[0]}, {st[1]} bytes, mtime_ns {st[2]}"
 
@@ -65,32 +73,35 @@ def _describe(st: FileStat | None) -> str:
     return "missing" if st is None else f"inode {st.inode}, {st.size} bytes, mtime_ns {st.mtime_ns}"
 
 
-def _stat_of(data: Any, where: str) -> FileStat:
-    st = _stat_from(data)
-    if st is None:
-        raise ModelError(f"{where}: expected an object of inode, size and mtime_ns, found {data!r}")
-    return st
-
-
-def _stats_of(data: Any, where: str) -> dict[str, FileStat]:
+def _stats_of(data: Any, where: str) -> dict[str, StatKey]:
     if type(data) is not dict:
         raise ModelError(f"{where}: expected an object of file stats, found {data!r}")
-    return {sfx: _stat_of(st, f"{where}.{sfx}") for sfx, st in data.items()}
+    out = {}
+    for sfx, st in data.items():
+        key = _key_from(st)
+        if key is None:
+            raise ModelError(f"{where}.{sfx}: expected an object of inode, size and mtime_ns, found {st!r}")
+        out[sfx] = key
+    return out
+
+
+def _keys(stats: dict[str, FileStat]) -> dict[str, StatKey]:
+    return {sfx: (st.inode, st.size, st.mtime_ns) for sfx, st in stats.items()}
 
 
 class SwapSource:
-    """What the swap needs of a segment's conversion result: the identities of its outputs and of the live files
-    they replace, the later outputs of a split source, and how the source was when it was read. Read from the
-    result's JSON as stored, every field it uses checked as ``from_json`` checks it: decoding the whole
+    """What the swap needs of a segment's conversion result: the identities (StatKeys) of its outputs and of the
+    live files they replace, the later outputs of a split source, and how the source was when it was read. Read
+    from the result's JSON as stored, every field it uses checked as ``from_json`` checks it: decoding the whole
     SegmentResult, for each of 10^6 segments, was a tenth of a swap's time."""
 
     __slots__ = ("live_before", "log_output", "output_stats", "parts", "source_ctime_ns", "source_edges")
 
     def __init__(
         self,
-        output_stats: dict[str, FileStat],
-        live_before: dict[str, FileStat],
-        parts: tuple[tuple[int, dict[str, FileStat]], ...],
+        output_stats: dict[str, StatKey],
+        live_before: dict[str, StatKey],
+        parts: tuple[tuple[int, dict[str, StatKey]], ...],
         source_ctime_ns: int,
         source_edges: str,
         log_output: str | None,
@@ -105,9 +116,9 @@ class SwapSource:
     @classmethod
     def of(cls, result: SegmentResult) -> SwapSource:
         return cls(
-            result.output_stats,
-            result.live_before,
-            tuple((p.base_offset, p.output_stats) for p in result.parts or ()),
+            _keys(result.output_stats),
+            _keys(result.live_before),
+            tuple((p.base_offset, _keys(p.output_stats)) for p in result.parts or ()),
             result.source_ctime_ns,
             result.source_edges,
             result.outputs.get(".log"),
@@ -185,35 +196,42 @@ class SegmentFiles:
             for sfx, want in part.output_stats.items()
         )
 
+    def _at(self, base: int | None) -> SegmentFiles:
+        return (
+            self if base is None or base == self.base_offset else SegmentFiles(self.partition_dir, self.plan_id, base)
+        )
+
     def plan_swap(
         self, result: SwapSource, live_names: frozenset[str] | set[str] | None = None
-    ) -> tuple[tuple[SwapFile, ...], os.stat_result | None]:
-        """What the swap of this segment will do, checked against the live files the conversion saw: a live file
-        that changed since (a broker ran) fails the partition before anything is renamed. A split source's later
-        outputs come first: new files (no original), each named by its base offset, so that the source's own
-        ``.log`` is the last file renamed and the first put back. Also returns the live ``.log``'s stat as taken
-        here, for ``changed_since_read``. ``live_names``: the partition dir's listing, taken for the batch just
-        before; a file that it does not hold and that must not exist is not asked for again (the swap's own check
-        right before each rename still is)."""
-        files = [SwapFile(sfx, None, output, base) for base, stats in result.parts for sfx, output in stats.items()]
-        for f in files:
-            target = self.of(f)
-            name = target.live(f.suffix)
-            live = None if live_names is not None and os.path.basename(name) not in live_names else _stat(name)
+    ) -> tuple[tuple[SwapFileKey, ...], os.stat_result | None]:
+        """What the swap of this segment will do (its swap files as StatKeys), checked against the live files the
+        conversion saw: a live file that changed since (a broker ran) fails the partition before anything is
+        renamed. A split source's later outputs come first: new files (no original), each named by its base
+        offset, so that the source's own ``.log`` is the last file renamed and the first put back. Also returns the
+        live ``.log``'s stat as taken here, for ``changed_since_read``. ``live_names``: the partition dir's listing,
+        taken for the batch just before; a file that it does not hold and that must not exist is not asked for
+        again (the swap's own check right before each rename still is)."""
+        files: list[SwapFileKey] = [
+            (sfx, base, None, output) for base, stats in result.parts for sfx, output in stats.items()
+        ]
+        for sfx, base, _, output in files:
+            target = self._at(base)
+            name = target.live(sfx)
+            live = None if live_names is not None and os.path.basename(name) not in live_names else _key(name)
             if live is not None:
                 raise SourceChangedError(
-                    f"{target.live(f.suffix)} exists ({_describe(live)}), where a segment split from "
+                    f"{target.live(sfx)} exists ({_describe_key(live)}), where a segment split from "
                     f"{self.live('.log')} must go",
-                    path=target.live(f.suffix),
+                    path=target.live(sfx),
                     hint="Nothing was changed. A broker wrote there, or the partition holds a stray segment: "
                     "`rollback` or re-plan after checking the partition with `scan`.",
                 )
-            staged = _stat(target.staged(f.suffix))
-            if staged != f.output:
+            staged = _key(target.staged(sfx))
+            if staged != output:
                 raise SourceChangedError(
-                    f"the staged {target.staged(f.suffix)} is not what was verified: {_describe(staged)}, verified "
-                    f"{_describe(f.output)}",
-                    path=target.staged(f.suffix),
+                    f"the staged {target.staged(sfx)} is not what was verified: {_describe_key(staged)}, verified "
+                    f"{_describe_key(output)}",
+                    path=target.staged(sfx),
                     hint="Run `execute` again: the segment is converted anew.",
                 )
         log_st = None
@@ -229,25 +247,24 @@ class SegmentFiles:
                 except FileNotFoundError:
                     live = None
                 else:
-                    live = FileStat(st.st_ino, st.st_size, st.st_mtime_ns)
+                    live = (st.st_ino, st.st_size, st.st_mtime_ns)
                     if sfx == ".log":
                         log_st = st
             if live != before:
                 raise SourceChangedError(
-                    f"{self.live(sfx)} changed after it was converted: now {_describe(live)}, converted from "
-                    f"{_describe(before)}",
+                    f"{self.live(sfx)} changed after it was converted: now {_describe_key(live)}, converted from "
+                    f"{_describe_key(before)}",
                     path=str(self.live(sfx)),
                 )
-            staged = _stat(self.staged(sfx))
+            staged = _key(self.staged(sfx))
             if staged != output:
                 raise SourceChangedError(
-                    f"the staged {self.staged(sfx)} is not what was verified: {_describe(staged)}, verified "
-                    f"{_describe(output)}",
+                    f"the staged {self.staged(sfx)} is not what was verified: {_describe_key(staged)}, verified "
+                    f"{_describe_key(output)}",
                     path=str(self.staged(sfx)),
                     hint="Run `execute` again: the segment is converted anew.",
                 )
-            # the original as the conversion recorded it: equal to the stat just taken, one object fewer
-            files.append(SwapFile(sfx, before, output))
+            files.append((sfx, None, before, output))
         return tuple(files), log_st
 
     def before_rename(self, files: tuple[SwapFile, ...]) -> list[str]:
@@ -273,43 +290,39 @@ class SegmentFiles:
 
     # --- swap in ---------------------------------------------------------------------------------------------
 
-    def swap_in(self, files: tuple[SwapFile, ...], work_names: frozenset[str] | set[str] | None = None) -> None:
-        """Back up each original and rename the staged file over it; finishes a swap a crash interrupted.
-        ``work_names``: the work dir's listing, taken for the batch before its swap began: a backup it does not
-        hold is linked without asking for it first (were one made since, the link fails and is then asked for)."""
-        for f in files:
-            at = self.of(f)
-            live, staged, kept = at.live(f.suffix), at.staged(f.suffix), at.backup(f.suffix)
-            current = _stat(live)
-            if current == f.output:
+    def swap_in(self, files: tuple[SwapFile, ...]) -> None:
+        """Back up each original and rename the staged file over it; finishes a swap a crash interrupted."""
+        self.swap_in_keys(tuple((f.suffix, f.base_offset, stat_key(f.original), stat_key(f.output)) for f in files))
+
+    def swap_in_keys(self, files: tuple[SwapFileKey, ...], work_names: frozenset[str] | None = None) -> None:
+        """``swap_in`` of swap files as StatKeys. ``work_names``: the work dir's listing, taken for the batch
+        before its swap began: a backup it does not hold is linked without asking for it first (were one made
+        since, the link fails and it is then asked for)."""
+        for suffix, base, original, output in files:
+            at = self._at(base)
+            live, staged, kept = at.live(suffix), at.staged(suffix), at.backup(suffix)
+            current = _key(live)
+            if current == output:
                 continue  # renamed before a crash
-            if current != f.original:
+            if current != original:
                 raise SourceChangedError(
-                    f"{live} changed during the swap: {_describe(current)}, expected the original "
-                    f"({_describe(f.original)}) or the output ({_describe(f.output)})",
+                    f"{live} changed during the swap: {_describe_key(current)}, expected the original "
+                    f"({_describe_key(original)}) or the output ({_describe_key(output)})",
                     path=str(live),
                 )
-            if f.original is not None:
+            if original is not None:
                 if work_names is not None and os.path.basename(kept) not in work_names:
                     try:
                         faults.point("before:backup-link")
                         os.link(live, kept)
                         faults.point("after:backup-link")
                     except FileExistsError:
-                        self._link_backup(live, kept, f.original)
+                        _link_backup(live, kept, original)
                 else:
-                    self._link_backup(live, kept, f.original)
+                    _link_backup(live, kept, original)
             faults.point("before:rename")
             os.replace(staged, live)
             faults.point("after:rename")
-
-    @staticmethod
-    def _link_backup(live: str, kept: str, original: FileStat) -> None:
-        if _stat(kept) != original:
-            _unlink(kept)  # a link that never completed, or a leftover
-            faults.point("before:backup-link")
-            os.link(live, kept)
-            faults.point("after:backup-link")
 
     # --- put back --------------------------------------------------------------------------------------------
 

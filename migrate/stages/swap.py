@@ -18,7 +18,7 @@ from migrate.model.plan_tree import PartitionPlan, Plan
 from migrate.model.run_state import EventKind, LogDirPhase, PartitionState, Problem, SegmentState
 from migrate.model.stage_reports import PartitionProblem, SwapReport
 from migrate.run import faults, fence
-from migrate.run.state import StateStore, SwapFile, swap_text
+from migrate.run.state import StateStore, SwapFileKey, swap_keys_text
 from migrate.run.swap_files import SegmentFiles, SwapSource
 from migrate.run.swap_record import record_text_of, write_records
 from migrate.run.workspace import WORK_DIR_NAME, sync_filesystem
@@ -140,7 +140,7 @@ def _swap_batch(plan: Plan, key: str, store: StateStore, names: list[str]) -> tu
     failed: list[PartitionProblem] = []
     # per partition: its work dir's listing, and per segment (base, swap files, their JSON as stored, the result's
     # JSON as stored, edges of the output .log)
-    batch: list[tuple[str, frozenset[str], list[tuple[int, tuple[SwapFile, ...], str, str, str]]]] = []
+    batch: list[tuple[str, frozenset[str], list[tuple[int, tuple[SwapFileKey, ...], str, str, str]]]] = []
     for name in names:
         part = plan.partition(key, name)
         try:
@@ -160,7 +160,9 @@ def _swap_batch(plan: Plan, key: str, store: StateStore, names: list[str]) -> tu
                         raise SourceChangedError(change, path=files.live(".log"))
                     if src.log_output is None:
                         raise ModelError(f"{name}/{row.base}: the verified result has no output .log")
-                    segments.append((row.base, swap, swap_text(swap), row.result_text, edges_digest(src.log_output)))
+                    segments.append(
+                        (row.base, swap, swap_keys_text(swap), row.result_text, edges_digest(src.log_output))
+                    )
             batch.append((name, work_names, segments))
         except LocatedError as exc:  # a live file changed after conversion: leave the partition as it is
             problem = Problem.of(exc)
@@ -189,7 +191,7 @@ def _swap_batch(plan: Plan, key: str, store: StateStore, names: list[str]) -> tu
         part = plan.partition(key, name)
         try:
             for base, files, *_ in segments:
-                _files(plan, part, base).swap_in(files, work_names)
+                _files(plan, part, base).swap_in_keys(files, work_names)
             done.append(name)
         except (OSError, LocatedError) as exc:
             problem = Problem.of(exc)
@@ -214,14 +216,14 @@ def _swap_batch(plan: Plan, key: str, store: StateStore, names: list[str]) -> tu
 def _undo(
     plan: Plan,
     part: PartitionPlan,
-    segments: list[tuple[int, tuple[SwapFile, ...]]],
+    segments: list[tuple[int, tuple[SwapFileKey, ...]]],
     store: StateStore,
     problem: Problem,
 ) -> bool:
     """Put a partition whose swap failed half way back to its originals; True if it is wholly original again."""
     try:
         for base, files in reversed(segments):
-            _files(plan, part, base).restore(files)
+            _files(plan, part, base).restore_keys(files)
         sync_filesystem(part.dir)
     except (OSError, LocatedError):
         return False  # stays swapping: the fence stays up and the next execute or rollback finishes it
