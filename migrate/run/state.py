@@ -794,6 +794,14 @@ class StateStore:
             (partition,),
         ).fetchall()
 
+    def verified_texts_of(self, partition: str) -> list[tuple[int, str | None]]:
+        """(base, result JSON) of the partition's verified segments, by base offset: what its swap reads (no
+        SegmentRow per segment)."""
+        return self.conn.execute(
+            "SELECT base, result FROM segments WHERE partition=? AND state=? ORDER BY base",
+            (partition, SegmentState.VERIFIED.value),
+        ).fetchall()
+
     def swap_rows(self, partition: str) -> list[tuple[int, str]]:
         """(base, swap JSON) of the partition's segments whose swap was recorded, by base offset."""
         return self.conn.execute(
@@ -809,6 +817,10 @@ class StateStore:
         )
         for part, base, result in rows:
             yield part, base, from_json(SegmentResult, json.loads(result))
+
+    def verified_result_texts(self) -> Iterator[tuple[str, int, str]]:
+        """``verified_results`` as stored: each result's JSON, for a reader that needs a few of its fields."""
+        yield from self.conn.execute("SELECT partition, base, result FROM segments WHERE state=?", ("verified",))
 
     def verified_results(self) -> Iterator[tuple[str, int, SegmentResult]]:
         rows = self.conn.execute("SELECT partition, base, result FROM segments WHERE state=?", ("verified",))

@@ -186,14 +186,15 @@ class SegmentFiles:
 
     # --- before the swap -------------------------------------------------------------------------------------
 
-    def staged_intact(self, result: SegmentResult) -> bool:
+    def staged_intact(self, result: SegmentResult | SwapSource) -> bool:
         """The staged outputs are still what the conversion wrote and verified (a split source's every output)."""
-        if not all(_stat(self.staged(sfx)) == want for sfx, want in result.output_stats.items()):
+        src = result if isinstance(result, SwapSource) else SwapSource.of(result)
+        if not all(_key(self.staged(sfx)) == want for sfx, want in src.output_stats.items()):
             return False
         return all(
-            _stat(SegmentFiles(self.partition_dir, self.plan_id, part.base_offset).staged(sfx)) == want
-            for part in result.parts or ()
-            for sfx, want in part.output_stats.items()
+            _key(SegmentFiles(self.partition_dir, self.plan_id, base).staged(sfx)) == want
+            for base, stats in src.parts
+            for sfx, want in stats.items()
         )
 
     def _at(self, base: int | None) -> SegmentFiles:

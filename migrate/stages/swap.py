@@ -22,7 +22,7 @@ from migrate.run.state import StateStore, SwapFileKey, swap_keys_text
 from migrate.run.swap_files import SegmentFiles, SwapSource
 from migrate.run.swap_record import record_text_of, write_records
 from migrate.run.workspace import WORK_DIR_NAME, sync_filesystem
-from migrate.segment.identity import edges_digest
+from migrate.segment.identity import edges_digest_of
 from migrate.stages.common import kafka_lock, locate
 from migrate.stages.reconcile import files_mixed, open_reconciled
 
@@ -121,6 +121,15 @@ def _listing(path: str) -> frozenset[str]:
         return frozenset()
 
 
+def _edges_digest(path: str) -> str:
+    """``edges_digest`` through a bare file descriptor (no file object): twice per segment of a swap."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return edges_digest_of(fd, os.fstat(fd).st_size)
+    finally:
+        os.close(fd)
+
+
 def _changed_since_read(path: str, st: os.stat_result | None, src: SwapSource) -> str | None:
     """``migrate.segment.identity.changed_since_read`` with the stat ``plan_swap`` has just taken of the same file
     (asking again a moment later would tell nothing more: the check before each rename follows)."""
@@ -131,7 +140,7 @@ def _changed_since_read(path: str, st: os.stat_result | None, src: SwapSource) -
             f"{path} changed after it was converted: same size, mtime and inode, but its ctime is {st.st_ctime_ns}, "
             f"{src.source_ctime_ns} when it was read: it was written, truncated, linked or had its times set since"
         )
-    if src.source_edges and edges_digest(path) != src.source_edges:
+    if src.source_edges and _edges_digest(path) != src.source_edges:
         return f"{path} changed after it was converted: its first or last bytes differ from those that were read"
     return None
 
@@ -139,8 +148,8 @@ def _changed_since_read(path: str, st: os.stat_result | None, src: SwapSource) -
 def _swap_batch(plan: Plan, key: str, store: StateStore, names: list[str]) -> tuple[list[str], list[PartitionProblem]]:
     failed: list[PartitionProblem] = []
     # per partition: its work dir's listing, and per segment (base, swap files, their JSON as stored, the result's
-    # JSON as stored, edges of the output .log)
-    batch: list[tuple[str, frozenset[str], list[tuple[int, tuple[SwapFileKey, ...], str, str, str]]]] = []
+    # JSON as stored, edges of the output .log, its files' paths)
+    batch: list[tuple[str, frozenset[str], list[tuple[int, tuple[SwapFileKey, ...], str, str, str, SegmentFiles]]]] = []
     for name in names:
         part = plan.partition(key, name)
         try:
@@ -149,19 +158,19 @@ def _swap_batch(plan: Plan, key: str, store: StateStore, names: list[str]) -> tu
             # that must not exist (a segment's new .index and .timeindex; a backup not made yet)
             live_names = _listing(part.dir)
             work_names = _listing(os.path.join(part.dir, f"{WORK_DIR_NAME}-{plan.plan_id}"))
-            for row in store.segments_of(name):
-                if row.state == SegmentState.VERIFIED and row.result_text is not None:
-                    files = _files(plan, part, row.base)
-                    src = SwapSource.of_json(row.result_text, f"{name}/{row.base}: result")
+            for base, result_text in store.verified_texts_of(name):
+                if result_text is not None:
+                    files = _files(plan, part, base)
+                    src = SwapSource.of_json(result_text, f"{name}/{base}: result")
                     swap, log_st = files.plan_swap(src, live_names)  # size, mtime, inode of every file
                     # then what a same-size rewrite shows
                     change = _changed_since_read(files.live(".log"), log_st, src)
                     if change is not None:
                         raise SourceChangedError(change, path=files.live(".log"))
                     if src.log_output is None:
-                        raise ModelError(f"{name}/{row.base}: the verified result has no output .log")
+                        raise ModelError(f"{name}/{base}: the verified result has no output .log")
                     segments.append(
-                        (row.base, swap, swap_keys_text(swap), row.result_text, edges_digest(src.log_output))
+                        (base, swap, swap_keys_text(swap), result_text, _edges_digest(src.log_output), files)
                     )
             batch.append((name, work_names, segments))
         except LocatedError as exc:  # a live file changed after conversion: leave the partition as it is
@@ -179,7 +188,7 @@ def _swap_batch(plan: Plan, key: str, store: StateStore, names: list[str]) -> tu
                 plan.partition(key, name).dir,
                 plan.plan_id,
                 record_text_of(
-                    plan.plan_id, name, ((base, text, result, edges) for base, _, text, result, edges in segments)
+                    plan.plan_id, name, ((base, text, result, edges) for base, _, text, result, edges, _ in segments)
                 ),
             )
             for name, _, segments in batch
@@ -190,8 +199,8 @@ def _swap_batch(plan: Plan, key: str, store: StateStore, names: list[str]) -> tu
     for name, work_names, segments in batch:
         part = plan.partition(key, name)
         try:
-            for base, files, *_ in segments:
-                _files(plan, part, base).swap_in_keys(files, work_names)
+            for _, files, *_, at in segments:
+                at.swap_in_keys(files, work_names)
             done.append(name)
         except (OSError, LocatedError) as exc:
             problem = Problem.of(exc)
