@@ -18,8 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from dataclasses import dataclass
-from functools import cached_property
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -174,15 +173,21 @@ class SegmentFiles:
             return self
         return SegmentFiles(self.partition_dir, self.plan_id, f.base_offset)
 
-    @cached_property
-    def _paths(self) -> tuple[str, str]:
-        """The live and the staged path of this segment without a suffix."""
+    def __post_init__(self) -> None:
+        """The live and the staged path of this segment without a suffix, built once, when the object is (every
+        use asks for them; a cached_property takes a lock on each first use, 10^6 times in a swap)."""
         name = segment_name(self.base_offset)
         # the work dir joined as a string (``staging_dir`` builds a Path): this runs for every segment of a swap
-        return (
-            os.path.join(self.partition_dir, name),
-            os.path.join(self.partition_dir, f"{WORK_DIR_NAME}-{self.plan_id}", name),
+        object.__setattr__(
+            self,
+            "_paths",
+            (
+                os.path.join(self.partition_dir, name),
+                os.path.join(self.partition_dir, f"{WORK_DIR_NAME}-{self.plan_id}", name),
+            ),
         )
+
+    _paths: tuple[str, str] = field(init=False, repr=False, compare=False)
 
     # --- before the swap -------------------------------------------------------------------------------------
 
