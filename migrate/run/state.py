@@ -20,10 +20,8 @@ from __future__ import annotations
 
 import contextlib
 import enum
-import gc
 import json
 import os
-import re
 import sqlite3
 import time
 from collections.abc import Iterable, Iterator
@@ -172,24 +170,9 @@ def swap_files_json(files: tuple[SwapFile, ...]) -> list[dict[str, Any]]:
 
 
 def swap_text(files: tuple[SwapFile, ...]) -> str:
-    """A segment's swap files as the state database and the swap record hold them (``begin_swap_texts``,
+    """A segment's swap files as the state database and the swap record hold them (``begin_swap``,
     ``migrate.run.swap_record.record_text_of``): encoded once for both."""
     return _dumps(swap_files_json(files))
-
-
-def _stat_text(k: StatKey) -> str:
-    return f'{{"inode":{k[0]},"size":{k[1]},"mtime_ns":{k[2]}}}'
-
-
-def swap_keys_text(files: tuple[SwapFileKey, ...]) -> str:
-    """``swap_text`` of swap files as StatKeys: the same bytes, written without a dict per file."""
-    dumps = json.dumps
-    items = []
-    for suffix, base, original, output in files:
-        before = "null" if original is None else _stat_text(original)
-        tail = "" if base is None else f',"base_offset":{base}'
-        items.append(f'{{"suffix":{dumps(suffix)},"original":{before},"output":{_stat_text(output)}{tail}}}')
-    return f"[{','.join(items)}]"
 
 
 _SWAP_FILE_KEYS = frozenset(("suffix", "original", "output", "base_offset"))
@@ -234,100 +217,6 @@ def _bad_swap_file(where: str, i: int, item: Any) -> ModelError:
         f"{where}[{i}]: expected a swap file (suffix, original and output: objects of inode, size and mtime_ns, "
         f"base_offset), found {item!r}"
     )
-
-
-# a file's identity as a plain tuple (inode, size, mtime_ns): what a FileStat compares, without building one. The
-# classifications of 10^6 files (status, every reconciliation, rollback's checks) compare these with os.stat results
-StatKey = tuple[int, int, int]
-# one swap file as StatKeys: (suffix, base_offset or None, original or None, output)
-SwapFileKey = tuple[str, "int | None", "StatKey | None", StatKey]
-
-
-def stat_key(st: FileStat | None) -> StatKey | None:
-    return None if st is None else (st.inode, st.size, st.mtime_ns)
-
-
-def _key_from(data: Any) -> StatKey | None:
-    """``_stat_from`` as a StatKey."""
-    if type(data) is dict and data.keys() == _STAT_KEYS:
-        inode, size, mtime = data["inode"], data["size"], data["mtime_ns"]
-        if type(inode) is int and type(size) is int and type(mtime) is int:
-            return inode, size, mtime
-    return None
-
-
-_NUM = r"(-?(?:0|[1-9][0-9]*))"
-_STAT_TEXT = r'\{"inode":' + _NUM + r',"size":' + _NUM + r',"mtime_ns":' + _NUM + r"\}"
-_FILE_TEXT = (
-    r'\{"suffix":"([A-Za-z0-9._-]*)","original":(?:null|'
-    + _STAT_TEXT
-    + r'),"output":'
-    + _STAT_TEXT
-    # base_offset last: swap_files_json's key order
-    + r'(?:,"base_offset":'
-    + _NUM
-    + r")?\}"
-)
-_FILE_RE = re.compile(_FILE_TEXT)
-_FILES_RE = re.compile(r"\[(?:" + _FILE_TEXT.replace("(", "(?:").replace("(?:?:", "(?:") + r"(?:,(?=\{)|(?=\])))*\]")
-
-
-# a segment's usual swap: three files (.log, .index, .timeindex), matched and read in one pass
-_THREE_FILES_RE = re.compile(r"\[" + _FILE_TEXT + "," + _FILE_TEXT + "," + _FILE_TEXT + r"\]")
-
-
-def _file_key(suffix: str, i0: str, s0: str, m0: str, i1: str, s1: str, m1: str, base: str) -> SwapFileKey:
-    return suffix, int(base) if base else None, (int(i0), int(s0), int(m0)) if i0 else None, (int(i1), int(s1), int(m1))
-
-
-def swap_file_keys_of(text: str, where: str) -> tuple[SwapFileKey, ...]:
-    """``swap_file_keys(json.loads(text))`` for a swap column as ``swap_files_json`` and ``_dumps`` write it (the
-    whole text must be exactly that form, integers as JSON writes them): read with regular expressions instead of a
-    JSON decode and a check of every object; any other text is decoded and checked as JSON."""
-    m = _THREE_FILES_RE.fullmatch(text)
-    if m is not None:
-        g = m.groups()
-        return _file_key(*g[:8]), _file_key(*g[8:16]), _file_key(*g[16:])
-    if _FILES_RE.fullmatch(text) is None:
-        return swap_file_keys(json.loads(text), where)
-    return tuple(_file_key(*g) for g in _FILE_RE.findall(text))
-
-
-def swap_file_keys(data: Any, where: str) -> tuple[SwapFileKey, ...]:
-    """``swap_files_from_json`` as StatKey tuples, exactly as strict (the same ModelError for the same data): what
-    classifying a partition by its files needs, without a SwapFile and two FileStats per file."""
-    if type(data) is not list:
-        raise ModelError(f"{where}: expected a list of swap files, found {type(data).__name__}")
-    out = []
-    for i, item in enumerate(data):
-        if type(item) is dict and _SWAP_FILE_REQUIRED <= item.keys() <= _SWAP_FILE_KEYS:
-            suffix, original, base = item["suffix"], item["original"], item.get("base_offset")
-            before = None if original is None else _key_from(original)
-            output = _key_from(item["output"])
-            if (
-                type(suffix) is str
-                and output is not None
-                and (before is not None or original is None)
-                and (base is None or type(base) is int)
-            ):
-                out.append((suffix, base, before, output))
-                continue
-        raise _bad_swap_file(where, i, item)
-    return tuple(out)
-
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """The cyclic garbage collector off for a loop over 10^5-10^6 files that makes many small objects and no cycle:
-    each of its collections would walk the whole heap (the plan's every segment), several seconds of a status or a
-    swap at 10^5 segments. Reference counting frees everything as before; the collector is back on afterwards."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 def _json(value: Any) -> str | None:
@@ -666,14 +555,10 @@ class StateStore:
                 self._settle_partition(db, name, None, now)
             return len(reset)
 
-    def begin_swap(self, batch: list[tuple[str, list[tuple[int, tuple[SwapFile, ...]]]]]) -> None:
-        """Before any rename: for each partition of the batch, every segment's original and output files. One
-        commit for the whole batch; after it, a crash leaves these partitions SWAPPING and both recoveries know what
-        to do with each file."""
-        self.begin_swap_texts([(name, [(base, swap_text(files)) for base, files in segs]) for name, segs in batch])
-
-    def begin_swap_texts(self, batch: list[tuple[str, list[tuple[int, str]]]]) -> None:
-        """``begin_swap`` with each segment's files already encoded (``swap_text``)."""
+    def begin_swap(self, batch: list[tuple[str, list[tuple[int, str]]]]) -> None:
+        """Before any rename: for each partition of the batch, every segment's original and output files (as
+        ``swap_text`` encodes them). One commit for the whole batch; after it, a crash leaves these partitions
+        SWAPPING and both recoveries know what to do with each file."""
         now = time.time()
         with self.transaction("swap-begun") as db:
             for name, segments in batch:
@@ -819,13 +704,8 @@ class StateStore:
             yield part, base, from_json(SegmentResult, json.loads(result))
 
     def verified_result_texts(self) -> Iterator[tuple[str, int, str]]:
-        """``verified_results`` as stored: each result's JSON, for a reader that needs a few of its fields."""
+        """Every verified segment's result as stored (its JSON), for a reader that needs a few of its fields."""
         yield from self.conn.execute("SELECT partition, base, result FROM segments WHERE state=?", ("verified",))
-
-    def verified_results(self) -> Iterator[tuple[str, int, SegmentResult]]:
-        rows = self.conn.execute("SELECT partition, base, result FROM segments WHERE state=?", ("verified",))
-        for part, base, result in rows:
-            yield part, base, from_json(SegmentResult, json.loads(result))
 
     @staticmethod
     def _row(r: tuple) -> SegmentRow:

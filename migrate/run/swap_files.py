@@ -26,7 +26,8 @@ from migrate.errors import MigrateError, ModelError, SourceChangedError
 from migrate.kafka.names import segment_name
 from migrate.model.run_state import FileStat, SegmentResult
 from migrate.run import faults
-from migrate.run.state import StatKey, SwapFile, SwapFileKey, _key_from, stat_key
+from migrate.run.state import SwapFile
+from migrate.run.swap_keys import StatKey, SwapFileKey, _key_from, stat_key
 from migrate.run.workspace import BACKUP_SUFFIX, WORK_DIR_NAME
 
 

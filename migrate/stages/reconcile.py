@@ -27,7 +27,8 @@ from migrate.model.plan_tree import LogDirPlan, Plan
 from migrate.model.run_state import EventKind, PartitionState, Problem
 from migrate.model.stage_reports import PartitionProblem
 from migrate.run import fence
-from migrate.run.state import StateHealth, StateStore, gc_paused, remove_state_files
+from migrate.run.state import StateHealth, StateStore, remove_state_files
+from migrate.run.swap_keys import gc_paused
 from migrate.run.swap_record import (
     FileTruth,
     PartitionSwapRecord,

@@ -19,8 +19,9 @@ from migrate.model.plan_tree import Plan
 from migrate.model.run_state import EventKind, LogDirPhase, PartitionState, SegmentState
 from migrate.model.stage_reports import RollbackReport
 from migrate.run import fence
-from migrate.run.state import StateStore, swap_file_keys_of
+from migrate.run.state import StateStore
 from migrate.run.swap_files import SegmentFiles
+from migrate.run.swap_keys import swap_file_keys_of
 from migrate.run.swap_record import PartitionTruth
 from migrate.run.workspace import sync_filesystem, work_dir
 from migrate.stages.common import kafka_lock, locate, restore_dir_mtimes

@@ -18,8 +18,9 @@ from migrate.model.plan_tree import PartitionPlan, Plan
 from migrate.model.run_state import EventKind, LogDirPhase, PartitionState, Problem, SegmentState
 from migrate.model.stage_reports import PartitionProblem, SwapReport
 from migrate.run import faults, fence
-from migrate.run.state import StateStore, SwapFileKey, swap_keys_text
+from migrate.run.state import StateStore
 from migrate.run.swap_files import SegmentFiles, SwapSource
+from migrate.run.swap_keys import SwapFileKey, swap_keys_text
 from migrate.run.swap_record import record_text_of, write_records
 from migrate.run.workspace import WORK_DIR_NAME, sync_filesystem
 from migrate.segment.identity import edges_digest_of
@@ -179,7 +180,7 @@ def _swap_batch(plan: Plan, key: str, store: StateStore, names: list[str]) -> tu
             failed.append(PartitionProblem(name, problem))
     if not batch:
         return [], failed
-    store.begin_swap_texts([(name, [(s[0], s[2]) for s in segments]) for name, _, segments in batch])
+    store.begin_swap([(name, [(s[0], s[2]) for s in segments]) for name, _, segments in batch])
     # the files' own record of the swap, durable before the first rename: whatever becomes of the database, the
     # files then say which partition is original, mixed or converted (migrate.run.swap_record)
     write_records(
