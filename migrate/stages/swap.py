@@ -23,9 +23,8 @@ from migrate.run.swap_files import SegmentFiles, SwapSource
 from migrate.run.swap_keys import SwapFileKey, swap_keys_text
 from migrate.run.swap_record import record_text_of, write_records
 from migrate.run.workspace import WORK_DIR_NAME, sync_filesystem
-from migrate.segment.identity import edges_digest_of
 from migrate.stages.common import kafka_lock, locate
-from migrate.stages.reconcile import files_mixed, open_reconciled
+from migrate.stages.reconcile import edges_of, files_mixed, open_reconciled
 
 SWAP_BATCH_PARTITIONS = 256
 _ISOLATED_ERRNOS = (errno.EPERM, errno.EACCES)  # one file's attribute or permission: its partition only
@@ -122,15 +121,6 @@ def _listing(path: str) -> frozenset[str]:
         return frozenset()
 
 
-def _edges_digest(path: str) -> str:
-    """``edges_digest`` through a bare file descriptor (no file object): twice per segment of a swap."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        return edges_digest_of(fd, os.fstat(fd).st_size)
-    finally:
-        os.close(fd)
-
-
 def _changed_since_read(path: str, st: os.stat_result | None, src: SwapSource) -> str | None:
     """``migrate.segment.identity.changed_since_read`` with the stat ``plan_swap`` has just taken of the same file
     (asking again a moment later would tell nothing more: the check before each rename follows)."""
@@ -141,7 +131,7 @@ def _changed_since_read(path: str, st: os.stat_result | None, src: SwapSource) -
             f"{path} changed after it was converted: same size, mtime and inode, but its ctime is {st.st_ctime_ns}, "
             f"{src.source_ctime_ns} when it was read: it was written, truncated, linked or had its times set since"
         )
-    if src.source_edges and _edges_digest(path) != src.source_edges:
+    if src.source_edges and edges_of(path) != src.source_edges:
         return f"{path} changed after it was converted: its first or last bytes differ from those that were read"
     return None
 
@@ -170,9 +160,7 @@ def _swap_batch(plan: Plan, key: str, store: StateStore, names: list[str]) -> tu
                         raise SourceChangedError(change, path=files.live(".log"))
                     if src.log_output is None:
                         raise ModelError(f"{name}/{base}: the verified result has no output .log")
-                    segments.append(
-                        (base, swap, swap_keys_text(swap), result_text, _edges_digest(src.log_output), files)
-                    )
+                    segments.append((base, swap, swap_keys_text(swap), result_text, edges_of(src.log_output), files))
             batch.append((name, work_names, segments))
         except LocatedError as exc:  # a live file changed after conversion: leave the partition as it is
             problem = Problem.of(exc)
