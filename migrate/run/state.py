@@ -169,6 +169,12 @@ def swap_files_json(files: tuple[SwapFile, ...]) -> list[dict[str, Any]]:
     return out
 
 
+def swap_text(files: tuple[SwapFile, ...]) -> str:
+    """A segment's swap files as the state database and the swap record hold them (``begin_swap``,
+    ``migrate.run.swap_record.record_text_of``): encoded once for both."""
+    return _dumps(swap_files_json(files))
+
+
 _SWAP_FILE_KEYS = frozenset(("suffix", "original", "output", "base_offset"))
 _SWAP_FILE_REQUIRED = frozenset(("suffix", "original", "output"))
 _STAT_KEYS = frozenset(("inode", "size", "mtime_ns"))
@@ -202,11 +208,15 @@ def swap_files_from_json(data: Any, where: str) -> tuple[SwapFile, ...]:
             ):
                 out.append(SwapFile(suffix, before, output, base))
                 continue
-        raise ModelError(
-            f"{where}[{i}]: expected a swap file (suffix, original and output: objects of inode, size and mtime_ns, "
-            f"base_offset), found {item!r}"
-        )
+        raise _bad_swap_file(where, i, item)
     return tuple(out)
+
+
+def _bad_swap_file(where: str, i: int, item: Any) -> ModelError:
+    return ModelError(
+        f"{where}[{i}]: expected a swap file (suffix, original and output: objects of inode, size and mtime_ns, "
+        f"base_offset), found {item!r}"
+    )
 
 
 def _json(value: Any) -> str | None:
@@ -545,16 +555,16 @@ class StateStore:
                 self._settle_partition(db, name, None, now)
             return len(reset)
 
-    def begin_swap(self, batch: list[tuple[str, list[tuple[int, tuple[SwapFile, ...]]]]]) -> None:
-        """Before any rename: for each partition of the batch, every segment's original and output files. One
-        commit for the whole batch; after it, a crash leaves these partitions SWAPPING and both recoveries know what
-        to do with each file."""
+    def begin_swap(self, batch: list[tuple[str, list[tuple[int, str]]]]) -> None:
+        """Before any rename: for each partition of the batch, every segment's original and output files (as
+        ``swap_text`` encodes them). One commit for the whole batch; after it, a crash leaves these partitions
+        SWAPPING and both recoveries know what to do with each file."""
         now = time.time()
         with self.transaction("swap-begun") as db:
             for name, segments in batch:
                 db.executemany(
                     "UPDATE segments SET swap=?, updated=? WHERE partition=? AND base=?",
-                    [(_dumps(swap_files_json(files)), now, name, base) for base, files in segments],
+                    [(text, now, name, base) for base, text in segments],
                 )
                 db.execute(
                     "UPDATE partitions SET state=?, updated=? WHERE name=?", (PartitionState.SWAPPING.value, now, name)
@@ -660,6 +670,30 @@ class StateStore:
         )
         return [self._row(r) for r in rows]
 
+    def swap_texts(self, partition: str) -> list[tuple[int, str, str | None]]:
+        """(base, swap JSON, result JSON) of the partition's segments whose swap was recorded, by base offset, as
+        stored: the same texts its swap record holds (``migrate.run.swap_record.record_text`` splices them), which
+        lets a reconciliation prove a record is what the database says without decoding its results."""
+        return self.conn.execute(
+            "SELECT base, swap, result FROM segments WHERE partition=? AND swap IS NOT NULL ORDER BY base",
+            (partition,),
+        ).fetchall()
+
+    def verified_texts_of(self, partition: str) -> list[tuple[int, str | None]]:
+        """(base, result JSON) of the partition's verified segments, by base offset: what its swap reads (no
+        SegmentRow per segment)."""
+        return self.conn.execute(
+            "SELECT base, result FROM segments WHERE partition=? AND state=? ORDER BY base",
+            (partition, SegmentState.VERIFIED.value),
+        ).fetchall()
+
+    def swap_rows(self, partition: str) -> list[tuple[int, str]]:
+        """(base, swap JSON) of the partition's segments whose swap was recorded, by base offset."""
+        return self.conn.execute(
+            "SELECT base, swap FROM segments WHERE partition=? AND swap IS NOT NULL AND swap != '' ORDER BY base",
+            (partition,),
+        ).fetchall()
+
     def converted_results(self) -> Iterator[tuple[str, int, SegmentResult]]:
         """Every segment this run converted, swapped in or not yet."""
         rows = self.conn.execute(
@@ -669,10 +703,9 @@ class StateStore:
         for part, base, result in rows:
             yield part, base, from_json(SegmentResult, json.loads(result))
 
-    def verified_results(self) -> Iterator[tuple[str, int, SegmentResult]]:
-        rows = self.conn.execute("SELECT partition, base, result FROM segments WHERE state=?", ("verified",))
-        for part, base, result in rows:
-            yield part, base, from_json(SegmentResult, json.loads(result))
+    def verified_result_texts(self) -> Iterator[tuple[str, int, str]]:
+        """Every verified segment's result as stored (its JSON), for a reader that needs a few of its fields."""
+        yield from self.conn.execute("SELECT partition, base, result FROM segments WHERE state=?", ("verified",))
 
     @staticmethod
     def _row(r: tuple) -> SegmentRow:

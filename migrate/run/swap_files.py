@@ -16,16 +16,18 @@ Every function here is idempotent: doing it again after a crash finishes the job
 from __future__ import annotations
 
 import contextlib
+import json
 import os
-from dataclasses import dataclass
-from functools import cached_property
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from migrate.errors import MigrateError, SourceChangedError
+from migrate.errors import MigrateError, ModelError, SourceChangedError
 from migrate.kafka.names import segment_name
 from migrate.model.run_state import FileStat, SegmentResult
 from migrate.run import faults
 from migrate.run.state import SwapFile
+from migrate.run.swap_keys import StatKey, SwapFileKey, _key_from, stat_key
 from migrate.run.workspace import BACKUP_SUFFIX, WORK_DIR_NAME
 
 
@@ -35,9 +37,31 @@ class BackupMissingError(MigrateError):
 
 def _stat(path: str | Path) -> FileStat | None:
     try:
-        return FileStat.of(os.stat(path))
+        st = os.stat(path)
     except FileNotFoundError:
         return None
+    return FileStat(st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _key(path: str) -> StatKey | None:
+    """``_stat`` as a StatKey: the identity compared, no FileStat built."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def _link_backup(live: str, kept: str, original: StatKey) -> None:
+    if _key(kept) != original:
+        _unlink(kept)  # a link that never completed, or a leftover
+        faults.point("before:backup-link")
+        os.link(live, kept)
+        faults.point("after:backup-link")
+
+
+def _describe_key(st: StatKey | None) -> str:
+    return "missing" if st is None else f"inode {st[0]}, {st[1]} bytes, mtime_ns {st[2]}"
 
 
 def _unlink(path: str) -> None:
@@ -47,6 +71,85 @@ def _unlink(path: str) -> None:
 
 def _describe(st: FileStat | None) -> str:
     return "missing" if st is None else f"inode {st.inode}, {st.size} bytes, mtime_ns {st.mtime_ns}"
+
+
+def _stats_of(data: Any, where: str) -> dict[str, StatKey]:
+    if type(data) is not dict:
+        raise ModelError(f"{where}: expected an object of file stats, found {data!r}")
+    out = {}
+    for sfx, st in data.items():
+        key = _key_from(st)
+        if key is None:
+            raise ModelError(f"{where}.{sfx}: expected an object of inode, size and mtime_ns, found {st!r}")
+        out[sfx] = key
+    return out
+
+
+def _keys(stats: dict[str, FileStat]) -> dict[str, StatKey]:
+    return {sfx: (st.inode, st.size, st.mtime_ns) for sfx, st in stats.items()}
+
+
+class SwapSource:
+    """What the swap needs of a segment's conversion result: the identities (StatKeys) of its outputs and of the
+    live files they replace, the later outputs of a split source, and how the source was when it was read. Read
+    from the result's JSON as stored, every field it uses checked as ``from_json`` checks it: decoding the whole
+    SegmentResult, for each of 10^6 segments, was a tenth of a swap's time."""
+
+    __slots__ = ("live_before", "log_output", "output_stats", "parts", "source_ctime_ns", "source_edges")
+
+    def __init__(
+        self,
+        output_stats: dict[str, StatKey],
+        live_before: dict[str, StatKey],
+        parts: tuple[tuple[int, dict[str, StatKey]], ...],
+        source_ctime_ns: int,
+        source_edges: str,
+        log_output: str | None,
+    ) -> None:
+        self.output_stats = output_stats
+        self.live_before = live_before
+        self.parts = parts  # (base offset, output stats) of each later output of a split source
+        self.source_ctime_ns = source_ctime_ns
+        self.source_edges = source_edges
+        self.log_output = log_output  # the staged output .log
+
+    @classmethod
+    def of(cls, result: SegmentResult) -> SwapSource:
+        return cls(
+            _keys(result.output_stats),
+            _keys(result.live_before),
+            tuple((p.base_offset, _keys(p.output_stats)) for p in result.parts or ()),
+            result.source_ctime_ns,
+            result.source_edges,
+            result.outputs.get(".log"),
+        )
+
+    @classmethod
+    def of_json(cls, text: str, where: str) -> SwapSource:
+        data = json.loads(text)
+        if type(data) is not dict:
+            raise ModelError(f"{where}: expected a SegmentResult object")
+        outputs = data.get("outputs") or {}
+        parts = data.get("parts") or ()
+        ctime, edges = data.get("source_ctime_ns", 0), data.get("source_edges", "")
+        if type(outputs) is not dict or (type(parts) is not list and parts != ()) or type(ctime) is not int:
+            raise ModelError(f"{where}: outputs, parts or source_ctime_ns is not of its type")
+        if type(edges) is not str or not all(type(v) is str for v in outputs.values()):
+            raise ModelError(f"{where}: source_edges or an output path is not a string")
+        split = []
+        for i, part in enumerate(parts):
+            base = part.get("base_offset") if type(part) is dict else None
+            if type(base) is not int:
+                raise ModelError(f"{where}.parts[{i}]: expected a split part with a base_offset")
+            split.append((base, _stats_of(part.get("output_stats") or {}, f"{where}.parts[{i}].output_stats")))
+        return cls(
+            _stats_of(data.get("output_stats") or {}, f"{where}.output_stats"),
+            _stats_of(data.get("live_before") or {}, f"{where}.live_before"),
+            tuple(split),
+            ctime,
+            edges,
+            outputs.get(".log"),
+        )
 
 
 @dataclass(frozen=True)
@@ -71,77 +174,105 @@ class SegmentFiles:
             return self
         return SegmentFiles(self.partition_dir, self.plan_id, f.base_offset)
 
-    @cached_property
-    def _paths(self) -> tuple[str, str]:
-        """The live and the staged path of this segment without a suffix."""
+    def __post_init__(self) -> None:
+        """The live and the staged path of this segment without a suffix, built once, when the object is (every
+        use asks for them; a cached_property takes a lock on each first use, 10^6 times in a swap)."""
         name = segment_name(self.base_offset)
         # the work dir joined as a string (``staging_dir`` builds a Path): this runs for every segment of a swap
-        return (
-            os.path.join(self.partition_dir, name),
-            os.path.join(self.partition_dir, f"{WORK_DIR_NAME}-{self.plan_id}", name),
+        object.__setattr__(
+            self,
+            "_paths",
+            (
+                os.path.join(self.partition_dir, name),
+                os.path.join(self.partition_dir, f"{WORK_DIR_NAME}-{self.plan_id}", name),
+            ),
         )
+
+    _paths: tuple[str, str] = field(init=False, repr=False, compare=False)
 
     # --- before the swap -------------------------------------------------------------------------------------
 
-    def staged_intact(self, result: SegmentResult) -> bool:
+    def staged_intact(self, result: SegmentResult | SwapSource) -> bool:
         """The staged outputs are still what the conversion wrote and verified (a split source's every output)."""
-        if not all(_stat(self.staged(sfx)) == want for sfx, want in result.output_stats.items()):
+        src = result if isinstance(result, SwapSource) else SwapSource.of(result)
+        if not all(_key(self.staged(sfx)) == want for sfx, want in src.output_stats.items()):
             return False
         return all(
-            _stat(SegmentFiles(self.partition_dir, self.plan_id, part.base_offset).staged(sfx)) == want
-            for part in result.parts or ()
-            for sfx, want in part.output_stats.items()
+            _key(SegmentFiles(self.partition_dir, self.plan_id, base).staged(sfx)) == want
+            for base, stats in src.parts
+            for sfx, want in stats.items()
         )
 
-    def plan_swap(self, result: SegmentResult) -> tuple[SwapFile, ...]:
-        """What the swap of this segment will do, checked against the live files the conversion saw: a live file
-        that changed since (a broker ran) fails the partition before anything is renamed. A split source's later
-        outputs come first: new files (no original), each named by its base offset, so that the source's own
-        ``.log`` is the last file renamed and the first put back."""
-        files = [
-            *(
-                SwapFile(sfx, None, output, part.base_offset)
-                for part in result.parts or ()
-                for sfx, output in part.output_stats.items()
-            )
+    def _at(self, base: int | None) -> SegmentFiles:
+        return (
+            self if base is None or base == self.base_offset else SegmentFiles(self.partition_dir, self.plan_id, base)
+        )
+
+    def plan_swap(
+        self, result: SwapSource, live_names: frozenset[str] | set[str] | None = None
+    ) -> tuple[tuple[SwapFileKey, ...], os.stat_result | None]:
+        """What the swap of this segment will do (its swap files as StatKeys), checked against the live files the
+        conversion saw: a live file that changed since (a broker ran) fails the partition before anything is
+        renamed. A split source's later outputs come first: new files (no original), each named by its base
+        offset, so that the source's own ``.log`` is the last file renamed and the first put back. Also returns the
+        live ``.log``'s stat as taken here, for ``changed_since_read``. ``live_names``: the partition dir's listing,
+        taken for the batch just before; a file that it does not hold and that must not exist is not asked for
+        again (the swap's own check right before each rename still is)."""
+        files: list[SwapFileKey] = [
+            (sfx, base, None, output) for base, stats in result.parts for sfx, output in stats.items()
         ]
-        for f in files:
-            target = self.of(f)
-            live, staged = _stat(target.live(f.suffix)), _stat(target.staged(f.suffix))
+        for sfx, base, _, output in files:
+            target = self._at(base)
+            name = target.live(sfx)
+            live = None if live_names is not None and os.path.basename(name) not in live_names else _key(name)
             if live is not None:
                 raise SourceChangedError(
-                    f"{target.live(f.suffix)} exists ({_describe(live)}), where a segment split from "
+                    f"{target.live(sfx)} exists ({_describe_key(live)}), where a segment split from "
                     f"{self.live('.log')} must go",
-                    path=target.live(f.suffix),
+                    path=target.live(sfx),
                     hint="Nothing was changed. A broker wrote there, or the partition holds a stray segment: "
                     "`rollback` or re-plan after checking the partition with `scan`.",
                 )
-            if staged != f.output:
-                raise SourceChangedError(
-                    f"the staged {target.staged(f.suffix)} is not what was verified: {_describe(staged)}, verified "
-                    f"{_describe(f.output)}",
-                    path=target.staged(f.suffix),
-                    hint="Run `execute` again: the segment is converted anew.",
-                )
-        for sfx, output in result.output_stats.items():
-            live = _stat(self.live(sfx))
-            before = result.live_before.get(sfx)
-            if live != before:
-                raise SourceChangedError(
-                    f"{self.live(sfx)} changed after it was converted: now {_describe(live)}, converted from "
-                    f"{_describe(before)}",
-                    path=str(self.live(sfx)),
-                )
-            staged = _stat(self.staged(sfx))
+            staged = _key(target.staged(sfx))
             if staged != output:
                 raise SourceChangedError(
-                    f"the staged {self.staged(sfx)} is not what was verified: {_describe(staged)}, verified "
-                    f"{_describe(output)}",
+                    f"the staged {target.staged(sfx)} is not what was verified: {_describe_key(staged)}, verified "
+                    f"{_describe_key(output)}",
+                    path=target.staged(sfx),
+                    hint="Run `execute` again: the segment is converted anew.",
+                )
+        log_st = None
+        prefix = self._paths[0]
+        name_prefix = os.path.basename(prefix)
+        for sfx, output in result.output_stats.items():
+            before = result.live_before.get(sfx)
+            if before is None and live_names is not None and name_prefix + sfx not in live_names:
+                live = None  # not there, and none was: no stat to ask
+            else:
+                try:
+                    st = os.stat(prefix + sfx)
+                except FileNotFoundError:
+                    live = None
+                else:
+                    live = (st.st_ino, st.st_size, st.st_mtime_ns)
+                    if sfx == ".log":
+                        log_st = st
+            if live != before:
+                raise SourceChangedError(
+                    f"{self.live(sfx)} changed after it was converted: now {_describe_key(live)}, converted from "
+                    f"{_describe_key(before)}",
+                    path=str(self.live(sfx)),
+                )
+            staged = _key(self.staged(sfx))
+            if staged != output:
+                raise SourceChangedError(
+                    f"the staged {self.staged(sfx)} is not what was verified: {_describe_key(staged)}, verified "
+                    f"{_describe_key(output)}",
                     path=str(self.staged(sfx)),
                     hint="Run `execute` again: the segment is converted anew.",
                 )
-            files.append(SwapFile(sfx, live, output))
-        return tuple(files)
+            files.append((sfx, None, before, output))
+        return tuple(files), log_st
 
     def before_rename(self, files: tuple[SwapFile, ...]) -> list[str]:
         """Why a resumed swap must not rename any file of this segment: a live file that is neither the original
@@ -168,23 +299,34 @@ class SegmentFiles:
 
     def swap_in(self, files: tuple[SwapFile, ...]) -> None:
         """Back up each original and rename the staged file over it; finishes a swap a crash interrupted."""
-        for f in files:
-            at = self.of(f)
-            live, staged, kept = at.live(f.suffix), at.staged(f.suffix), at.backup(f.suffix)
-            current = _stat(live)
-            if current == f.output:
+        self.swap_in_keys(tuple((f.suffix, f.base_offset, stat_key(f.original), stat_key(f.output)) for f in files))
+
+    def swap_in_keys(self, files: tuple[SwapFileKey, ...], work_names: frozenset[str] | None = None) -> None:
+        """``swap_in`` of swap files as StatKeys. ``work_names``: the work dir's listing, taken for the batch
+        before its swap began: a backup it does not hold is linked without asking for it first (were one made
+        since, the link fails and it is then asked for)."""
+        for suffix, base, original, output in files:
+            at = self._at(base)
+            live, staged, kept = at.live(suffix), at.staged(suffix), at.backup(suffix)
+            current = _key(live)
+            if current == output:
                 continue  # renamed before a crash
-            if current != f.original:
+            if current != original:
                 raise SourceChangedError(
-                    f"{live} changed during the swap: {_describe(current)}, expected the original "
-                    f"({_describe(f.original)}) or the output ({_describe(f.output)})",
+                    f"{live} changed during the swap: {_describe_key(current)}, expected the original "
+                    f"({_describe_key(original)}) or the output ({_describe_key(output)})",
                     path=str(live),
                 )
-            if f.original is not None and _stat(kept) != f.original:
-                _unlink(kept)  # a link that never completed, or a leftover
-                faults.point("before:backup-link")
-                os.link(live, kept)
-                faults.point("after:backup-link")
+            if original is not None:
+                if work_names is not None and os.path.basename(kept) not in work_names:
+                    try:
+                        faults.point("before:backup-link")
+                        os.link(live, kept)
+                        faults.point("after:backup-link")
+                    except FileExistsError:
+                        _link_backup(live, kept, original)
+                else:
+                    _link_backup(live, kept, original)
             faults.point("before:rename")
             os.replace(staged, live)
             faults.point("after:rename")
@@ -214,44 +356,60 @@ class SegmentFiles:
 
     def restore(self, files: tuple[SwapFile, ...], force: bool = False) -> None:
         """Put every original back (bytes and mtime: the same inode) and remove files the migration added."""
-        for f in reversed(files):
-            at = self.of(f)
-            live, kept = at.live(f.suffix), at.backup(f.suffix)
-            current = _stat(live)
-            if current != f.output and current != f.original and not force:
+        self.restore_keys(
+            tuple((f.suffix, f.base_offset, stat_key(f.original), stat_key(f.output)) for f in files), force
+        )
+
+    def restore_keys(
+        self, files: tuple[SwapFileKey, ...], force: bool = False, work_names: frozenset[str] | None = None
+    ) -> None:
+        """``restore`` of swap files as StatKeys (``migrate.run.state.swap_file_keys_of``: a rollback of 10^6
+        segments builds no SwapFile). ``work_names``: the work dir's listing, taken for the batch just before: a
+        staged file it does not hold is not unlinked again (only this tool makes one, and the work dir goes next)."""
+        for suffix, base, original, output in reversed(files):
+            at = (
+                self
+                if base is None or base == self.base_offset
+                else SegmentFiles(self.partition_dir, self.plan_id, base)
+            )
+            live, kept = at.live(suffix), at.backup(suffix)
+            current = _key(live)
+            if current != output and current != original and not force:
                 raise SourceChangedError(
-                    f"{live} changed after the swap ({_describe(current)}); not putting the original back over it",
+                    f"{live} changed after the swap ({_describe_key(current)}); not putting the original back over it",
                     path=str(live),
                     hint="A broker probably wrote to it. Stop the broker; `rollback --force` restores the original "
                     "and loses what was written since the swap.",
                 )
-            if f.original is None:
-                if current is not None and (current == f.output or force):
+            if original is None:
+                if current is not None and (current == output or force):
                     faults.point("before:unlink")
                     os.unlink(live)
                     faults.point("after:unlink")
                 continue
-            if current == f.original:
+            if current == original:
                 _unlink(kept)  # a second link to the live inode, or nothing
                 continue
-            if current != f.output and _stat(at.staged(f.suffix)) == f.output:
+            if current != output and _key(at.staged(suffix)) == output:
                 # never renamed (only --force gets here with a changed file). Written to in place (appended,
                 # truncated), the original inode is the live file and its backup alike: kept as the broker left it.
                 # Deleted or replaced by another file, the backup is still the original: it is put back, never
                 # deleted with the work dir (its conversion is not live, so it is the only copy)
-                if _stat(kept) == f.original:
+                if _key(kept) == original:
                     faults.point("before:restore")
                     os.replace(kept, live)
                     faults.point("after:restore")
                 continue
-            if _stat(kept) != f.original:
+            if (backup := _key(kept)) != original:
                 raise BackupMissingError(
-                    f"the backup {kept} of {live} is {_describe(_stat(kept))}, not the original "
-                    f"({_describe(f.original)}): it cannot be put back. The live file is the migrated one; keep it "
+                    f"the backup {kept} of {live} is {_describe_key(backup)}, not the original "
+                    f"({_describe_key(original)}): it cannot be put back. The live file is the migrated one; keep it "
                     "(run `execute` to finish) or restore the original from a replica."
                 )
             faults.point("before:restore")
             os.replace(kept, live)
             faults.point("after:restore")
-        for f in files:
-            _unlink(self.of(f).staged(f.suffix))
+        for suffix, base, _, _ in files:
+            staged = (self if base is None else SegmentFiles(self.partition_dir, self.plan_id, base)).staged(suffix)
+            if work_names is None or os.path.basename(staged) in work_names:
+                _unlink(staged)

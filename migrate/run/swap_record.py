@@ -24,6 +24,7 @@ import contextlib
 import enum
 import json
 import os
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -32,11 +33,11 @@ from typing import Any
 
 from migrate.codec import from_json
 from migrate.errors import MigrateError, ModelError
-from migrate.kafka.names import segment_name
 from migrate.model.plan_tree import PartitionPlan
-from migrate.model.run_state import FileStat, SegmentResult
+from migrate.model.run_state import SegmentResult
 from migrate.run import faults
-from migrate.run.state import SwapFile, swap_files_from_json, swap_files_json
+from migrate.run.state import SwapFile, swap_files_from_json, swap_text
+from migrate.run.swap_keys import StatKey, SwapFileKey, stat_key, swap_file_keys, swap_file_keys_of
 from migrate.run.workspace import WORK_DIR_NAME, work_dir
 
 RECORD_FILE = "swap.json"
@@ -96,11 +97,17 @@ def record_file(partition_dir: str, plan_id: str) -> str:
 
 def record_text(plan_id: str, partition: str, segments: Iterable[tuple[int, tuple[SwapFile, ...], str, str]]) -> str:
     """A partition's record as written: ``segments`` are (base offset, files, the result's JSON text as the state
-    database holds it, log edges). The text is what ``json.dumps(to_json(record))`` of the record gives, spliced
-    rather than encoded again: the swap writes 10^6 of them."""
+    database holds it, log edges)."""
+    return record_text_of(plan_id, partition, ((b, swap_text(f), r, e) for b, f, r, e in segments))
+
+
+def record_text_of(plan_id: str, partition: str, segments: Iterable[tuple[int, str, str, str]]) -> str:
+    """``record_text`` with each segment's files as the state database holds them (``swap_text``). The text is what
+    ``json.dumps(to_json(record))`` of the record gives, spliced rather than encoded again: the swap writes 10^6 of
+    them."""
     dumps = json.dumps
     items = ",".join(
-        f'{{"base_offset":{base},"files":{_dumps(swap_files_json(files))},"result":{result},"log_edges":{dumps(edges)}}}'
+        f'{{"base_offset":{base},"files":{files},"result":{result},"log_edges":{dumps(edges)}}}'
         for base, files, result, edges in segments
     )
     return f'{{"plan_id":{dumps(plan_id)},"partition":{dumps(partition)},"segments":[{items}]}}'
@@ -128,7 +135,56 @@ _RECORD_KEYS = frozenset(("plan_id", "partition", "segments"))
 _SEGMENT_KEYS = frozenset(("base_offset", "files", "result", "log_edges"))
 
 
-def _decode(data: Any, where: str, results: bool = True) -> PartitionSwapRecord:
+@dataclass(frozen=True)
+class RecordData:
+    """A swap record as read and checked: each segment's files as StatKeys (what classifying by the files needs)
+    beside their JSON data; the PartitionSwapRecord (a SwapFile and two FileStats per file) is built on demand."""
+
+    plan_id: str
+    partition: str
+    # (base offset, files as StatKeys, files as JSON data or text, log edges, result as JSON data or None); the
+    # text (the database's swap column) is one object where its data are a dozen, at 10^6 segments in a status
+    segments: tuple[tuple[int, tuple[SwapFileKey, ...], Any, str, Any], ...]
+    # read as byte for byte the state database's rows (``_as_known``): its files are the database's swap files
+    known: bool = False
+
+    def record(self) -> PartitionSwapRecord:
+        return PartitionSwapRecord(
+            self.plan_id,
+            self.partition,
+            tuple(
+                SegmentSwap(
+                    base,
+                    swap_files_from_json(json.loads(files) if type(files) is str else files, "swap record"),
+                    edges,
+                    result,
+                )
+                for base, _, files, edges, result in self.segments
+            ),
+        )
+
+    @classmethod
+    def of(cls, record: PartitionSwapRecord) -> RecordData:
+        """A record already decoded (the database's copy of a swap, for runs from before swap records)."""
+        data = cls(
+            record.plan_id,
+            record.partition,
+            tuple(
+                (
+                    s.base_offset,
+                    tuple((f.suffix, f.base_offset, stat_key(f.original), stat_key(f.output)) for f in s.files),
+                    None,
+                    s.log_edges,
+                    None,
+                )
+                for s in record.segments
+            ),
+        )
+        data.__dict__["_record"] = record
+        return data
+
+
+def _decode(data: Any, where: str, results: bool = True) -> RecordData:
     """As strict as ``from_json(PartitionSwapRecord, data)`` on everything but the results, which ``result`` checks
     when it decodes one; ``results=False`` keeps none of them (what the files say needs none, and a reconciliation
     keeps every partition's truth: their results would be most of its memory)."""
@@ -145,15 +201,73 @@ def _decode(data: Any, where: str, results: bool = True) -> PartitionSwapRecord:
         base, edges, result = s["base_offset"], s["log_edges"], s["result"]
         if type(base) is not int or type(edges) is not str or type(result) is not dict:
             raise ModelError(f"{at}: base_offset must be an integer, log_edges a string and result an object")
-        out.append(
-            SegmentSwap(base, swap_files_from_json(s["files"], f"{at}.files"), edges, result if results else None)
-        )
-    return PartitionSwapRecord(plan_id, partition, tuple(out))
+        files = s["files"]
+        out.append((base, swap_file_keys(files, f"{at}.files"), files, edges, result if results else None))
+    return RecordData(plan_id, partition, tuple(out))
+
+
+_EDGES_RE = re.compile(r"[0-9a-f]{64}")
+
+
+def _as_known(
+    text: str, plan_id: str, partition: str, known: list[tuple[int, str, str | None]], results: bool
+) -> RecordData | None:
+    """The record ``text`` where it is, byte for byte, the record the swap writes from the state database's rows
+    ``known`` ((base, swap JSON, result JSON), ``StateStore.swap_texts``): ``record_text`` splices exactly those
+    texts, so such a record holds exactly that data, and only the database's small swap texts are decoded, not the
+    results that are most of the record. None where it is anything else: the caller then decodes the whole text."""
+    dumps = json.dumps
+    head = f'{{"plan_id":{dumps(plan_id)},"partition":{dumps(partition)},"segments":['
+    if not known or not text.startswith(head) or not text.endswith("]}"):
+        return None
+    pos = len(head)
+    out = []
+    starts = text.startswith
+    for i, (base, swap, result) in enumerate(known):
+        if result is None or not (result.startswith("{") and result.endswith("}")):
+            return None
+        # compared in place, piece by piece: no copy of the result text, the most of each segment's bytes
+        item = f'{"," if i else ""}{{"base_offset":{base},"files":'
+        if not starts(item, pos):
+            return None
+        pos += len(item)
+        if not starts(swap, pos) or not starts(',"result":', pos + len(swap)):
+            return None
+        pos += len(swap) + 10
+        if not starts(result, pos) or not starts(',"log_edges":"', pos + len(result)):
+            return None
+        pos += len(result) + 14
+        edges = text[pos : pos + 64]
+        if not _EDGES_RE.fullmatch(edges) or not starts('"}', pos + 64):
+            return None
+        pos += 66
+        try:
+            keys = swap_file_keys_of(swap, f"swap record.segments[{i}].files")
+            data = json.loads(result) if results else None
+        except (ValueError, ModelError):
+            return None  # the whole text is decoded, and refused as it must be
+        out.append((base, keys, swap, edges, data))
+    if pos + 2 != len(text):
+        return None
+    return RecordData(plan_id, partition, tuple(out), known=True)
 
 
 def read_record(partition_dir: str | Path, plan_id: str, results: bool = True) -> PartitionSwapRecord | None:
     """The partition's record, None where no swap began; UnreadableSwapRecordError where it is torn or foreign.
     ``results=False``: without the segments' conversion results (``SegmentSwap.result`` then refuses)."""
+    data = read_record_data(partition_dir, plan_id, results)
+    return None if data is None else data.record()
+
+
+def read_record_data(
+    partition_dir: str | Path,
+    plan_id: str,
+    results: bool = True,
+    known: list[tuple[int, str, str | None]] | None = None,
+    partition: str | None = None,
+) -> RecordData | None:
+    """``read_record`` without building its SwapFiles; ``known`` and ``partition``: the state database's rows of the
+    partition (``_as_known``), which spare decoding the results where the record is exactly what they say."""
     path = record_file(str(partition_dir), plan_id)
     try:
         with open(path, encoding="utf-8") as f:
@@ -162,6 +276,8 @@ def read_record(partition_dir: str | Path, plan_id: str, results: bool = True) -
         return None
     except (OSError, UnicodeDecodeError) as exc:
         raise UnreadableSwapRecordError(f"{path}: cannot be read ({exc})") from exc
+    if known and partition is not None and (fast := _as_known(text, plan_id, partition, known, results)):
+        return fast
     try:
         record = _decode(json.loads(text), "swap record", results)
     except (ValueError, ModelError) as exc:
@@ -195,60 +311,95 @@ class FileTruth(str, enum.Enum):
 class PartitionTruth:
     partition: str
     truth: FileTruth
-    record: PartitionSwapRecord | None
+    data: RecordData | None  # the swap record the truth was judged by, if any
     changed: tuple[str, ...] = ()  # "<path>: <what it is now>" for each live file that is neither ours nor original
 
+    @property
+    def has_record(self) -> bool:
+        return self.data is not None
 
-def _stat(path: str) -> FileStat | None:
+    @property
+    def as_database_says(self) -> bool:
+        """Judged by a record that is the state database's swap files exactly, and no file was changed: each of
+        them is the original or the output the database names (what ``SegmentFiles.change`` asks of each)."""
+        return self.data is not None and self.data.known and self.truth != FileTruth.CHANGED
+
+    @property
+    def record(self) -> PartitionSwapRecord | None:
+        if self.data is None:
+            return None
+        cached = self.data.__dict__.get("_record")
+        if cached is None:
+            cached = self.data.__dict__["_record"] = self.data.record()
+        return cached
+
+    def log_edges(self) -> list[tuple[int, str]]:
+        """(base offset, log edges) of every segment of the record (empty edges: a database's copy)."""
+        return [] if self.data is None else [(s[0], s[3]) for s in self.data.segments]
+
+
+def _key(path: str) -> StatKey | None:
     try:
-        return FileStat.of(os.stat(path))
+        st = os.stat(path)
     except FileNotFoundError:
         return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
 
 
-def _describe(st: FileStat | None) -> str:
-    return "missing" if st is None else f"inode {st.inode}, {st.size} bytes, mtime_ns {st.mtime_ns}"
+def _describe(st: StatKey | None) -> str:
+    return "missing" if st is None else f"inode {st[0]}, {st[1]} bytes, mtime_ns {st[2]}"
 
 
-def partition_truth(part: PartitionPlan, plan_id: str, fallback: PartitionSwapRecord | None = None) -> PartitionTruth:
+def partition_truth(
+    part: PartitionPlan,
+    plan_id: str,
+    fallback: PartitionSwapRecord | None = None,
+    known: list[tuple[int, str, str | None]] | None = None,
+) -> PartitionTruth:
     """Classify one planned partition from its files: its swap record if any (``fallback``: the same facts from the
-    state database, for a run that began before records were written), else the planned sources."""
+    state database, for a run that began before records were written; ``known``: the database's rows of its swap,
+    ``read_record_data``), else the planned sources."""
     try:
-        record = read_record(part.dir, plan_id, results=False) or fallback
+        data = read_record_data(part.dir, plan_id, results=False, known=known, partition=part.name)
     except UnreadableSwapRecordError:
         if _sources_untouched(part):
             return PartitionTruth(part.name, FileTruth.ORIGINAL, None)  # written before any rename: none happened
         raise
-    if record is None:
+    if data is None and fallback is not None:
+        data = RecordData.of(fallback)
+    prefix = os.path.join(part.dir, "")
+    if data is None:
         changed = tuple(
-            f"{os.path.join(part.dir, s.file)}: {_describe(st)}, planned {_describe(planned)}"
+            f"{prefix}{s.file}: {_describe(st)}, planned {_describe(planned)}"
             for s in part.segments
-            if (st := _stat(os.path.join(part.dir, s.file))) != (planned := FileStat(s.inode, s.size, s.mtime_ns))
+            if (st := _key(prefix + s.file)) != (planned := (s.inode, s.size, s.mtime_ns))
         )
         return PartitionTruth(part.name, FileTruth.CHANGED if changed else FileTruth.ORIGINAL, None, changed)
     original = converted = 0
     changed_files = []
-    for base, f in record.files():
-        # a split source's later outputs name their own segment; their original is "missing"
-        live = os.path.join(part.dir, segment_name(base if f.base_offset is None else f.base_offset, f.suffix))
-        current = _stat(live)
-        if current == f.output:
-            converted += 1
-        elif current == f.original:
-            original += 1
-        else:
-            changed_files.append(
-                f"{live}: {_describe(current)}, neither the original ({_describe(f.original)}) nor the verified "
-                f"output ({_describe(f.output)})"
-            )
+    for base, files, *_ in data.segments:
+        for suffix, at, before, output in files:
+            # a split source's later outputs name their own segment; their original is "missing"
+            live = f"{prefix}{base if at is None else at:020d}{suffix}"
+            current = _key(live)
+            if current == output:
+                converted += 1
+            elif current == before:
+                original += 1
+            else:
+                changed_files.append(
+                    f"{live}: {_describe(current)}, neither the original ({_describe(before)}) nor the verified "
+                    f"output ({_describe(output)})"
+                )
     if changed_files:
         truth = FileTruth.CHANGED
     elif original and converted:
         truth = FileTruth.MIXED
     else:
         truth = FileTruth.CONVERTED if converted else FileTruth.ORIGINAL
-    return PartitionTruth(part.name, truth, record, tuple(changed_files))
+    return PartitionTruth(part.name, truth, data, tuple(changed_files))
 
 
 def _sources_untouched(part: PartitionPlan) -> bool:
-    return all(_stat(os.path.join(part.dir, s.file)) == FileStat(s.inode, s.size, s.mtime_ns) for s in part.segments)
+    prefix = os.path.join(part.dir, "")
+    return all(_key(prefix + s.file) == (s.inode, s.size, s.mtime_ns) for s in part.segments)

@@ -8,6 +8,7 @@ removes the state from the log dir once the driver has archived it beside the pl
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -19,10 +20,9 @@ from migrate.prestage.cutover import forget_staged
 from migrate.run import fence
 from migrate.run.state import StateStore, remove_state_files
 from migrate.run.swap_record import FileTruth, PartitionTruth, partition_truth
-from migrate.run.workspace import segment_file, state_path, sync_filesystem
-from migrate.segment.identity import edges_digest
+from migrate.run.workspace import state_path, sync_filesystem
 from migrate.stages.common import kafka_lock, locate, restore_dir_mtimes
-from migrate.stages.reconcile import db_swap_record, files_mixed, open_reconciled
+from migrate.stages.reconcile import db_swap_record, edges_of, files_mixed, open_reconciled
 from migrate.stages.rollback import remove_work_dirs
 
 
@@ -42,7 +42,7 @@ def finalize_log_dir(plan: Plan, key: str, partial: bool = False) -> FinalizeRep
                 "was deleted. `rollback --force` puts the originals back and loses those writes."
             )
         states = store.partition_states()
-        mixed = sorted({*(n for n, s in states.items() if s.mixed), *files_mixed(plan, key)})
+        mixed = sorted({*(n for n, s in states.items() if s.mixed), *files_mixed(plan, key, store, reconciled.truths)})
         if mixed or store.phase in (LogDirPhase.ROLLING_BACK, LogDirPhase.ROLLED_BACK):
             raise MigrateError(
                 f"{log_dir}: {len(mixed)} partition(s) are mid-swap or mid-rollback "
@@ -86,13 +86,16 @@ def _unproven(
     out = []
     for name in names:
         part = plan.partition(key, name)
-        truth = known.get(name) or partition_truth(part, plan.plan_id, fallback=db_swap_record(plan, store, name))
-        if truth.record is None or truth.truth != FileTruth.CONVERTED:
+        truth = known.get(name) or partition_truth(
+            part, plan.plan_id, fallback=db_swap_record(plan, store, name), known=store.swap_texts(name)
+        )
+        if not truth.has_record or truth.truth != FileTruth.CONVERTED:
             out.append(f"{part.dir}: its files are {truth.truth.value}, not the converted ones its swap recorded")
             continue
-        for s in truth.record.segments:
-            live = segment_file(part.dir, s.base_offset, ".log")
-            if s.log_edges and edges_digest(live) != s.log_edges:
+        prefix = os.path.join(part.dir, "")
+        for base, log_edges in truth.log_edges():
+            live = f"{prefix}{base:020d}.log"
+            if log_edges and edges_of(live) != log_edges:
                 out.append(f"{live}: its first or last bytes are not those of the output that was swapped in")
     return out
 

@@ -7,6 +7,7 @@ are converted again, and partitions a crashed rollback had begun are restored fi
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from migrate.errors import MigrateError, SourceChangedError
@@ -17,7 +18,7 @@ from migrate.model.stage_reports import PrepareReport
 from migrate.planning.checks import recheck_log_dir
 from migrate.run import fence
 from migrate.run.state import StateStore
-from migrate.run.swap_files import SegmentFiles
+from migrate.run.swap_files import SegmentFiles, SwapSource
 from migrate.run.workspace import checked_work_dir, other_states, segment_file
 from migrate.segment.identity import planned_file_change
 from migrate.stages.common import kafka_lock, locate
@@ -52,8 +53,10 @@ def prepare_log_dir(plan: Plan, key: str) -> PrepareReport:
             restored = _finish_interrupted_rollback(plan, key, store)
             keep = [
                 (part, base)
-                for part, base, result in store.verified_results()
-                if SegmentFiles(Path(plan.partition(key, part).dir), plan.plan_id, base).staged_intact(result)
+                for part, base, result in store.verified_result_texts()
+                if SegmentFiles(plan.partition(key, part).dir, plan.plan_id, base).staged_intact(
+                    SwapSource.of_json(result, f"{part}/{base}: result")
+                )
             ]
             reset = store.reset_for_retry(keep) if not new else 0
             for problem in reconciled.unresolved:
@@ -91,12 +94,20 @@ def refuse_other_broker(entry: LogDirPlan) -> None:
 
 def _refuse_changed_inputs(entry: LogDirPlan) -> None:
     log_dir = entry.label
-    changed = [
-        change
-        for p in entry.partitions
-        for s in p.segments
-        if (change := planned_file_change(segment_file(p.dir, s.base_offset, ".log"), s)) is not None
-    ]
+    changed = []
+    for p in entry.partitions:
+        prefix = os.path.join(p.dir, "")
+        for s in p.segments:
+            path = f"{prefix}{s.base_offset:020d}.log"
+            try:
+                st = os.stat(path)
+            except FileNotFoundError:
+                st = None
+            # the planned identity, compared as a tuple; only a file that differs is described (asked again)
+            if st is None or (st.st_ino, st.st_size, st.st_mtime_ns) != (s.inode, s.size, s.mtime_ns):
+                change = planned_file_change(segment_file(p.dir, s.base_offset, ".log"), s)
+                if change is not None:
+                    changed.append(change)
     if changed:
         raise SourceChangedError(
             f"{len(changed)} segment file(s) of {log_dir} changed since planning, e.g. {changed[0]}. A broker may have "

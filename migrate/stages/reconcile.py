@@ -28,6 +28,7 @@ from migrate.model.run_state import EventKind, PartitionState, Problem
 from migrate.model.stage_reports import PartitionProblem
 from migrate.run import fence
 from migrate.run.state import StateHealth, StateStore, remove_state_files
+from migrate.run.swap_keys import gc_paused
 from migrate.run.swap_record import (
     FileTruth,
     PartitionSwapRecord,
@@ -40,6 +41,7 @@ from migrate.run.swap_record import (
     record_path,
     remove_record,
 )
+from migrate.segment.identity import edges_digest_of
 
 logger = logging.getLogger(__name__)
 
@@ -109,7 +111,8 @@ def open_reconciled(
     else:
         store = StateStore.open(log_dir, plan.plan_id)
     try:
-        corrected, unresolved, truths = _reconcile_partitions(plan, key, store, write)
+        with gc_paused():
+            corrected, unresolved, truths = _reconcile_partitions(plan, key, store, write)
     except BaseException:
         store.close()
         raise
@@ -139,9 +142,11 @@ def _reconcile_partitions(
         if not has_record and state not in LIVE:
             continue  # nothing renamed yet: the swap checks each file before its first rename
         try:
-            # the database's copy of the swap only where the files keep none (runs from before swap records)
+            # the database's copy of the swap only where the files keep none (runs from before swap records);
+            # where they keep one, the database's rows only spare decoding it where it is exactly what they say
+            known = store.swap_texts(name)
             fallback = None if has_record else db_swap_record(plan, store, name)
-            truth = partition_truth(part, plan.plan_id, fallback=fallback)
+            truth = partition_truth(part, plan.plan_id, fallback=fallback, known=known)
         except UnreadableSwapRecordError as exc:
             unresolved.append(
                 PartitionProblem(name, Problem("state", f"{exc}; its live files are not the planned ones"))
@@ -150,7 +155,7 @@ def _reconcile_partitions(
         truths[name] = truth
         if truth.truth == FileTruth.CHANGED:
             unresolved.append(PartitionProblem(name, Problem("live-changed", "; ".join(truth.changed[:3]), part.dir)))
-            if state not in LIVE and truth.record is not None and write:
+            if state not in LIVE and truth.has_record and write:
                 store.adopt_swap(
                     name, _segments(part.dir, plan.plan_id, truth), "files changed mid-swap: fence kept up"
                 )
@@ -191,24 +196,43 @@ def _correction(state: PartitionState, truth: PartitionTruth) -> str | None:
             return None
         return "swapping (execute finishes it, rollback undoes it)"
     # ORIGINAL
-    if state in (PartitionState.SWAPPING, PartitionState.ROLLING_BACK) and truth.record is not None:
+    if state in (PartitionState.SWAPPING, PartitionState.ROLLING_BACK) and truth.has_record:
         return None  # a swap that renamed nothing yet, or a rollback that restored all: the verbs finish either
-    if state == PartitionState.MIGRATED or truth.record is not None:
+    if state == PartitionState.MIGRATED or truth.has_record:
         return "planned again (its swap was undone; execute converts it anew)"
     return None
 
 
-def files_mixed(plan: Plan, key: str) -> list[str]:
+def edges_of(path: str) -> str:
+    """``migrate.segment.identity.edges_digest`` through a bare file descriptor (no file object): asked of 10^6
+    live and staged .log files by a swap and a finalize."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return edges_digest_of(fd, os.fstat(fd).st_size)
+    finally:
+        os.close(fd)
+
+
+def files_mixed(
+    plan: Plan, key: str, store: StateStore | None = None, truths: Mapping[str, PartitionTruth] | None = None
+) -> list[str]:
     """Partitions of the log dir whose live files are partly original and partly converted, by their swap records:
-    asked before the fence comes down, whatever the state database says."""
+    asked before the fence comes down, whatever the state database says (``store``: its rows only spare decoding
+    a record that is exactly what they say). ``truths``: what a reconciliation of this same verb said of them, with
+    no file renamed since (finalize), not asked again."""
     mixed = []
-    for part in plan.log_dir(key).partitions:
-        if not os.path.exists(record_file(part.dir, plan.plan_id)):
-            continue
-        try:
-            truth = partition_truth(part, plan.plan_id).truth
-        except UnreadableSwapRecordError:
-            truth = FileTruth.CHANGED
-        if truth in (FileTruth.MIXED, FileTruth.CHANGED):
-            mixed.append(part.name)
+    with gc_paused():
+        for part in plan.log_dir(key).partitions:
+            if not os.path.exists(record_file(part.dir, plan.plan_id)):
+                continue
+            try:
+                if truths is not None and (known_truth := truths.get(part.name)) is not None:
+                    truth = known_truth.truth
+                else:
+                    known = store.swap_texts(part.name) if store is not None else None
+                    truth = partition_truth(part, plan.plan_id, known=known).truth
+            except UnreadableSwapRecordError:
+                truth = FileTruth.CHANGED
+            if truth in (FileTruth.MIXED, FileTruth.CHANGED):
+                mixed.append(part.name)
     return mixed

@@ -9,7 +9,9 @@ or changed), so a rollback interrupted between a rename and its record resumes w
 from __future__ import annotations
 
 import concurrent.futures
+import os
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 
 from migrate.errors import MigrateError
@@ -19,14 +21,23 @@ from migrate.model.stage_reports import RollbackReport
 from migrate.run import fence
 from migrate.run.state import StateStore
 from migrate.run.swap_files import SegmentFiles
+from migrate.run.swap_keys import swap_file_keys_of
+from migrate.run.swap_record import PartitionTruth
 from migrate.run.workspace import sync_filesystem, work_dir
 from migrate.stages.common import kafka_lock, locate, restore_dir_mtimes
 from migrate.stages.reconcile import LIVE, Reconciliation, files_mixed, open_reconciled
 
 
-def live_changes(plan: Plan, key: str, store: StateStore) -> list[str]:
+def live_changes(
+    plan: Plan, key: str, store: StateStore, truths: Mapping[str, PartitionTruth] | None = None
+) -> list[str]:
+    """Live files changed after their swap. ``truths``: what the reconciliation just said of each partition; one
+    judged by a record that is exactly the database's swap files, none changed, asked the same of the same files."""
     changed = []
     for name in store.partitions_in(*LIVE):
+        truth = truths.get(name) if truths else None
+        if truth is not None and truth.as_database_says:
+            continue
         part = plan.partition(key, name)
         for row in store.segments_of(name):
             if row.swap:
@@ -51,7 +62,7 @@ def _changes(plan: Plan, key: str, store: StateStore, reconciled: Reconciliation
     """Changed live files, by the swaps the state holds (reconciliation put every swap the files show there), and
     partitions whose swap record cannot be read while their files are not the planned ones."""
     unreadable = [f"{p.problem.path}: {p.problem.message}" for p in reconciled.unresolved if p.problem.kind == "state"]
-    return live_changes(plan, key, store) + unreadable
+    return live_changes(plan, key, store, reconciled.truths) + unreadable
 
 
 ROLLBACK_BATCH_PARTITIONS = 256
@@ -65,9 +76,15 @@ def restore_partitions(plan: Plan, key: str, store: StateStore, names: list[str]
         store.set_partitions(batch, PartitionState.ROLLING_BACK, EventKind.ROLLBACK_BEGUN)
         for name in batch:
             part = plan.partition(key, name)
-            for row in reversed(store.segments_of(name)):
-                if row.swap:
-                    SegmentFiles(part.dir, plan.plan_id, row.base).restore(row.swap, force)
+            # the work dir listed once: staged files already renamed in are not unlinked one by one
+            folder = work_dir(part.dir, plan.plan_id)
+            try:
+                work_names = frozenset(os.listdir(folder))
+            except FileNotFoundError:
+                work_names = frozenset()
+            for base, swap in reversed(store.swap_rows(name)):
+                files = swap_file_keys_of(swap, f"{name}/{base}")
+                SegmentFiles(part.dir, plan.plan_id, base).restore_keys(files, force, work_names)
         # the originals durable before their swap records go: a record never disappears while its renames may not
         sync_filesystem(plan.log_dir(key).log_dir)
         for name in batch:
@@ -112,7 +129,7 @@ def rollback_log_dir(plan: Plan, key: str, force: bool = False) -> RollbackRepor
             remove_work_dirs([plan.partition(key, name).dir for name in rest], plan.plan_id)
             store.set_partitions(rest, PartitionState.ROLLED_BACK, EventKind.PARTITION_ROLLED_BACK)
             sync_filesystem(log_dir)
-            mixed = files_mixed(plan, key)
+            mixed = files_mixed(plan, key, store)
             if mixed:  # never reached while restore is sound; if it is, the fence must not come down
                 raise MigrateError(
                     f"{log_dir}: after the rollback {len(mixed)} partition(s) still have a swap record and live files "

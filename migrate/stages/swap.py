@@ -11,19 +11,20 @@ swap undone and failed, and the others go on; any other I/O error stops the stag
 from __future__ import annotations
 
 import errno
+import os
 
-from migrate.errors import LocatedError, MigrateError, SourceChangedError, StateWriteError
+from migrate.errors import LocatedError, MigrateError, ModelError, SourceChangedError, StateWriteError
 from migrate.model.plan_tree import PartitionPlan, Plan
-from migrate.model.run_state import EventKind, LogDirPhase, PartitionState, Problem, SegmentResult, SegmentState
+from migrate.model.run_state import EventKind, LogDirPhase, PartitionState, Problem, SegmentState
 from migrate.model.stage_reports import PartitionProblem, SwapReport
 from migrate.run import faults, fence
-from migrate.run.state import StateStore, SwapFile
-from migrate.run.swap_files import SegmentFiles
-from migrate.run.swap_record import record_text, write_records
-from migrate.run.workspace import sync_filesystem
-from migrate.segment.identity import changed_since_read, edges_digest
+from migrate.run.state import StateStore
+from migrate.run.swap_files import SegmentFiles, SwapSource
+from migrate.run.swap_keys import SwapFileKey, swap_keys_text
+from migrate.run.swap_record import record_text_of, write_records
+from migrate.run.workspace import WORK_DIR_NAME, sync_filesystem
 from migrate.stages.common import kafka_lock, locate
-from migrate.stages.reconcile import files_mixed, open_reconciled
+from migrate.stages.reconcile import edges_of, files_mixed, open_reconciled
 
 SWAP_BATCH_PARTITIONS = 256
 _ISOLATED_ERRNOS = (errno.EPERM, errno.EACCES)  # one file's attribute or permission: its partition only
@@ -62,7 +63,7 @@ def swap_log_dir(plan: Plan, key: str, swap_ready: bool = True) -> SwapReport:
             try:
                 # the fence is up exactly while a partition is mixed, whatever stopped the stage; the files are
                 # asked too, not only the state
-                mixed = sorted({*mixed, *files_mixed(plan, key)})
+                mixed = sorted({*mixed, *files_mixed(plan, key, store)})
                 if not mixed and fence.lower_fence(log_dir):
                     store.record_event(EventKind.FENCE_DOWN)
                 if stopped is None and not store.partitions_in(
@@ -113,31 +114,61 @@ def _finish_swapping(plan: Plan, key: str, store: StateStore) -> tuple[list[str]
     return done, stuck
 
 
+def _listing(path: str) -> frozenset[str]:
+    try:
+        return frozenset(os.listdir(path))
+    except FileNotFoundError:
+        return frozenset()
+
+
+def _changed_since_read(path: str, st: os.stat_result | None, src: SwapSource) -> str | None:
+    """``migrate.segment.identity.changed_since_read`` with the stat ``plan_swap`` has just taken of the same file
+    (asking again a moment later would tell nothing more: the check before each rename follows)."""
+    if st is None:
+        return f"{path} is missing"
+    if src.source_ctime_ns and st.st_ctime_ns != src.source_ctime_ns:
+        return (
+            f"{path} changed after it was converted: same size, mtime and inode, but its ctime is {st.st_ctime_ns}, "
+            f"{src.source_ctime_ns} when it was read: it was written, truncated, linked or had its times set since"
+        )
+    if src.source_edges and edges_of(path) != src.source_edges:
+        return f"{path} changed after it was converted: its first or last bytes differ from those that were read"
+    return None
+
+
 def _swap_batch(plan: Plan, key: str, store: StateStore, names: list[str]) -> tuple[list[str], list[PartitionProblem]]:
     failed: list[PartitionProblem] = []
-    # per partition: (base, swap files, result, the result's JSON as stored, edges of the output .log)
-    batch: list[tuple[str, list[tuple[int, tuple[SwapFile, ...], SegmentResult, str, str]]]] = []
+    # per partition: its work dir's listing, and per segment (base, swap files, their JSON as stored, the result's
+    # JSON as stored, edges of the output .log, its files' paths)
+    batch: list[tuple[str, frozenset[str], list[tuple[int, tuple[SwapFileKey, ...], str, str, str, SegmentFiles]]]] = []
     for name in names:
         part = plan.partition(key, name)
         try:
             segments = []
-            for row in store.segments_of(name):
-                result = row.result if row.state == SegmentState.VERIFIED else None
-                if result is not None and row.result_text is not None:
-                    files = _files(plan, part, row.base)
-                    swap = files.plan_swap(result)  # size, mtime, inode of every file
-                    change = changed_since_read(files.live(".log"), result)  # then what a same-size rewrite shows
+            # one listing of the partition dir and of its work dir for the batch, instead of asking for each file
+            # that must not exist (a segment's new .index and .timeindex; a backup not made yet)
+            live_names = _listing(part.dir)
+            work_names = _listing(os.path.join(part.dir, f"{WORK_DIR_NAME}-{plan.plan_id}"))
+            for base, result_text in store.verified_texts_of(name):
+                if result_text is not None:
+                    files = _files(plan, part, base)
+                    src = SwapSource.of_json(result_text, f"{name}/{base}: result")
+                    swap, log_st = files.plan_swap(src, live_names)  # size, mtime, inode of every file
+                    # then what a same-size rewrite shows
+                    change = _changed_since_read(files.live(".log"), log_st, src)
                     if change is not None:
                         raise SourceChangedError(change, path=files.live(".log"))
-                    segments.append((row.base, swap, result, row.result_text, edges_digest(result.outputs[".log"])))
-            batch.append((name, segments))
+                    if src.log_output is None:
+                        raise ModelError(f"{name}/{base}: the verified result has no output .log")
+                    segments.append((base, swap, swap_keys_text(swap), result_text, edges_of(src.log_output), files))
+            batch.append((name, work_names, segments))
         except LocatedError as exc:  # a live file changed after conversion: leave the partition as it is
             problem = Problem.of(exc)
             store.fail_partition(name, problem)
             failed.append(PartitionProblem(name, problem))
     if not batch:
         return [], failed
-    store.begin_swap([(name, [(s[0], s[1]) for s in segments]) for name, segments in batch])
+    store.begin_swap([(name, [(s[0], s[2]) for s in segments]) for name, _, segments in batch])
     # the files' own record of the swap, durable before the first rename: whatever becomes of the database, the
     # files then say which partition is original, mixed or converted (migrate.run.swap_record)
     write_records(
@@ -145,20 +176,20 @@ def _swap_batch(plan: Plan, key: str, store: StateStore, names: list[str]) -> tu
             (
                 plan.partition(key, name).dir,
                 plan.plan_id,
-                record_text(
-                    plan.plan_id, name, ((base, files, text, edges) for base, files, _, text, edges in segments)
+                record_text_of(
+                    plan.plan_id, name, ((base, text, result, edges) for base, _, text, result, edges, _ in segments)
                 ),
             )
-            for name, segments in batch
+            for name, _, segments in batch
         ]
     )
     sync_filesystem(plan.log_dir(key).log_dir)
     done = []
-    for name, segments in batch:
+    for name, work_names, segments in batch:
         part = plan.partition(key, name)
         try:
-            for base, files, *_ in segments:
-                _files(plan, part, base).swap_in(files)
+            for _, files, *_, at in segments:
+                at.swap_in_keys(files, work_names)
             done.append(name)
         except (OSError, LocatedError) as exc:
             problem = Problem.of(exc)
@@ -183,14 +214,14 @@ def _swap_batch(plan: Plan, key: str, store: StateStore, names: list[str]) -> tu
 def _undo(
     plan: Plan,
     part: PartitionPlan,
-    segments: list[tuple[int, tuple[SwapFile, ...]]],
+    segments: list[tuple[int, tuple[SwapFileKey, ...]]],
     store: StateStore,
     problem: Problem,
 ) -> bool:
     """Put a partition whose swap failed half way back to its originals; True if it is wholly original again."""
     try:
         for base, files in reversed(segments):
-            _files(plan, part, base).restore(files)
+            _files(plan, part, base).restore_keys(files)
         sync_filesystem(part.dir)
     except (OSError, LocatedError):
         return False  # stays swapping: the fence stays up and the next execute or rollback finishes it
