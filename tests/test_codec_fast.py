@@ -53,7 +53,7 @@ from migrate.model.run_state import (
     SegmentResult,
     SplitPart,
 )
-from migrate.run.state import SwapFile
+from migrate.run.swap_json import SwapFile
 from migrate.run.swap_record import PartitionSwapRecord, SegmentSwap
 from migrate.watch.events import SegmentFinished, plan_event
 

@@ -197,7 +197,7 @@ def test_an_unexpected_error_of_the_command_itself_names_the_run_log(tmp_path, c
     def broken(*args):
         raise KeyError("no such column")
 
-    monkeypatch.setattr(report, "collect", broken)
+    monkeypatch.setattr(report, "run_summary", broken)  # execute's summary, after the swap
     assert main(["execute", "--plan", str(plan), "--engine", "serial"]) == 1
     captured = capsys.readouterr()
     log = run_log_of(captured.err)

@@ -26,7 +26,7 @@ from migrate.errors import MigrateError, ModelError, SourceChangedError
 from migrate.kafka.names import segment_name
 from migrate.model.run_state import FileStat, SegmentResult
 from migrate.run import faults
-from migrate.run.state import SwapFile
+from migrate.run.swap_json import SwapFile
 from migrate.run.swap_keys import StatKey, SwapFileKey, _key_from, stat_key
 from migrate.run.workspace import BACKUP_SUFFIX, WORK_DIR_NAME
 
@@ -363,7 +363,7 @@ class SegmentFiles:
     def restore_keys(
         self, files: tuple[SwapFileKey, ...], force: bool = False, work_names: frozenset[str] | None = None
     ) -> None:
-        """``restore`` of swap files as StatKeys (``migrate.run.state.swap_file_keys_of``: a rollback of 10^6
+        """``restore`` of swap files as StatKeys (``migrate.run.swap_keys.swap_file_keys_of``: a rollback of 10^6
         segments builds no SwapFile). ``work_names``: the work dir's listing, taken for the batch just before: a
         staged file it does not hold is not unlinked again (only this tool makes one, and the work dir goes next)."""
         for suffix, base, original, output in reversed(files):

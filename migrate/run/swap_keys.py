@@ -1,5 +1,5 @@
 """Swap files as plain tuples: the identities a swap, a rollback and every classification of a partition by its files
-compare, 10^5-10^6 times in one verb, without a SwapFile and two FileStats per file (``migrate.run.state`` keeps the
+compare, 10^5-10^6 times in one verb, without a SwapFile and two FileStats per file (``migrate.run.swap_json`` keeps the
 typed records; this module reads and writes the same JSON, byte for byte, and checks it as strictly).
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 
 from migrate.errors import ModelError
 from migrate.model.run_state import FileStat
-from migrate.run.state import _STAT_KEYS, _SWAP_FILE_KEYS, _SWAP_FILE_REQUIRED, _bad_swap_file
+from migrate.run.swap_json import _STAT_KEYS, _SWAP_FILE_KEYS, _SWAP_FILE_REQUIRED, _bad_swap_file
 
 # a file's identity as a plain tuple (inode, size, mtime_ns): what a FileStat compares, without building one. The
 # classifications of 10^6 files (status, every reconciliation, rollback's checks) compare these with os.stat results

@@ -36,7 +36,7 @@ from migrate.errors import MigrateError, ModelError
 from migrate.model.plan_tree import PartitionPlan
 from migrate.model.run_state import SegmentResult
 from migrate.run import faults
-from migrate.run.state import SwapFile, swap_files_from_json, swap_text
+from migrate.run.swap_json import SwapFile, swap_files_from_json, swap_text
 from migrate.run.swap_keys import StatKey, SwapFileKey, stat_key, swap_file_keys, swap_file_keys_of
 from migrate.run.workspace import WORK_DIR_NAME, work_dir
 
