@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
 
 from migrate.errors import MigrateError
@@ -41,6 +41,7 @@ from migrate.run.swap_record import (
     record_path,
     remove_record,
 )
+from migrate.run.swap_status import settled_truth
 from migrate.segment.identity import edges_digest_of
 
 logger = logging.getLogger(__name__)
@@ -136,7 +137,19 @@ def _reconcile_partitions(
     unresolved: list[PartitionProblem] = []
     truths: dict[str, PartitionTruth] = {}
     states = store.partition_states()
+    # status (``write=False``) settles the usual partition, every live file the swap's output, from one query of
+    # the whole log dir's swap texts, streamed in this loop's order; it keeps no truth of those (no verb reuses them)
+    settled = _settled_truths(plan, key, store) if not write else None
+    if settled is not None:
+        next(settled)
     for name, state in sorted(states.items()):
+        if settled is not None and state in LIVE:
+            found = settled.send(name)
+            if found is not None:  # every live file is the output (or every one the original): no problem to say
+                fix = _correction(state, found, has_record=True)
+                if fix is not None:
+                    corrected.append(f"{name}: the state said {state.value}, the files say {found.value}; {fix}")
+                continue
         part = plan.partition(key, name)
         has_record = os.path.exists(record_file(part.dir, plan.plan_id))
         if not has_record and state not in LIVE:
@@ -160,7 +173,7 @@ def _reconcile_partitions(
                     name, _segments(part.dir, plan.plan_id, truth), "files changed mid-swap: fence kept up"
                 )
             continue
-        fix = _correction(state, truth)
+        fix = _correction(state, truth.truth, truth.has_record)
         if fix is None:
             continue
         corrected.append(f"{name}: the state said {state.value}, the files say {truth.truth.value}; {fix}")
@@ -187,18 +200,36 @@ def _segments(partition_dir: str, plan_id: str, truth: PartitionTruth) -> list:
     return [(s.base_offset, s.files, s.result) for s in record.segments]
 
 
-def _correction(state: PartitionState, truth: PartitionTruth) -> str | None:
-    """What the state must become for ``truth``, or None where it already agrees."""
-    if truth.truth in (FileTruth.MIXED, FileTruth.CONVERTED):
+def _settled_truths(plan: Plan, key: str, store: StateStore) -> Generator[FileTruth | None, str, None]:
+    """Sent each partition name in sorted order (the first ``send`` after ``next``), yields ``settled_truth`` of
+    it from the database's swap texts (``StateStore.swap_pieces``), streamed by one query in the same order; None
+    where that cannot settle it (the caller then asks ``partition_truth``)."""
+    rows = store.swap_pieces()
+    ahead: tuple[str, list] | None = next(rows, None)
+    found: FileTruth | None = None
+    while True:
+        name = yield found
+        while ahead is not None and ahead[0] < name:  # rows of partitions this loop does not ask of
+            ahead = next(rows, None)
+        found = None
+        if ahead is not None and ahead[0] == name:
+            found = settled_truth(plan.partition(key, name).dir, plan.plan_id, name, ahead[1])
+            ahead = next(rows, None)
+
+
+def _correction(state: PartitionState, truth: FileTruth, has_record: bool) -> str | None:
+    """What the state must become for ``truth`` (``has_record``: judged by a swap record), or None where it
+    already agrees."""
+    if truth in (FileTruth.MIXED, FileTruth.CONVERTED):
         if state in (PartitionState.SWAPPING, PartitionState.ROLLING_BACK):
             return None  # the verbs finish or undo it from here
-        if state == PartitionState.MIGRATED and truth.truth == FileTruth.CONVERTED:
+        if state == PartitionState.MIGRATED and truth == FileTruth.CONVERTED:
             return None
         return "swapping (execute finishes it, rollback undoes it)"
     # ORIGINAL
-    if state in (PartitionState.SWAPPING, PartitionState.ROLLING_BACK) and truth.has_record:
+    if state in (PartitionState.SWAPPING, PartitionState.ROLLING_BACK) and has_record:
         return None  # a swap that renamed nothing yet, or a rollback that restored all: the verbs finish either
-    if state == PartitionState.MIGRATED or truth.has_record:
+    if state == PartitionState.MIGRATED or has_record:
         return "planned again (its swap was undone; execute converts it anew)"
     return None
 
