@@ -17,7 +17,7 @@ import os
 import re
 from collections.abc import Sequence
 
-from migrate.run.swap_record import FileTruth, record_file
+from migrate.run.swap_record import FileTruth, PartitionTruth, RecordData, record_file
 
 _NUM = r"-?(?:0|[1-9][0-9]*)"
 _STAT = r'\{"inode":' + _NUM + r',"size":' + _NUM + r',"mtime_ns":' + _NUM + r"\}"
@@ -51,11 +51,13 @@ def _files(swap: str) -> Sequence[tuple[str, str, str, str]] | None:
 
 def settled_truth(
     partition_dir: str, plan_id: str, partition: str, known: Sequence[tuple[int, str, str | None]]
-) -> FileTruth | None:
+) -> PartitionTruth | None:
     """CONVERTED where every live file of the partition is the verified output its swap record names, ORIGINAL where
     every one is the original, judged as ``partition_truth`` judges them; None for anything else, or where the
     record is not exactly the one the swap writes from the state database's rows ``known``
-    (``StateStore.swap_pieces``: (base, swap JSON, the segment's record text up to its log edges) by base offset)."""
+    (``StateStore.swap_pieces``: (base, swap JSON, the segment's record text up to its log edges) by base offset).
+    The truth's record data hold each segment's swap text and log edges, no StatKeys and no result (what the
+    verbs ask of a settled partition's record: its log edges, and only where the state is corrected its files)."""
     if not known:
         return None
     try:
@@ -73,6 +75,7 @@ def settled_truth(
     prefix = os.path.join(partition_dir, "")
     stat = os.stat
     original = converted = 0
+    segments = []
     for i, (base, swap, piece) in enumerate(known):
         # the record's segment is the database's texts spliced as ``record_text`` splices them (``_as_known``'s
         # proof), then 64 hex digits of log edges
@@ -88,6 +91,7 @@ def settled_truth(
             return None
         if not edges(text, pos, pos + 64) or not starts('"}', pos + 64):
             return None
+        segments.append((base, None, swap, text[pos : pos + 64], None))
         pos += 66
         files = _files(swap)
         if files is None:
@@ -107,4 +111,5 @@ def settled_truth(
                 return None
     if pos + 2 != len(text) or (original and converted):
         return None
-    return FileTruth.CONVERTED if converted else FileTruth.ORIGINAL
+    truth = FileTruth.CONVERTED if converted else FileTruth.ORIGINAL
+    return PartitionTruth(partition, truth, RecordData(plan_id, partition, tuple(segments), known=True))

@@ -137,53 +137,53 @@ def _reconcile_partitions(
     unresolved: list[PartitionProblem] = []
     truths: dict[str, PartitionTruth] = {}
     states = store.partition_states()
-    # status (``write=False``) settles the usual partition, every live file the swap's output, from one query of
-    # the whole log dir's swap texts, streamed in this loop's order; it keeps no truth of those (no verb reuses them)
-    settled = _settled_truths(plan, key, store) if not write else None
-    if settled is not None:
-        next(settled)
+    # the usual partition, every live file the swap's output, is settled from one query of the whole log dir's
+    # swap texts, streamed in this loop's order (``migrate.run.swap_status``); ``partition_truth`` judges the rest
+    settled = _settled_truths(plan, key, store)
+    next(settled)
     for name, state in sorted(states.items()):
-        if settled is not None and state in LIVE:
-            found = settled.send(name)
-            if found is not None:  # every live file is the output (or every one the original): no problem to say
-                fix = _correction(state, found, has_record=True)
-                if fix is not None:
-                    corrected.append(f"{name}: the state said {state.value}, the files say {found.value}; {fix}")
-                continue
-        part = plan.partition(key, name)
-        has_record = os.path.exists(record_file(part.dir, plan.plan_id))
-        if not has_record and state not in LIVE:
-            continue  # nothing renamed yet: the swap checks each file before its first rename
-        try:
-            # the database's copy of the swap only where the files keep none (runs from before swap records);
-            # where they keep one, the database's rows only spare decoding it where it is exactly what they say
-            known = store.swap_texts(name)
-            fallback = None if has_record else db_swap_record(plan, store, name)
-            truth = partition_truth(part, plan.plan_id, fallback=fallback, known=known)
-        except UnreadableSwapRecordError as exc:
-            unresolved.append(
-                PartitionProblem(name, Problem("state", f"{exc}; its live files are not the planned ones"))
-            )
-            continue
-        truths[name] = truth
-        if truth.truth == FileTruth.CHANGED:
-            unresolved.append(PartitionProblem(name, Problem("live-changed", "; ".join(truth.changed[:3]), part.dir)))
-            if state not in LIVE and truth.has_record and write:
-                store.adopt_swap(
-                    name, _segments(part.dir, plan.plan_id, truth), "files changed mid-swap: fence kept up"
+        truth = settled.send(name) if state in LIVE else None
+        if truth is not None:  # every live file is the output (or every one the original): nothing changed
+            if write:  # status keeps none: no verb reuses them, and they would be most of its memory
+                truths[name] = truth
+        else:
+            part = plan.partition(key, name)
+            has_record = os.path.exists(record_file(part.dir, plan.plan_id))
+            if not has_record and state not in LIVE:
+                continue  # nothing renamed yet: the swap checks each file before its first rename
+            try:
+                # the database's copy of the swap only where the files keep none (runs from before swap records);
+                # where they keep one, the database's rows only spare decoding it where it is exactly what they say
+                known = store.swap_texts(name)
+                fallback = None if has_record else db_swap_record(plan, store, name)
+                truth = partition_truth(part, plan.plan_id, fallback=fallback, known=known)
+            except UnreadableSwapRecordError as exc:
+                unresolved.append(
+                    PartitionProblem(name, Problem("state", f"{exc}; its live files are not the planned ones"))
                 )
-            continue
+                continue
+            truths[name] = truth
+            if truth.truth == FileTruth.CHANGED:
+                unresolved.append(
+                    PartitionProblem(name, Problem("live-changed", "; ".join(truth.changed[:3]), part.dir))
+                )
+                if state not in LIVE and truth.has_record and write:
+                    store.adopt_swap(
+                        name, _segments(part.dir, plan.plan_id, truth), "files changed mid-swap: fence kept up"
+                    )
+                continue
         fix = _correction(state, truth.truth, truth.has_record)
         if fix is None:
             continue
         corrected.append(f"{name}: the state said {state.value}, the files say {truth.truth.value}; {fix}")
         if not write:
             continue
+        partition_dir = plan.partition(key, name).dir
         if fix.startswith("swapping"):
             why = f"state {state.value}, files {truth.truth.value}"
-            store.adopt_swap(name, _segments(part.dir, plan.plan_id, truth), why)
+            store.adopt_swap(name, _segments(partition_dir, plan.plan_id, truth), why)
         else:  # every live file is the original again and nothing of the swap is left to undo
-            remove_record(part.dir, plan.plan_id)
+            remove_record(partition_dir, plan.plan_id)
             store.reset_rolled_back([name])
             store.record_event(EventKind.STATE_CORRECTED, partition=name, why=fix)
     return corrected, unresolved, truths
@@ -200,13 +200,13 @@ def _segments(partition_dir: str, plan_id: str, truth: PartitionTruth) -> list:
     return [(s.base_offset, s.files, s.result) for s in record.segments]
 
 
-def _settled_truths(plan: Plan, key: str, store: StateStore) -> Generator[FileTruth | None, str, None]:
+def _settled_truths(plan: Plan, key: str, store: StateStore) -> Generator[PartitionTruth | None, str, None]:
     """Sent each partition name in sorted order (the first ``send`` after ``next``), yields ``settled_truth`` of
     it from the database's swap texts (``StateStore.swap_pieces``), streamed by one query in the same order; None
     where that cannot settle it (the caller then asks ``partition_truth``)."""
     rows = store.swap_pieces()
     ahead: tuple[str, list] | None = next(rows, None)
-    found: FileTruth | None = None
+    found: PartitionTruth | None = None
     while True:
         name = yield found
         while ahead is not None and ahead[0] < name:  # rows of partitions this loop does not ask of
