@@ -1,5 +1,6 @@
-"""What a read-only status asks of 10^5-10^6 swapped segments, with a Python object per file rather than a dozen: is
-every live file of a partition still the verified output its swap record names (or every one still the original)?
+"""What every reconciliation (status, and each verb before it acts) asks of 10^5-10^6 swapped segments, with a
+Python object per file rather than a dozen: is every live file of a partition still the verified output its swap
+record names (or every one still the original)?
 
 ``migrate.run.swap_record.partition_truth`` answers every case, and says what changed; this answers only the two
 settled ones, comparing texts: the record must be, byte for byte, the record the swap writes from the state database's

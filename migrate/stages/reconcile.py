@@ -17,6 +17,7 @@ copy, truncation, deletion). Every verb that renames or deletes starts here:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections.abc import Generator, Mapping
@@ -141,6 +142,23 @@ def _reconcile_partitions(
     # swap texts, streamed in this loop's order (``migrate.run.swap_status``); ``partition_truth`` judges the rest
     settled = _settled_truths(plan, key, store)
     next(settled)
+    with contextlib.closing(settled):  # its query ends with the loop, not when the generator is collected
+        _judge_partitions(plan, key, store, write, states, settled, corrected, unresolved, truths)
+    return corrected, unresolved, truths
+
+
+def _judge_partitions(
+    plan: Plan,
+    key: str,
+    store: StateStore,
+    write: bool,
+    states: Mapping[str, PartitionState],
+    settled: Generator[PartitionTruth | None, str, None],
+    corrected: list[str],
+    unresolved: list[PartitionProblem],
+    truths: dict[str, PartitionTruth],
+) -> None:
+    """``_reconcile_partitions``' loop: each partition judged by its files, into the lists it returns."""
     for name, state in sorted(states.items()):
         truth = settled.send(name) if state in LIVE else None
         if truth is not None:  # every live file is the output (or every one the original): nothing changed
@@ -186,7 +204,6 @@ def _reconcile_partitions(
             remove_record(partition_dir, plan.plan_id)
             store.reset_rolled_back([name])
             store.record_event(EventKind.STATE_CORRECTED, partition=name, why=fix)
-    return corrected, unresolved, truths
 
 
 def _segments(partition_dir: str, plan_id: str, truth: PartitionTruth) -> list:
