@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import itertools
 import json
+import operator
 import os
 import sqlite3
 import time
@@ -601,6 +603,18 @@ class StateStore:
             "SELECT base, swap, result FROM segments WHERE partition=? AND swap IS NOT NULL ORDER BY base",
             (partition,),
         ).fetchall()
+
+    def swap_pieces(self) -> Iterator[tuple[str, list[tuple[int, str, str | None]]]]:
+        """(partition, [(base, swap JSON, piece)]) of every partition with a recorded swap, by name and base offset,
+        where a piece is the segment's text in the swap record up to its log edges, spliced by SQLite from the same
+        texts ``record_text`` splices (None where there is no result). One query for the log
+        dir, not one per partition (status asks it of 10^4-10^5), read as it goes, not every text at once."""
+        rows = self.conn.execute(
+            """SELECT partition, base, swap, '{"base_offset":' || base || ',"files":' || swap || ',"result":' || result
+            || ',"log_edges":"' FROM segments WHERE swap IS NOT NULL ORDER BY partition, base"""
+        )
+        for name, group in itertools.groupby(rows, key=operator.itemgetter(0)):
+            yield name, [(base, swap, piece) for _, base, swap, piece in group]
 
     def verified_texts_of(self, partition: str) -> list[tuple[int, str | None]]:
         """(base, result JSON) of the partition's verified segments, by base offset: what its swap reads (no

@@ -335,22 +335,34 @@ class SegmentFiles:
 
     def change(self, files: tuple[SwapFile, ...]) -> list[str]:
         """Live files that are neither the original nor our unchanged output: something wrote them after the swap."""
+        return self.change_keys(
+            tuple((f.suffix, f.base_offset, stat_key(f.original), stat_key(f.output)) for f in files)
+        )
+
+    def change_keys(self, files: tuple[SwapFileKey, ...]) -> list[str]:
+        """``change`` of swap files as StatKeys (``migrate.run.swap_keys.swap_file_keys_of``): verify asks it of
+        every swapped segment, 10^5-10^6, and builds no SwapFile nor FileStat for it."""
         changed = []
-        for f in files:
-            at = self.of(f)
-            current = _stat(at.live(f.suffix))
-            if current in (f.output, f.original):
+        for suffix, base, original, output in files:
+            at = (
+                self
+                if base is None or base == self.base_offset
+                else SegmentFiles(self.partition_dir, self.plan_id, base)
+            )
+            live = at.live(suffix)
+            current = _key(live)
+            if current in (output, original):
                 continue
-            if f.original is not None and _stat(at.staged(f.suffix)) == f.output:
+            if original is not None and _key(at.staged(suffix)) == output:
                 # its output is still staged: this file was never swapped, so only "changed since planned" is true
                 changed.append(
-                    f"{at.live(f.suffix)}: {_describe(current)}; it was never swapped (its verified output is still "
-                    f"staged) and is no longer the original ({_describe(f.original)})"
+                    f"{live}: {_describe_key(current)}; it was never swapped (its verified output is still "
+                    f"staged) and is no longer the original ({_describe_key(original)})"
                 )
                 continue
             changed.append(
-                f"{at.live(f.suffix)}: {_describe(current)}; the migration swapped in {_describe(f.output)} "
-                f"(original: {_describe(f.original)})"
+                f"{live}: {_describe_key(current)}; the migration swapped in {_describe_key(output)} "
+                f"(original: {_describe_key(original)})"
             )
         return changed
 

@@ -143,8 +143,10 @@ class RecordData:
     plan_id: str
     partition: str
     # (base offset, files as StatKeys, files as JSON data or text, log edges, result as JSON data or None); the
-    # text (the database's swap column) is one object where its data are a dozen, at 10^6 segments in a status
-    segments: tuple[tuple[int, tuple[SwapFileKey, ...], Any, str, Any], ...]
+    # text (the database's swap column) is one object where its data are a dozen, at 10^6 segments in a status.
+    # StatKeys None: not decoded, the partition was judged from the texts (``migrate.run.swap_status``); only
+    # ``partition_truth`` reads them, of the data it reads itself
+    segments: tuple[tuple[int, tuple[SwapFileKey, ...] | None, Any, str, Any], ...]
     # read as byte for byte the state database's rows (``_as_known``): its files are the database's swap files
     known: bool = False
 

@@ -15,7 +15,7 @@ from migrate.run import fence
 from migrate.run.run_lock import running
 from migrate.run.state import StateStore
 from migrate.run.swap_files import SegmentFiles
-from migrate.run.workspace import segment_file
+from migrate.run.swap_keys import swap_file_keys_of
 from migrate.segment.verify import verify_segment
 from migrate.stages.common import locate
 from migrate.stages.reconcile import open_reconciled
@@ -76,19 +76,23 @@ def _check_live(plan: Plan, key: str, store: StateStore) -> LiveCheck:
     unmigrated = sorted(n for n, s in states.items() if s != PartitionState.MIGRATED)
     for name in sorted(n for n, s in states.items() if s == PartitionState.MIGRATED):
         part = plan.partition(key, name)
+        options = plan.options.for_partition(part.leader_epoch)
+        prefix = os.path.join(part.dir, "")  # live paths as plain strings: 10^5-10^6 segments
         for row in store.segments_of(name):
-            if row.state != SegmentState.SWAPPED or row.result is None or not row.swap:
+            if row.state != SegmentState.SWAPPED or row.result is None or not row.swap_text:
+                continue
+            keys = swap_file_keys_of(row.swap_text, f"{name}/{row.base}")  # as strict as ``row.swap``
+            if not keys:
                 continue
             checked += 1
-            files = SegmentFiles(part.dir, plan.plan_id, row.base)
-            changed = files.change(row.swap)
+            changed = SegmentFiles(part.dir, plan.plan_id, row.base).change_keys(keys)
             if changed:
                 problems += changed
                 continue
-            live = {sfx: str(segment_file(part.dir, row.base, sfx)) for sfx in row.result.outputs}
+            live = {sfx: f"{prefix}{row.base:020d}{sfx}" for sfx in row.result.outputs}
             # a split source's later outputs are live under their own names
             parts = tuple(
-                replace(s, outputs={sfx: str(segment_file(part.dir, s.base_offset, sfx)) for sfx in s.outputs})
+                replace(s, outputs={sfx: f"{prefix}{s.base_offset:020d}{sfx}" for sfx in s.outputs})
                 for s in row.result.parts or ()
             )
             if any(not os.path.exists(p) for p in [*live.values(), *(p for s in parts for p in s.outputs.values())]):
@@ -96,7 +100,7 @@ def _check_live(plan: Plan, key: str, store: StateStore) -> LiveCheck:
                 continue
             result = replace(row.result, outputs=live, parts=parts or None)
             try:
-                check = verify_segment(result, plan.options.for_partition(part.leader_epoch))
+                check = verify_segment(result, options)
             except (OSError, LocatedError) as exc:
                 problems.append(f"{name}/{row.base}: {exc}")
                 continue

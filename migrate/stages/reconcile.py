@@ -17,9 +17,10 @@ copy, truncation, deletion). Every verb that renames or deletes starts here:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
 
 from migrate.errors import MigrateError
@@ -41,6 +42,7 @@ from migrate.run.swap_record import (
     record_path,
     remove_record,
 )
+from migrate.run.swap_status import settled_truth
 from migrate.segment.identity import edges_digest_of
 
 logger = logging.getLogger(__name__)
@@ -136,44 +138,72 @@ def _reconcile_partitions(
     unresolved: list[PartitionProblem] = []
     truths: dict[str, PartitionTruth] = {}
     states = store.partition_states()
+    # the usual partition, every live file the swap's output, is settled from one query of the whole log dir's
+    # swap texts, streamed in this loop's order (``migrate.run.swap_status``); ``partition_truth`` judges the rest
+    settled = _settled_truths(plan, key, store)
+    next(settled)
+    with contextlib.closing(settled):  # its query ends with the loop, not when the generator is collected
+        _judge_partitions(plan, key, store, write, states, settled, corrected, unresolved, truths)
+    return corrected, unresolved, truths
+
+
+def _judge_partitions(
+    plan: Plan,
+    key: str,
+    store: StateStore,
+    write: bool,
+    states: Mapping[str, PartitionState],
+    settled: Generator[PartitionTruth | None, str, None],
+    corrected: list[str],
+    unresolved: list[PartitionProblem],
+    truths: dict[str, PartitionTruth],
+) -> None:
+    """``_reconcile_partitions``' loop: each partition judged by its files, into the lists it returns."""
     for name, state in sorted(states.items()):
-        part = plan.partition(key, name)
-        has_record = os.path.exists(record_file(part.dir, plan.plan_id))
-        if not has_record and state not in LIVE:
-            continue  # nothing renamed yet: the swap checks each file before its first rename
-        try:
-            # the database's copy of the swap only where the files keep none (runs from before swap records);
-            # where they keep one, the database's rows only spare decoding it where it is exactly what they say
-            known = store.swap_texts(name)
-            fallback = None if has_record else db_swap_record(plan, store, name)
-            truth = partition_truth(part, plan.plan_id, fallback=fallback, known=known)
-        except UnreadableSwapRecordError as exc:
-            unresolved.append(
-                PartitionProblem(name, Problem("state", f"{exc}; its live files are not the planned ones"))
-            )
-            continue
-        truths[name] = truth
-        if truth.truth == FileTruth.CHANGED:
-            unresolved.append(PartitionProblem(name, Problem("live-changed", "; ".join(truth.changed[:3]), part.dir)))
-            if state not in LIVE and truth.has_record and write:
-                store.adopt_swap(
-                    name, _segments(part.dir, plan.plan_id, truth), "files changed mid-swap: fence kept up"
+        truth = settled.send(name) if state in LIVE else None
+        if truth is not None:  # every live file is the output (or every one the original): nothing changed
+            if write:  # status keeps none: no verb reuses them, and they would be most of its memory
+                truths[name] = truth
+        else:
+            part = plan.partition(key, name)
+            has_record = os.path.exists(record_file(part.dir, plan.plan_id))
+            if not has_record and state not in LIVE:
+                continue  # nothing renamed yet: the swap checks each file before its first rename
+            try:
+                # the database's copy of the swap only where the files keep none (runs from before swap records);
+                # where they keep one, the database's rows only spare decoding it where it is exactly what they say
+                known = store.swap_texts(name)
+                fallback = None if has_record else db_swap_record(plan, store, name)
+                truth = partition_truth(part, plan.plan_id, fallback=fallback, known=known)
+            except UnreadableSwapRecordError as exc:
+                unresolved.append(
+                    PartitionProblem(name, Problem("state", f"{exc}; its live files are not the planned ones"))
                 )
-            continue
-        fix = _correction(state, truth)
+                continue
+            truths[name] = truth
+            if truth.truth == FileTruth.CHANGED:
+                unresolved.append(
+                    PartitionProblem(name, Problem("live-changed", "; ".join(truth.changed[:3]), part.dir))
+                )
+                if state not in LIVE and truth.has_record and write:
+                    store.adopt_swap(
+                        name, _segments(part.dir, plan.plan_id, truth), "files changed mid-swap: fence kept up"
+                    )
+                continue
+        fix = _correction(state, truth.truth, truth.has_record)
         if fix is None:
             continue
         corrected.append(f"{name}: the state said {state.value}, the files say {truth.truth.value}; {fix}")
         if not write:
             continue
+        partition_dir = plan.partition(key, name).dir
         if fix.startswith("swapping"):
             why = f"state {state.value}, files {truth.truth.value}"
-            store.adopt_swap(name, _segments(part.dir, plan.plan_id, truth), why)
+            store.adopt_swap(name, _segments(partition_dir, plan.plan_id, truth), why)
         else:  # every live file is the original again and nothing of the swap is left to undo
-            remove_record(part.dir, plan.plan_id)
+            remove_record(partition_dir, plan.plan_id)
             store.reset_rolled_back([name])
             store.record_event(EventKind.STATE_CORRECTED, partition=name, why=fix)
-    return corrected, unresolved, truths
 
 
 def _segments(partition_dir: str, plan_id: str, truth: PartitionTruth) -> list:
@@ -187,18 +217,36 @@ def _segments(partition_dir: str, plan_id: str, truth: PartitionTruth) -> list:
     return [(s.base_offset, s.files, s.result) for s in record.segments]
 
 
-def _correction(state: PartitionState, truth: PartitionTruth) -> str | None:
-    """What the state must become for ``truth``, or None where it already agrees."""
-    if truth.truth in (FileTruth.MIXED, FileTruth.CONVERTED):
+def _settled_truths(plan: Plan, key: str, store: StateStore) -> Generator[PartitionTruth | None, str, None]:
+    """Sent each partition name in sorted order (the first ``send`` after ``next``), yields ``settled_truth`` of
+    it from the database's swap texts (``StateStore.swap_pieces``), streamed by one query in the same order; None
+    where that cannot settle it (the caller then asks ``partition_truth``)."""
+    rows = store.swap_pieces()
+    ahead: tuple[str, list] | None = next(rows, None)
+    found: PartitionTruth | None = None
+    while True:
+        name = yield found
+        while ahead is not None and ahead[0] < name:  # rows of partitions this loop does not ask of
+            ahead = next(rows, None)
+        found = None
+        if ahead is not None and ahead[0] == name:
+            found = settled_truth(plan.partition(key, name).dir, plan.plan_id, name, ahead[1])
+            ahead = next(rows, None)
+
+
+def _correction(state: PartitionState, truth: FileTruth, has_record: bool) -> str | None:
+    """What the state must become for ``truth`` (``has_record``: judged by a swap record), or None where it
+    already agrees."""
+    if truth in (FileTruth.MIXED, FileTruth.CONVERTED):
         if state in (PartitionState.SWAPPING, PartitionState.ROLLING_BACK):
             return None  # the verbs finish or undo it from here
-        if state == PartitionState.MIGRATED and truth.truth == FileTruth.CONVERTED:
+        if state == PartitionState.MIGRATED and truth == FileTruth.CONVERTED:
             return None
         return "swapping (execute finishes it, rollback undoes it)"
     # ORIGINAL
-    if state in (PartitionState.SWAPPING, PartitionState.ROLLING_BACK) and truth.has_record:
+    if state in (PartitionState.SWAPPING, PartitionState.ROLLING_BACK) and has_record:
         return None  # a swap that renamed nothing yet, or a rollback that restored all: the verbs finish either
-    if state == PartitionState.MIGRATED or truth.has_record:
+    if state == PartitionState.MIGRATED or has_record:
         return "planned again (its swap was undone; execute converts it anew)"
     return None
 
