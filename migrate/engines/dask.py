@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from migrate.engines import CallResult, StageCall
+from migrate.engines import CallResult, Fold, StageCall
 from migrate.errors import MigrateError
 from migrate.format import accel
 from migrate.model.plan_tree import DigestAlgorithm, Plan
@@ -200,6 +200,17 @@ def _on_worker(stage: Stage, fn: Callable[..., Any], *args: Any) -> Any:
         if event is not None:
             worker.log_event(events.STAGE_TOPIC, events.encode(event))
     return value
+
+
+def _result_of(future: Any) -> CallResult:
+    if future.status == "finished":
+        return CallResult(True, future.result())
+    exc = future.exception()
+    return CallResult(False, error=str(exc), error_type=type(exc).__name__)
+
+
+def _kept(fold: Fold | None, index: int, r: CallResult) -> CallResult:
+    return r if fold is None else fold(index, r)
 
 
 class DaskEngine:
@@ -436,27 +447,31 @@ class DaskEngine:
         """The migration's own page, beside Dask's on the same server."""
         return self.dashboard_link.rsplit("/", 1)[0] + "/migration"
 
-    def map(self, stage: Stage, fn: Callable[..., Any], calls: list[StageCall]) -> list[CallResult]:
+    def map(
+        self, stage: Stage, fn: Callable[..., Any], calls: list[StageCall], fold: Fold | None = None
+    ) -> list[CallResult]:
         local = self.run_here_while_starting and all(call.host is None for call in calls)
         if not (local and all(call.plan is not None and not worth_workers(call.plan) for call in calls)):
             self.start_workers()
         if self._driver_works and self.run_here_while_starting:
-            return self._share(stage, fn, calls)
+            return self._share(stage, fn, calls, fold)
         out: list[CallResult | None] = [None] * len(calls)
         for i, call in enumerate(calls):
             if self._workers_up.is_set() or not self.run_here_while_starting:
                 break
             if call.host is None:  # this host's data: run it here until the workers are up
-                out[i] = self._run_here(stage, fn, call)
+                out[i] = _kept(fold, i, self._run_here(stage, fn, call))
         rest = [i for i, r in enumerate(out) if r is None]
         if rest:
-            for i, r in zip(rest, self._submit(stage, fn, [calls[i] for i in rest])):
+            for i, r in zip(rest, self._submit(stage, fn, [calls[i] for i in rest], rest, fold)):
                 out[i] = r
         elif self._ready.is_set():
             self.publish_held_events()
         return [r for r in out if r is not None]
 
-    def _share(self, stage: Stage, fn: Callable[..., Any], calls: list[StageCall]) -> list[CallResult]:
+    def _share(
+        self, stage: Stage, fn: Callable[..., Any], calls: list[StageCall], fold: Fold | None = None
+    ) -> list[CallResult]:
         """The calls of a LocalCluster started on demand, shared between this process and the workers: the driver
         takes the next call whose data is on this host, over and over, while a feeder thread (once workers are up)
         keeps each worker one call ahead from the same queue, so every core converts from the first second to the
@@ -475,13 +490,13 @@ class DaskEngine:
         if self._workers_start is not None or pinned:  # workers are (being) started: feed them
             feeder = threading.Thread(
                 target=self._feed,
-                args=(stage, fn, calls, pinned, take, lambda: bool(queue), out, failure),
+                args=(stage, fn, calls, pinned, take, lambda: bool(queue), out, failure, fold),
                 name="dask-feed",
                 daemon=True,
             )
             feeder.start()
         while (i := take()) is not None:
-            out[i] = self._run_here(stage, fn, calls[i])
+            out[i] = _kept(fold, i, self._run_here(stage, fn, calls[i]))
         if feeder is not None:
             feeder.join()
         if failure and any(r is None for r in out):
@@ -500,6 +515,7 @@ class DaskEngine:
         left: Callable[[], bool],
         out: list[CallResult | None],
         failure: list[BaseException],
+        fold: Fold | None = None,
     ) -> None:
         """Submit the pinned calls, then keep each worker one call ahead of its current one (so the scheduler's
         round trip hides behind a call's work), taking calls from the queue the driver also takes from. Waits for
@@ -530,11 +546,7 @@ class DaskEngine:
                 submit(i)
             for future in done:
                 i = index[future.key]
-                if future.status == "finished":
-                    out[i] = CallResult(True, future.result())
-                else:
-                    exc = future.exception()
-                    out[i] = CallResult(False, error=str(exc), error_type=type(exc).__name__)
+                out[i] = _kept(fold, i, _result_of(future))
                 future.release()
                 if (nxt := take()) is not None:
                     submit(nxt)
@@ -609,7 +621,15 @@ class DaskEngine:
             retries=0,
         )
 
-    def _submit(self, stage: Stage, fn: Callable[..., Any], calls: list[StageCall]) -> list[CallResult]:
+    def _submit(
+        self,
+        stage: Stage,
+        fn: Callable[..., Any],
+        calls: list[StageCall],
+        positions: list[int],
+        fold: Fold | None = None,
+    ) -> list[CallResult]:
+        """``calls`` on the workers; ``positions``: theirs in the map (what ``fold`` is told)."""
         from distributed import as_completed
 
         self.start_workers(wait=True)
@@ -621,17 +641,12 @@ class DaskEngine:
         out: list[CallResult] = [CallResult(False)] * len(futures)
         for done, future in enumerate(as_completed(futures), start=1):
             i = index[future.key]
-            if future.status == "finished":
-                out[i] = CallResult(True, future.result())
-            else:
-                exc = future.exception()
-                out[i] = CallResult(False, error=str(exc), error_type=type(exc).__name__)
+            out[i] = _kept(fold, positions[i], _result_of(future))
+            future.release()  # its value, folded, is not kept on the worker until the whole stage is done
             if self.progress:
                 print(f"\r{stage.value}: {done}/{len(futures)}", end="", file=sys.stderr, flush=True)
         if self.progress and futures:
             print(file=sys.stderr)
-        for f in futures:
-            f.release()
         return out
 
     def close(self) -> None:
