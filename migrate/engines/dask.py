@@ -66,6 +66,14 @@ LOCAL_CLUSTER_PERIODS = {
     "distributed.admin.system-monitor.interval": "1s",
     "distributed.worker.profile.interval": "100ms",
 }
+# Every batched stream of Dask (a worker's to the scheduler, the scheduler's to each client) keeps its last
+# ``low-level-log-length`` payloads for debugging, and the scheduler keeps as many events of each topic: 1000 by
+# default. Our segment events are batches of up to 256 segments (about 1 KB each once unpacked), so a worker kept
+# about 1 KB per segment it converted, and the driver as much again (the scheduler's stream to this client, which
+# receives every segment event), up to a quarter of a million segments: what grew per segment in both after execute
+# stopped keeping a record per segment itself (issue 26). A few payloads still tell a stream's last words; a value
+# the operator set is kept, as the periods above.
+LOCAL_CLUSTER_LOGS = {"distributed.admin.low-level-log-length": 16}
 # what a worker of a LocalCluster imports while it starts (every stage, through the pipeline that names them): about
 # 0.15 s of imports that its first task paid otherwise, on both cores at once at the start of a run
 WORKER_PRELOAD = "migrate.pipeline"
@@ -84,13 +92,16 @@ def _worker_environment() -> dict[str, str]:
 
 def _local_cluster_periods() -> dict[str, str]:
     """``LOCAL_CLUSTER_PERIODS`` but for those the operator configured (whatever differs from Dask's own default)."""
+    return _unless_configured(LOCAL_CLUSTER_PERIODS)
+
+
+def _unless_configured(settings: dict[str, Any]) -> dict[str, Any]:
+    """``settings`` but for those the operator configured (whatever differs from Dask's own default)."""
     import dask
 
     shipped = dask.config.merge(*dask.config.defaults)
     return {
-        key: value
-        for key, value in LOCAL_CLUSTER_PERIODS.items()
-        if dask.config.get(key) == dask.config.get(key, config=shipped)
+        key: value for key, value in settings.items() if dask.config.get(key) == dask.config.get(key, config=shipped)
     }
 
 
@@ -320,7 +331,7 @@ class DaskEngine:
             }
         )
         if local:
-            dask.config.set(_local_cluster_periods())
+            dask.config.set({**_local_cluster_periods(), **_unless_configured(LOCAL_CLUSTER_LOGS)})
 
     def _begin(self) -> None:
         """Start the LocalCluster's scheduler (in the background, once), if it waits for a reason to."""
