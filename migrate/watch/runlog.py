@@ -11,8 +11,9 @@ unexpected error's traceback is in the file, never lost.
 same fold as the migration page (``migrate.watch.tally``). On a
 terminal one line is rewritten in place; without one (nohup, systemd, CI) a line is printed every few seconds. It is
 fed as segments finish (the serial engine's ``on_segment``; on Dask, the client's subscription to the workers'
-segment events) and, after each stage, by the outcomes the stage returned, so an engine without a live feed (Spark)
-still advances it; a segment counts once however it arrives.
+segment events) and by the outcomes each convert or join call returns, as it comes back, so an engine without a
+live feed (Spark) still advances it; a segment counts once however it arrives (``SeenSegments``: a bit per planned
+segment, not a set of keys).
 
 ``migrate.engines.watched.WatchedEngine`` feeds it: each stage is logged with its duration and errors, the
 progress line names it, and an unexpected exception's traceback is logged where it happens (the worker's records
