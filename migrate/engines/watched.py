@@ -39,7 +39,8 @@ def _fed(progress: Progress, stage: Stage, fold: Fold) -> Fold:
     """``fold``, each result shown to ``progress`` first."""
 
     def fed(index: int, r: CallResult) -> CallResult:
-        progress.result(stage, r)
+        if r.ok:
+            progress.returned(stage, r.value)
         return fold(index, r)
 
     return fed
@@ -76,7 +77,8 @@ class WatchedEngine:
             logger.warning("stage %s: %s: %s", stage, r.error_type or "error", r.error)
         if progress is not None and fold is None:
             for r in results:
-                progress.result(stage, r)
+                if r.ok:
+                    progress.returned(stage, r.value)
         return results
 
     def close(self) -> None:

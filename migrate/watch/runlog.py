@@ -36,7 +36,6 @@ from typing import Any, Protocol, TextIO
 import numpy as np
 
 from migrate import __version__
-from migrate.engines import CallResult
 from migrate.errors import MigrateError
 from migrate.model.plan_columns import SegmentRows
 from migrate.model.plan_tree import PartitionPlan, Plan, SegmentPlan
@@ -351,12 +350,13 @@ class Progress:
                 return  # a range of a segment counted already
             self.fold.segment(segment_event(o, self.plan))
 
-    def result(self, stage: Stage, r: CallResult) -> None:
-        """A convert or join call's returned outcomes, as each call comes back: what a live feed missed (Spark has
-        none; skipped segments are not fed). The stage says what its results are (one result record per stage)."""
-        if stage not in (Stage.CONVERT, Stage.JOIN) or not r.ok:
+    def returned(self, stage: Stage, value: Any) -> None:
+        """What a call that ran returned, as each call comes back: for a convert or join call its outcomes, what a
+        live feed missed (Spark has none; skipped segments are not fed). The stage says what its value is (one
+        result record per stage)."""
+        if stage not in (Stage.CONVERT, Stage.JOIN):
             return
-        converted: ConvertTaskResult = r.value
+        converted: ConvertTaskResult = value
         for o in converted.outcomes:
             self.segment(o)
 
