@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import threading
 import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from migrate.engines import CallResult, Engine, StageCall
+from migrate.engines import CallResult, Engine, Fold, StageCall
 from migrate.model.plan_tree import LogDirPlan, Plan, TaskPlan
-from migrate.model.run_state import LogDirPhase, LogDirStatus, Outcome, SegmentOutcome, Stage
+from migrate.model.run_state import LogDirPhase, LogDirStatus, Stage
 from migrate.model.stage_reports import (
+    ConvertTaskResult,
     CutoverReport,
     Divergence,
     ExecuteReport,
@@ -29,7 +31,7 @@ from migrate.model.stage_reports import (
     ReplicaDigest,
     ReplicaRange,
     RollbackReport,
-    SegmentTotals,
+    SegmentFold,
     StageError,
     StatusReport,
     UncheckedReplica,
@@ -123,36 +125,34 @@ def execute(
             for p in d.partitions
             if p.compaction is not None
         ]
-        refused: list[SegmentOutcome] = []
+        figures = SegmentFold()
+        refused: set[tuple[str, str, int]] = set()  # convert reports them again, as skipped: counted once
         if calls:
             results = engine.map(Stage.COMPACT, compact_partition, calls)
             lap(Stage.COMPACT)
             errors += _errors(Stage.COMPACT, calls, results)
-            refused = [r.value.refusal for r in results if r.ok and r.value.refusal is not None]
+            for i, r in enumerate(results):
+                if r.ok and r.value.refusal is not None:
+                    o = r.value.refusal
+                    figures.add(o, (0, i, 0))
+                    refused.add((o.log_dir, o.partition, o.base_offset))
 
         run = uuid.uuid4().hex[:12]  # names the files this run's range tasks share with their joins
         tasks = [t for t in plan.tasks if t.log_dir in ready]
         hosts = {d.key: d.host for d in plan.log_dirs}
         calls = [StageCall((t.id, run), hosts[t.log_dir], plan, t.log_dir) for t in tasks]
-        results = engine.map(Stage.CONVERT, convert_task, calls)
+        results = engine.map(Stage.CONVERT, convert_task, calls, _folding(figures, 1, refused))
         lap(Stage.CONVERT)
-        done = {(o.log_dir, o.partition, o.base_offset) for o in refused}  # convert reports them again, as skipped
-        outcomes: list[SegmentOutcome] = refused + [
-            o for r in results if r.ok for o in r.value.outcomes if (o.log_dir, o.partition, o.base_offset) not in done
-        ]
         stopped = {c.log_dir for c, r in zip(calls, results) if not r.ok}
         errors += _errors(Stage.CONVERT, calls, results)
         # segments converted in ranges: one join each, once all their ranges are back, records the segment
         calls = _join_calls(plan, hosts, tasks, results, stopped, run)
         if calls:
-            results = engine.map(Stage.JOIN, join_segment, calls)
+            results = engine.map(Stage.JOIN, join_segment, calls, _folding(figures, 2))
             lap(Stage.JOIN)
-            outcomes += [o for r in results if r.ok for o in r.value.outcomes]
             errors += _errors(Stage.JOIN, calls, results)
             stopped |= {c.log_dir for c, r in zip(calls, results) if not r.ok}
-        stopped |= {
-            o.log_dir for o in outcomes if o.outcome == Outcome.FAILED and o.problem and o.problem.kind == "io-error"
-        }
+        stopped |= figures.io_stopped
 
         divergences, unchecked = compare_replicas(plan, engine, [d for d in ready if d not in stopped], replica_peers)
         if divergences:
@@ -178,55 +178,71 @@ def execute(
         plan_id=plan.plan_id,
         engine=engine.name,
         ok=migrated_everywhere and not errors and not changed,
-        totals=SegmentTotals.of(outcomes),
+        totals=figures.totals(),
         log_dirs=final.log_dirs,
         errors=tuple(errors),
         stage_seconds=stage_seconds,
-        problems=tuple(o for o in outcomes if o.outcome in (Outcome.REFUSED, Outcome.FAILED)),
+        problems=figures.problems,
         accelerator=accelerator,
         divergent_replicas=tuple(divergences),
         unchecked_replicas=tuple(unchecked),
         reconciled=reconciled,
-        cutover=cutover_report(plan, outcomes, stage_seconds, swapped_at),
+        cutover=cutover_report(plan, figures, stage_seconds, swapped_at),
     )
 
 
+def _folding(figures: SegmentFold, stage: int, counted: set[tuple[str, str, int]] | None = None) -> Fold:
+    """A convert or join stage's fold: each call's outcomes added to ``figures`` as the call comes back (``stage``
+    orders its outcomes after an earlier stage's; ``counted``: segments an earlier stage reported, skipped here), and
+    only its range part kept (what its segment's join needs)."""
+    lock = threading.Lock()  # the Dask engine folds in its driver and feeder threads
+
+    def fold(index: int, r: CallResult) -> CallResult:
+        if not r.ok:
+            return r
+        value: ConvertTaskResult = r.value
+        with lock:
+            for position, o in enumerate(value.outcomes):
+                if not counted or (o.log_dir, o.partition, o.base_offset) not in counted:
+                    figures.add(o, (stage, index, position))
+        return CallResult(True, ConvertTaskResult(range_part=value.range_part)) if value.outcomes else r
+
+    return fold
+
+
 def cutover_report(
-    plan: Plan, outcomes: list[SegmentOutcome], stage_seconds: dict[str, float], swapped_at: float
+    plan: Plan, figures: SegmentFold, stage_seconds: dict[str, float], swapped_at: float
 ) -> CutoverReport | None:
     """For a plan that found pre-staged conversions: what was taken, what the window converted, and the window."""
     if not any(d.staging_dir for d in plan.log_dirs):
         return None
-    done = [o for o in outcomes if o.outcome in (Outcome.VERIFIED, Outcome.UNCHANGED)]
-    taken = [o for o in done if o.staged_seconds is not None]
-    fresh = [o for o in done if o.staged_seconds is None]
     stops = [d.stopped_at_ns for d in plan.log_dirs if d.stopped_at_ns is not None]
     stopped_at = min(stops) / 1e9 if stops else None
     seconds = {stage: stage_seconds.get(stage.value, 0.0) for stage in (Stage.PREPARE, Stage.CONVERT, Stage.JOIN)}
     delta = seconds[Stage.CONVERT] + seconds[Stage.JOIN]
     swap = stage_seconds.get(Stage.SWAP.value, 0.0)
     return CutoverReport(
-        staged_segments=len(taken),
-        staged_bytes=sum(o.source_bytes for o in taken),
-        window_segments=len(fresh),
-        window_bytes=sum(o.source_bytes for o in fresh),
-        fallbacks=tuple(o.staged_fallback for o in outcomes if o.staged_fallback),
+        staged_segments=figures.staged_segments,
+        staged_bytes=figures.staged_bytes,
+        window_segments=figures.window_segments,
+        window_bytes=figures.window_bytes,
+        fallbacks=figures.fallbacks,
         stopped_at=stopped_at,
         window_seconds=round(swapped_at - stopped_at, 3) if stopped_at is not None else None,
         checks_seconds=seconds[Stage.PREPARE],
         delta_seconds=round(delta, 3),
         swap_seconds=swap,
-        cold_seconds=round(seconds[Stage.PREPARE] + swap + _cold_conversion(taken, fresh, delta), 3),
+        cold_seconds=round(seconds[Stage.PREPARE] + swap + _cold_conversion(figures, delta), 3),
     )
 
 
-def _cold_conversion(taken: list[SegmentOutcome], fresh: list[SegmentOutcome], delta: float) -> float:
+def _cold_conversion(figures: SegmentFold, delta: float) -> float:
     """What converting the staged segments too would have cost this run: the window's own conversions, plus the
     conversion seconds the pre-stage passes measured for what was taken (their throttle and pause waits left out),
     spread over the workers as the window's stage was."""
-    work = sum(o.convert_seconds + o.verify_seconds for o in (*fresh, *taken))
+    work = figures.done_work_seconds
     workers = max(1.0, work / delta) if delta > 0 else 1.0
-    return delta + sum(o.staged_seconds or 0.0 for o in taken) / workers
+    return delta + figures.staged_seconds / workers
 
 
 def _join_calls(

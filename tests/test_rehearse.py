@@ -436,10 +436,10 @@ def test_a_rehearsal_killed_mid_execute_can_be_rolled_back_by_hand(small, tmp_pa
 
 
 class CtrlCAtSwap(SerialEngine):
-    def map(self, stage, fn, calls):
+    def map(self, stage, fn, calls, fold=None):
         if stage == "swap":
             raise KeyboardInterrupt
-        return super().map(stage, fn, calls)
+        return super().map(stage, fn, calls, fold)
 
 
 def test_ctrl_c_mid_execute_is_recorded_and_resume_finishes(small, tmp_path):

@@ -4,6 +4,10 @@ An engine takes a stage (``migrate.model.Stage``) and a list of calls (``StageCa
 plan, the host that owns the data) and returns, in the same order, each call's result or its error. ``serial`` runs
 them in this process; ``dask`` on a Dask cluster (a LocalCluster by default); ``spark`` through PySpark. The plan
 travels apart from the arguments, so an engine sends it to the workers once, not with every call.
+
+A ``Fold`` given to ``map`` takes each call's result as it arrives and returns what the engine keeps in its place:
+a stage whose results hold a record per segment (convert, join) is added up as it goes, and the list ``map``
+returns holds only what is left of each call (its errors, a range's part), not a million outcomes.
 """
 
 from __future__ import annotations
@@ -45,10 +49,17 @@ class CallResult:
     error_type: str = ""
 
 
+# (the call's position in the map, its result) -> what the engine keeps of it. Called once per call, in whichever
+# thread received the result (the Dask engine's driver and feeder threads both do): a fold must be thread-safe.
+Fold = Callable[[int, CallResult], CallResult]
+
+
 class Engine(Protocol):
     name: str
 
-    def map(self, stage: Stage, fn: Callable[..., Any], calls: list[StageCall]) -> list[CallResult]: ...
+    def map(
+        self, stage: Stage, fn: Callable[..., Any], calls: list[StageCall], fold: Fold | None = None
+    ) -> list[CallResult]: ...
 
     def close(self) -> None: ...
 
@@ -61,15 +72,18 @@ class SerialEngine:
     def __init__(self, on_segment: Callable[[progress.Event], None] | None = None) -> None:
         self.on_segment = on_segment
 
-    def map(self, stage: Stage, fn: Callable[..., Any], calls: list[StageCall]) -> list[CallResult]:
+    def map(
+        self, stage: Stage, fn: Callable[..., Any], calls: list[StageCall], fold: Fold | None = None
+    ) -> list[CallResult]:
         out = []
         previous = progress.set_sink(self.on_segment)
         try:
-            for call in calls:
+            for i, call in enumerate(calls):
                 try:
-                    out.append(CallResult(True, fn(*call.arguments())))
+                    r = CallResult(True, fn(*call.arguments()))
                 except Exception as exc:  # reported per call, like the distributed engines do
-                    out.append(CallResult(False, error=str(exc), error_type=type(exc).__name__))
+                    r = CallResult(False, error=str(exc), error_type=type(exc).__name__)
+                out.append(r if fold is None else fold(i, r))
         finally:
             progress.set_sink(previous)
         return out

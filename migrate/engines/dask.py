@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from migrate.engines import CallResult, StageCall
+from migrate.engines import CallResult, Fold, StageCall
 from migrate.errors import MigrateError
 from migrate.format import accel
 from migrate.model.plan_tree import DigestAlgorithm, Plan
@@ -66,6 +66,14 @@ LOCAL_CLUSTER_PERIODS = {
     "distributed.admin.system-monitor.interval": "1s",
     "distributed.worker.profile.interval": "100ms",
 }
+# Every batched stream of Dask (a worker's to the scheduler, the scheduler's to each client) keeps its last
+# ``low-level-log-length`` payloads for debugging, and the scheduler keeps as many events of each topic: 1000 by
+# default. Our segment events are batches of up to 256 segments (about 1 KB each once unpacked), so a worker kept
+# about 1 KB per segment it converted, and the driver as much again (the scheduler's stream to this client, which
+# receives every segment event), up to a quarter of a million segments: what grew per segment in both after execute
+# stopped keeping a record per segment itself (issue 26). A few payloads still tell a stream's last words; a value
+# the operator set is kept, as the periods above.
+LOCAL_CLUSTER_LOGS = {"distributed.admin.low-level-log-length": 16}
 # what a worker of a LocalCluster imports while it starts (every stage, through the pipeline that names them): about
 # 0.15 s of imports that its first task paid otherwise, on both cores at once at the start of a run
 WORKER_PRELOAD = "migrate.pipeline"
@@ -84,13 +92,16 @@ def _worker_environment() -> dict[str, str]:
 
 def _local_cluster_periods() -> dict[str, str]:
     """``LOCAL_CLUSTER_PERIODS`` but for those the operator configured (whatever differs from Dask's own default)."""
+    return _unless_configured(LOCAL_CLUSTER_PERIODS)
+
+
+def _unless_configured(settings: dict[str, Any]) -> dict[str, Any]:
+    """``settings`` but for those the operator configured (whatever differs from Dask's own default)."""
     import dask
 
     shipped = dask.config.merge(*dask.config.defaults)
     return {
-        key: value
-        for key, value in LOCAL_CLUSTER_PERIODS.items()
-        if dask.config.get(key) == dask.config.get(key, config=shipped)
+        key: value for key, value in settings.items() if dask.config.get(key) == dask.config.get(key, config=shipped)
     }
 
 
@@ -202,6 +213,17 @@ def _on_worker(stage: Stage, fn: Callable[..., Any], *args: Any) -> Any:
     return value
 
 
+def _result_of(future: Any) -> CallResult:
+    if future.status == "finished":
+        return CallResult(True, future.result())
+    exc = future.exception()
+    return CallResult(False, error=str(exc), error_type=type(exc).__name__)
+
+
+def _kept(fold: Fold | None, index: int, r: CallResult) -> CallResult:
+    return r if fold is None else fold(index, r)
+
+
 class DaskEngine:
     """Stages on a Dask cluster. A LocalCluster's scheduler and workers start in the background once a plan is
     worth them (``worth_workers``, or ``start_workers``); calls whose data is on this host run here too, before and
@@ -309,7 +331,7 @@ class DaskEngine:
             }
         )
         if local:
-            dask.config.set(_local_cluster_periods())
+            dask.config.set({**_local_cluster_periods(), **_unless_configured(LOCAL_CLUSTER_LOGS)})
 
     def _begin(self) -> None:
         """Start the LocalCluster's scheduler (in the background, once), if it waits for a reason to."""
@@ -436,27 +458,31 @@ class DaskEngine:
         """The migration's own page, beside Dask's on the same server."""
         return self.dashboard_link.rsplit("/", 1)[0] + "/migration"
 
-    def map(self, stage: Stage, fn: Callable[..., Any], calls: list[StageCall]) -> list[CallResult]:
+    def map(
+        self, stage: Stage, fn: Callable[..., Any], calls: list[StageCall], fold: Fold | None = None
+    ) -> list[CallResult]:
         local = self.run_here_while_starting and all(call.host is None for call in calls)
         if not (local and all(call.plan is not None and not worth_workers(call.plan) for call in calls)):
             self.start_workers()
         if self._driver_works and self.run_here_while_starting:
-            return self._share(stage, fn, calls)
+            return self._share(stage, fn, calls, fold)
         out: list[CallResult | None] = [None] * len(calls)
         for i, call in enumerate(calls):
             if self._workers_up.is_set() or not self.run_here_while_starting:
                 break
             if call.host is None:  # this host's data: run it here until the workers are up
-                out[i] = self._run_here(stage, fn, call)
+                out[i] = _kept(fold, i, self._run_here(stage, fn, call))
         rest = [i for i, r in enumerate(out) if r is None]
         if rest:
-            for i, r in zip(rest, self._submit(stage, fn, [calls[i] for i in rest])):
+            for i, r in zip(rest, self._submit(stage, fn, [calls[i] for i in rest], rest, fold)):
                 out[i] = r
         elif self._ready.is_set():
             self.publish_held_events()
         return [r for r in out if r is not None]
 
-    def _share(self, stage: Stage, fn: Callable[..., Any], calls: list[StageCall]) -> list[CallResult]:
+    def _share(
+        self, stage: Stage, fn: Callable[..., Any], calls: list[StageCall], fold: Fold | None = None
+    ) -> list[CallResult]:
         """The calls of a LocalCluster started on demand, shared between this process and the workers: the driver
         takes the next call whose data is on this host, over and over, while a feeder thread (once workers are up)
         keeps each worker one call ahead from the same queue, so every core converts from the first second to the
@@ -475,13 +501,13 @@ class DaskEngine:
         if self._workers_start is not None or pinned:  # workers are (being) started: feed them
             feeder = threading.Thread(
                 target=self._feed,
-                args=(stage, fn, calls, pinned, take, lambda: bool(queue), out, failure),
+                args=(stage, fn, calls, pinned, take, lambda: bool(queue), out, failure, fold),
                 name="dask-feed",
                 daemon=True,
             )
             feeder.start()
         while (i := take()) is not None:
-            out[i] = self._run_here(stage, fn, calls[i])
+            out[i] = _kept(fold, i, self._run_here(stage, fn, calls[i]))
         if feeder is not None:
             feeder.join()
         if failure and any(r is None for r in out):
@@ -500,6 +526,7 @@ class DaskEngine:
         left: Callable[[], bool],
         out: list[CallResult | None],
         failure: list[BaseException],
+        fold: Fold | None = None,
     ) -> None:
         """Submit the pinned calls, then keep each worker one call ahead of its current one (so the scheduler's
         round trip hides behind a call's work), taking calls from the queue the driver also takes from. Waits for
@@ -530,11 +557,7 @@ class DaskEngine:
                 submit(i)
             for future in done:
                 i = index[future.key]
-                if future.status == "finished":
-                    out[i] = CallResult(True, future.result())
-                else:
-                    exc = future.exception()
-                    out[i] = CallResult(False, error=str(exc), error_type=type(exc).__name__)
+                out[i] = _kept(fold, i, _result_of(future))
                 future.release()
                 if (nxt := take()) is not None:
                     submit(nxt)
@@ -609,7 +632,15 @@ class DaskEngine:
             retries=0,
         )
 
-    def _submit(self, stage: Stage, fn: Callable[..., Any], calls: list[StageCall]) -> list[CallResult]:
+    def _submit(
+        self,
+        stage: Stage,
+        fn: Callable[..., Any],
+        calls: list[StageCall],
+        positions: list[int],
+        fold: Fold | None = None,
+    ) -> list[CallResult]:
+        """``calls`` on the workers; ``positions``: theirs in the map (what ``fold`` is told)."""
         from distributed import as_completed
 
         self.start_workers(wait=True)
@@ -621,17 +652,12 @@ class DaskEngine:
         out: list[CallResult] = [CallResult(False)] * len(futures)
         for done, future in enumerate(as_completed(futures), start=1):
             i = index[future.key]
-            if future.status == "finished":
-                out[i] = CallResult(True, future.result())
-            else:
-                exc = future.exception()
-                out[i] = CallResult(False, error=str(exc), error_type=type(exc).__name__)
+            out[i] = _kept(fold, positions[i], _result_of(future))
+            future.release()  # its value, folded, is not kept on the worker until the whole stage is done
             if self.progress:
                 print(f"\r{stage.value}: {done}/{len(futures)}", end="", file=sys.stderr, flush=True)
         if self.progress and futures:
             print(file=sys.stderr)
-        for f in futures:
-            f.release()
         return out
 
     def close(self) -> None:

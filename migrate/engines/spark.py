@@ -17,7 +17,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from migrate.engines import CallResult, StageCall
+from migrate.engines import CallResult, Fold, StageCall
 from migrate.errors import MigrateError
 from migrate.model.run_state import Stage
 
@@ -70,7 +70,9 @@ class SparkEngine:
     def ui_url(self) -> str:
         return self.context.uiWebUrl or "(Spark UI disabled)"
 
-    def map(self, stage: Stage, fn: Callable[..., Any], calls: list[StageCall]) -> list[CallResult]:
+    def map(
+        self, stage: Stage, fn: Callable[..., Any], calls: list[StageCall], fold: Fold | None = None
+    ) -> list[CallResult]:
         hosts = {c.host for c in calls if c.host}
         if len(hosts) > 1 and not self.master.startswith("local"):
             raise MigrateError(
@@ -93,9 +95,8 @@ class SparkEngine:
         for done, (index, r) in enumerate(
             rdd.mapPartitions(lambda part: _run_calls(fn, plan_var, part)).toLocalIterator(), start=1
         ):
-            out[index] = (
-                CallResult(True, r["value"]) if r["ok"] else CallResult(False, error=r["error"], error_type=r["type"])
-            )
+            got = CallResult(True, r["value"]) if r["ok"] else CallResult(False, error=r["error"], error_type=r["type"])
+            out[index] = got if fold is None else fold(index, got)
             if self.progress:
                 print(f"\r{stage.value}: {done}/{len(calls)}", end="", file=sys.stderr, flush=True)
         if self.progress:

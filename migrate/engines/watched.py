@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from migrate.engines import CallResult, Engine, StageCall
+from migrate.engines import CallResult, Engine, Fold, StageCall
 from migrate.errors import MigrateError
 from migrate.model.run_state import Stage
 from migrate.watch.runlog import Progress
@@ -35,6 +35,17 @@ class Traced:
             raise
 
 
+def _fed(progress: Progress, stage: Stage, fold: Fold) -> Fold:
+    """``fold``, each result shown to ``progress`` first."""
+
+    def fed(index: int, r: CallResult) -> CallResult:
+        if r.ok:
+            progress.returned(stage, r.value)
+        return fold(index, r)
+
+    return fed
+
+
 class WatchedEngine:
     """``engine``, with each stage logged (calls, seconds, errors), named on the progress line, and traced."""
 
@@ -43,12 +54,17 @@ class WatchedEngine:
         self.name = engine.name
         self.progress = progress
 
-    def map(self, stage: Stage, fn: Callable[..., Any], calls: list[StageCall]) -> list[CallResult]:
+    def map(
+        self, stage: Stage, fn: Callable[..., Any], calls: list[StageCall], fold: Fold | None = None
+    ) -> list[CallResult]:
         if self.progress is not None:
             self.progress.stage(stage)
         logger.info("stage %s: %d call(s)", stage, len(calls))
         started = time.perf_counter()
-        results = self.engine.map(stage, Traced(fn, stage), calls)
+        progress = self.progress
+        # the progress line takes each result's outcomes before the caller's fold keeps only what is left of it
+        chained = fold if progress is None or fold is None else _fed(progress, stage, fold)
+        results = self.engine.map(stage, Traced(fn, stage), calls, chained)
         failed = [r for r in results if not r.ok]
         logger.info(
             "stage %s: %d of %d call(s) ok in %.1f s",
@@ -59,8 +75,10 @@ class WatchedEngine:
         )
         for r in failed:
             logger.warning("stage %s: %s: %s", stage, r.error_type or "error", r.error)
-        if self.progress is not None:
-            self.progress.outcomes(stage, results)
+        if progress is not None and fold is None:
+            for r in results:
+                if r.ok:
+                    progress.returned(stage, r.value)
         return results
 
     def close(self) -> None:

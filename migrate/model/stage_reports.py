@@ -203,6 +203,80 @@ class SegmentTotals:
         )
 
 
+@dataclass
+class SegmentFold:
+    """execute's running figures of the segments a run's convert and join tasks return, folded as each task's result
+    comes back so that the driver never holds a record per segment: the counts and sums ``SegmentTotals`` and the
+    cut-over's figures are made of, the few outcomes the report names one by one (refused and failed segments, staged
+    fallbacks), and the log dirs an I/O error stopped. ``add`` takes the outcomes in any order: each carries where
+    it came from (``order``: stage, call, position), and the report lists its named outcomes in that order, as a list
+    of every outcome in call order did."""
+
+    counts: dict[Outcome, int] = field(default_factory=lambda: dict.fromkeys(Outcome, 0))
+    bytes_in: int = 0  # of verified and unchanged segments, as the totals count them
+    bytes_out: int = 0
+    records: int = 0
+    convert_seconds: float = 0.0  # of every outcome
+    verify_seconds: float = 0.0
+    # the cut-over's: verified or unchanged segments taken from staging (``staged_seconds`` set) or converted now
+    staged_segments: int = 0
+    staged_bytes: int = 0
+    staged_seconds: float = 0.0  # what the pre-stage passes spent on those taken
+    window_segments: int = 0
+    window_bytes: int = 0
+    done_work_seconds: float = 0.0  # convert + verify seconds of the taken and the fresh alike
+    io_stopped: set[str] = field(default_factory=set)  # log dirs where a segment failed with an I/O error
+    # (order, outcome): refused and failed segments; (order, why): segments planned from staging, converted anew
+    _problems: list[tuple[tuple[int, int, int], SegmentOutcome]] = field(default_factory=list)
+    _fallbacks: list[tuple[tuple[int, int, int], str]] = field(default_factory=list)
+
+    def add(self, o: SegmentOutcome, order: tuple[int, int, int]) -> None:
+        kind = o.outcome
+        self.counts[kind] += 1
+        self.convert_seconds += o.convert_seconds
+        self.verify_seconds += o.verify_seconds
+        if kind in (Outcome.VERIFIED, Outcome.UNCHANGED):
+            self.bytes_in += o.source_bytes
+            self.bytes_out += o.output_bytes
+            self.records += o.records
+            self.done_work_seconds += o.convert_seconds + o.verify_seconds
+            if o.staged_seconds is not None:
+                self.staged_segments += 1
+                self.staged_bytes += o.source_bytes
+                self.staged_seconds += o.staged_seconds
+            else:
+                self.window_segments += 1
+                self.window_bytes += o.source_bytes
+        elif kind in (Outcome.REFUSED, Outcome.FAILED):
+            self._problems.append((order, o))
+            if kind == Outcome.FAILED and o.problem is not None and o.problem.kind == "io-error":
+                self.io_stopped.add(o.log_dir)
+        if o.staged_fallback:
+            self._fallbacks.append((order, o.staged_fallback))
+
+    @property
+    def problems(self) -> tuple[SegmentOutcome, ...]:
+        return tuple(o for _, o in sorted(self._problems, key=lambda item: item[0]))
+
+    @property
+    def fallbacks(self) -> tuple[str, ...]:
+        return tuple(why for _, why in sorted(self._fallbacks, key=lambda item: item[0]))
+
+    def totals(self) -> SegmentTotals:
+        return SegmentTotals(
+            verified=self.counts[Outcome.VERIFIED],
+            unchanged=self.counts[Outcome.UNCHANGED],
+            refused=self.counts[Outcome.REFUSED],
+            failed=self.counts[Outcome.FAILED],
+            skipped=self.counts[Outcome.SKIPPED],
+            bytes_in=self.bytes_in,
+            bytes_out=self.bytes_out,
+            records=self.records,
+            convert_seconds=round(self.convert_seconds, 3),
+            verify_seconds=round(self.verify_seconds, 3),
+        )
+
+
 @dataclass(frozen=True)
 class CutoverReport:
     """A run of a plan that found pre-staged conversions: what staging saved, and the broker's window, from its stop

@@ -84,11 +84,24 @@ class MigrationPlugin(SchedulerPlugin):
             return
         if isinstance(event, PlanAnnounced):
             self.run(event.plan_id).plan(event)
-        elif isinstance(event, SegmentsFinished):
+            return
+        if isinstance(event, SegmentsFinished):
             for finished in event.events:
                 self.run(finished.plan_id).segment(finished)
         else:
             self.run(event.plan_id).stage(event)
+        self._forget_retained(topic)
+
+    def _forget_retained(self, topic: str) -> None:
+        """Drop the scheduler's own copy of a segment or stage event once folded here. Dask keeps the last
+        ``distributed.admin.low-level-log-length`` (1000) events of every topic for ``Client.get_events``; ours
+        are batches of up to 256 segments, so that copy held a quarter of a million segments' dicts, about 1 KB
+        each, in the scheduler (the driver's own process on a LocalCluster). Subscribers got the event before
+        the plugins (``Broker.publish``), and nothing of ours reads it back. Dask has no public call for this:
+        a version without its broker keeps the copies, as before."""
+        truncate = getattr(getattr(self.scheduler, "_broker", None), "truncate", None)
+        if truncate is not None:
+            truncate(topic)
 
     def transition(self, key: Any, start: str, finish: str, *args: Any, **kwargs: Any) -> None:
         stage = stage_of(key)
