@@ -39,7 +39,7 @@ from migrate.format import accel
 from migrate.model.plan_tree import DigestAlgorithm, Plan
 from migrate.model.run_state import RangeProgress, Stage
 from migrate.run import faults
-from migrate.watch import events, progress
+from migrate.watch import events, progress, runlog
 
 if TYPE_CHECKING:  # imported where a cluster starts: ``distributed`` is about 0.5 s of imports a small plan skips
     from distributed import Client, LocalCluster
@@ -317,6 +317,8 @@ class DaskEngine:
         process's config)."""
         import dask
         import distributed  # noqa: F401  (its configuration defaults)
+
+        runlog.adopt_new_loggers()  # its import gave its loggers terminal handlers
 
         routes = dask.config.get("distributed.scheduler.http.routes")
         dask.config.set(

@@ -23,7 +23,6 @@ travel to the run log) before the engine reports the error as a message.
 from __future__ import annotations
 
 import bisect
-import contextlib
 import logging
 import sys
 import threading
@@ -55,6 +54,12 @@ _current: RunLog | None = None
 def current() -> RunLog | None:
     """The run log of the command running in this process, if it keeps one."""
     return _current
+
+
+def adopt_new_loggers() -> None:
+    """Loggers configured since the run log opened (``distributed``'s, on its import) write to it, not the terminal."""
+    if _current is not None:
+        _current.take_over_loggers()
 
 
 def note(message: str) -> None:
@@ -173,10 +178,20 @@ class RunLog:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file = open(self.path, "a", encoding="utf-8")
         self.write(f"kafka-log-migrate {' '.join(self.argv)} (version {__version__})")
-        with contextlib.suppress(ImportError):
-            # importing distributed gives its loggers stderr handlers: import it first, then take them over
-            import distributed.config  # noqa: F401
+        self.take_over_loggers()
+        logging.getLogger("migrate").setLevel(logging.INFO)
+        logging.captureWarnings(True)  # Python warnings (Dask's "port in use" ...) go to py.warnings, so to the file
+        self._previous, _current = _current, self
+        self.note(f"run log: {self.path}")
+        return self
+
+    def take_over_loggers(self) -> None:
+        """Our loggers and Dask's into the file, once each. Importing ``distributed`` gives its loggers terminal
+        handlers, and it is imported only where a cluster starts (0.5-0.9 s that a serial or driver-only verb
+        skips), so the Dask engine calls this again after its import (``adopt_new_loggers``)."""
         for name in _captured_names():
+            if name in self._saved:
+                continue
             log = logging.getLogger(name)
             self._saved[name] = (list(log.handlers), log.propagate, log.level)
             # terminal handlers give way to the file; others (Dask's in-memory ones for its dashboard) stay
@@ -186,11 +201,6 @@ class RunLog:
             if name in CAPTURED_LOGGERS or not log.propagate:
                 log.addHandler(self._handler)
                 log.propagate = False
-        logging.getLogger("migrate").setLevel(logging.INFO)
-        logging.captureWarnings(True)  # Python warnings (Dask's "port in use" ...) go to py.warnings, so to the file
-        self._previous, _current = _current, self
-        self.note(f"run log: {self.path}")
-        return self
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
         global _current
