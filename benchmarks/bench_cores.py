@@ -162,13 +162,18 @@ def execute_run(scratch: Path, sources: list[Path], records: int, engine: str, c
     t = time.perf_counter()
     run(cli("execute", "--plan", str(plan), *extra))
     seconds = time.perf_counter() - t
+    remove_run(log_dir, plan)
+    return seconds
+
+
+def remove_run(log_dir: Path, plan: Path) -> None:
+    """A run's log dir, plan, state and run logs."""
     shutil.rmtree(log_dir)
     for leftover in (plan, Path(f"{plan}.state"), Path(f"{plan}.logs")):
         if leftover.is_dir():
             shutil.rmtree(leftover)
         else:
             leftover.unlink(missing_ok=True)
-    return seconds
 
 
 def independent_run(scratch: Path, sources: list[Path], records: int) -> float:
@@ -202,12 +207,7 @@ def independent_run(scratch: Path, sources: list[Path], records: int) -> float:
     if any(codes):
         raise SystemExit(f"independent serial executes exited {codes}")
     for log_dir, plan in runs:
-        shutil.rmtree(log_dir)
-        for leftover in (plan, Path(f"{plan}.state"), Path(f"{plan}.logs")):
-            if leftover.is_dir():
-                shutil.rmtree(leftover)
-            else:
-                leftover.unlink(missing_ok=True)
+        remove_run(log_dir, plan)
     return seconds
 
 
