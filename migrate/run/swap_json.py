@@ -17,9 +17,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from migrate.errors import ModelError
 from migrate.model.plan_tree import OMIT_IF_NONE
 from migrate.model.run_state import FileStat
+from migrate.run.swap_keys import swap_file_keys
 
 
 @dataclass(frozen=True)
@@ -55,45 +55,11 @@ def swap_text(files: tuple[SwapFile, ...]) -> str:
     return json.dumps(swap_files_json(files), separators=(",", ":"))
 
 
-_SWAP_FILE_KEYS = frozenset(("suffix", "original", "output", "base_offset"))
-_SWAP_FILE_REQUIRED = frozenset(("suffix", "original", "output"))
-_STAT_KEYS = frozenset(("inode", "size", "mtime_ns"))
-
-
-def _stat_from(data: Any) -> FileStat | None:
-    """A FileStat from its JSON object, None where it is not one (the caller names where)."""
-    if type(data) is dict and data.keys() == _STAT_KEYS:
-        inode, size, mtime = data["inode"], data["size"], data["mtime_ns"]
-        if type(inode) is int and type(size) is int and type(mtime) is int:
-            return FileStat(inode, size, mtime)
-    return None
-
-
 def swap_files_from_json(data: Any, where: str) -> tuple[SwapFile, ...]:
-    """``from_json(tuple[SwapFile, ...], data)`` as strict, written out for speed (read by the 10^6 in status,
-    rollback and every reconciliation); a ModelError names ``where`` and what is wrong."""
-    if type(data) is not list:
-        raise ModelError(f"{where}: expected a list of swap files, found {type(data).__name__}")
-    out = []
-    for i, item in enumerate(data):
-        if type(item) is dict and _SWAP_FILE_REQUIRED <= item.keys() <= _SWAP_FILE_KEYS:
-            suffix, original, base = item["suffix"], item["original"], item.get("base_offset")
-            before = None if original is None else _stat_from(original)
-            output = _stat_from(item["output"])
-            if (
-                type(suffix) is str
-                and output is not None
-                and (before is not None or original is None)
-                and (base is None or type(base) is int)
-            ):
-                out.append(SwapFile(suffix, before, output, base))
-                continue
-        raise _bad_swap_file(where, i, item)
-    return tuple(out)
-
-
-def _bad_swap_file(where: str, i: int, item: Any) -> ModelError:
-    return ModelError(
-        f"{where}[{i}]: expected a swap file (suffix, original and output: objects of inode, size and mtime_ns, "
-        f"base_offset), found {item!r}"
+    """``from_json(tuple[SwapFile, ...], data)`` as strict, written out for speed: ``swap_file_keys``' checks (one
+    decoder, so the typed records and the tuples that status, rollback and every reconciliation compare accept and
+    refuse the same data with the same ModelError, naming ``where``), as records."""
+    return tuple(
+        SwapFile(suffix, None if before is None else FileStat(*before), FileStat(*output), base)
+        for suffix, base, before, output in swap_file_keys(data, where)
     )

@@ -1,6 +1,6 @@
 """Swap files as plain tuples: the identities a swap, a rollback and every classification of a partition by its files
 compare, 10^5-10^6 times in one verb, without a SwapFile and two FileStats per file (``migrate.run.swap_json`` keeps the
-typed records; this module reads and writes the same JSON, byte for byte, and checks it as strictly).
+typed records and builds them from this module's decoder: one strict check of the same JSON for both).
 """
 
 from __future__ import annotations
@@ -14,13 +14,24 @@ from typing import Any
 
 from migrate.errors import ModelError
 from migrate.model.run_state import FileStat
-from migrate.run.swap_json import _STAT_KEYS, _SWAP_FILE_KEYS, _SWAP_FILE_REQUIRED, _bad_swap_file
 
 # a file's identity as a plain tuple (inode, size, mtime_ns): what a FileStat compares, without building one. The
 # classifications of 10^6 files (status, every reconciliation, rollback's checks) compare these with os.stat results
 StatKey = tuple[int, int, int]
 # one swap file as StatKeys: (suffix, base_offset or None, original or None, output)
 SwapFileKey = tuple[str, "int | None", "StatKey | None", StatKey]
+
+
+_SWAP_FILE_KEYS = frozenset(("suffix", "original", "output", "base_offset"))
+_SWAP_FILE_REQUIRED = frozenset(("suffix", "original", "output"))
+_STAT_KEYS = frozenset(("inode", "size", "mtime_ns"))
+
+
+def _bad_swap_file(where: str, i: int, item: Any) -> ModelError:
+    return ModelError(
+        f"{where}[{i}]: expected a swap file (suffix, original and output: objects of inode, size and mtime_ns, "
+        f"base_offset), found {item!r}"
+    )
 
 
 def stat_key(st: FileStat | None) -> StatKey | None:
