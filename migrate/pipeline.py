@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from migrate.engines import CallResult, Engine, Fold, StageCall
+from migrate.errors import MigrateError
 from migrate.model.plan_tree import LogDirPlan, Plan, TaskPlan
 from migrate.model.run_state import LogDirPhase, LogDirStatus, Stage
 from migrate.model.stage_reports import (
@@ -33,13 +34,14 @@ from migrate.model.stage_reports import (
     RollbackReport,
     SegmentFold,
     StageError,
+    StateChunk,
     StatusReport,
     UncheckedReplica,
     VerifyReport,
 )
 from migrate.run.run_lock import RunLock
 from migrate.run.state import StateStore
-from migrate.run.workspace import write_durably
+from migrate.run.workspace import durable_file, write_durably
 from migrate.stages.compact import compact_partition
 from migrate.stages.convert import convert_task
 from migrate.stages.finalize import finalize_log_dir, forget_log_dir, set_dir_mtime, state_snapshot
@@ -381,22 +383,67 @@ def archive_path(plan_path: str | Path, key: str) -> Path:
     return archive_dir(plan_path) / (key.strip("/").replace("/", "_").replace(":", "_") + ".db")
 
 
-def _archive(plan: Plan, engine: Engine, plan_path: str | Path | None, log_dirs: list[str]) -> list[str]:
-    """Copy each finished log dir's state beside the plan (durably), then remove it from the log dir."""
-    if plan_path is None or not log_dirs:
-        return []
+def _archive(
+    plan: Plan, engine: Engine, plan_path: str | Path, log_dirs: list[str]
+) -> tuple[dict[str, str], list[StageError]]:
+    """Copy each finished log dir's state beside the plan (durably): the archived log dirs (key: archive path), and
+    the log dirs whose state could not be copied (it stays in the log dir; the same command again copies it).
+
+    A database grows by about 1 KB per segment (1 GB at 10^6), so it travels in pieces of ``ARCHIVE_CHUNK_BYTES``
+    and the driver holds one piece at a time: the first pieces of all log dirs in one map, each written as it
+    arrives (a small database is whole in it); a bigger one's pieces after, one log dir at a time."""
+    if not log_dirs:
+        return {}, []
+    archive_dir(plan_path).mkdir(exist_ok=True)
     calls = _per_log_dir(plan, log_dirs)
-    snapshots = engine.map(Stage.ARCHIVE, state_snapshot, calls)
-    archived = []
-    folder = archive_dir(plan_path)
-    for call, r in zip(calls, snapshots):
-        if not r.ok:
+    whole: set[int] = set()
+
+    def keep_small(i: int, r: CallResult) -> CallResult:
+        if not r.ok or r.value is None:
+            return r
+        if len(r.value.data) < r.value.size:
+            return CallResult(True, dataclasses.replace(r.value, data=b""))
+        try:
+            write_durably(archive_path(plan_path, calls[i].log_dir), r.value.data)
+        except OSError as exc:
+            return CallResult(False, error=f"{archive_path(plan_path, calls[i].log_dir)}: {exc}", error_type="OSError")
+        whole.add(i)
+        return CallResult(True, dataclasses.replace(r.value, data=b""))
+
+    firsts = engine.map(Stage.ARCHIVE, state_snapshot, calls, keep_small)
+    errors = _errors(Stage.ARCHIVE, calls, firsts)
+    archived: dict[str, str] = {}
+    for i, (call, r) in enumerate(zip(calls, firsts)):
+        if not r.ok or r.value is None:
             continue
-        folder.mkdir(exist_ok=True)
         target = archive_path(plan_path, call.log_dir)
-        write_durably(target, r.value)
-        archived.append(str(target))
-    return archived
+        if i not in whole:
+            try:
+                _archive_pieces(plan, engine, call, r.value, target)
+            except (OSError, MigrateError) as exc:
+                errors.append(StageError(Stage.ARCHIVE, call.log_dir, str(exc), type(exc).__name__))
+                continue
+        archived[call.log_dir] = str(target)
+    return archived, [
+        dataclasses.replace(e, message=f"{e.message}. Its state stays in the log dir; run the same command again")
+        for e in errors
+    ]
+
+
+def _archive_pieces(plan: Plan, engine: Engine, call: StageCall, first: StateChunk, target: Path) -> None:
+    """A database bigger than one piece, into ``target`` a piece at a time, every piece of the file ``first`` saw."""
+    with durable_file(target) as f:
+        offset = 0
+        while offset < first.size:
+            piece_call = StageCall((call.log_dir, offset, first.stamp), call.host, plan, call.log_dir)
+            piece = engine.map(Stage.ARCHIVE, state_snapshot, [piece_call])[0]
+            if not piece.ok or piece.value is None:
+                raise MigrateError(piece.error or f"{target}: the state database is gone from the log dir")
+            if not piece.value.data:
+                raise MigrateError(f"{target}: the state database ended at byte {offset}, before its {first.size}")
+            f.write(piece.value.data)
+            offset += len(piece.value.data)
+            del piece  # the next piece is read while this one would still be held
 
 
 def _leave(
@@ -437,9 +484,11 @@ def rollback(plan: Plan, engine: Engine, plan_path: str | Path | None = None, fo
         done = [r.log_dir for r in reports if r.phase == LogDirPhase.ROLLED_BACK]
         reports, ended = _explain_absent(reports, plan_path)
         errors += ended
-        archived = _archive(plan, engine, plan_path, done) if plan_path is not None else []
+        archived: dict[str, str] = {}
         if plan_path is not None:
-            engine.map(Stage.FORGET, forget_log_dir, _per_log_dir(plan, done))
+            archived, unarchived = _archive(plan, engine, plan_path, done)
+            errors += unarchived
+            engine.map(Stage.FORGET, forget_log_dir, _per_log_dir(plan, list(archived)))
     # last, once our lock file is gone too: the log dir's own mtime as it was planned
     engine.map(Stage.MTIME, set_dir_mtime, _per_log_dir(plan, done))
     # NEW: no state of this plan here and none archived: never executed, nothing to put back
@@ -448,7 +497,9 @@ def rollback(plan: Plan, engine: Engine, plan_path: str | Path | None = None, fo
         and len(reports) == len(plan.log_dirs)
         and all(r.phase in (LogDirPhase.ROLLED_BACK, LogDirPhase.NEW) for r in reports)
     )
-    return LeaveReport("rollback", ok, rollbacks=tuple(reports), errors=tuple(errors), archived=tuple(archived))
+    return LeaveReport(
+        "rollback", ok, rollbacks=tuple(reports), errors=tuple(errors), archived=tuple(archived.values())
+    )
 
 
 def _explain_absent(
@@ -501,12 +552,16 @@ def finalize(plan: Plan, engine: Engine, plan_path: str | Path | None = None, pa
                 else f"no run of plan {plan.plan_id} here to finalize: nothing was converted (run `execute` first)"
             )
             errors.append(StageError(Stage.FINALIZE, r.log_dir, why, "MigrateError"))
-        archived = _archive(plan, engine, plan_path, done) if plan_path is not None else []
+        archived: dict[str, str] = {}
         if plan_path is not None:
-            engine.map(Stage.FORGET, forget_log_dir, _per_log_dir(plan, done))
+            archived, unarchived = _archive(plan, engine, plan_path, done)
+            errors += unarchived
+            engine.map(Stage.FORGET, forget_log_dir, _per_log_dir(plan, list(archived)))
     finished = [r for r in explained if r.phase == LogDirPhase.FINALIZED]
     ok = not errors and len(finished) == len(plan.log_dirs)
-    return LeaveReport("finalize", ok, finalizes=tuple(explained), errors=tuple(errors), archived=tuple(archived))
+    return LeaveReport(
+        "finalize", ok, finalizes=tuple(explained), errors=tuple(errors), archived=tuple(archived.values())
+    )
 
 
 def status(plan: Plan, engine: Engine, plan_path: str | Path | None = None) -> StatusReport:

@@ -159,6 +159,20 @@ class UncheckedReplica:
     reason: str
 
 
+@dataclass(frozen=True)
+class StateChunk:
+    """A piece of a log dir's state database on its way to the archive beside the plan (finalize, rollback): a
+    database grows by about 1 KB per segment, so a broker's is sent in pieces, never whole in one message.
+
+    ``data`` is bytes ``offset``.. of a file of ``size`` bytes whose identity (inode, size, mtime in ns) was
+    ``stamp`` before and after the read; the archive takes pieces of one stamp only."""
+
+    offset: int
+    data: bytes
+    size: int
+    stamp: tuple[int, int, int]
+
+
 # --- what a command reports ------------------------------------------------------------------------------------
 
 

@@ -693,13 +693,13 @@ class StateStore:
         ).fetchone()
         return {"segments": row[0], "source_bytes": row[1], "output_bytes": row[2], "records": row[3]}
 
-    def snapshot_bytes(self) -> bytes:
-        """The whole database as one file's bytes (checkpointed), to archive beside the plan."""
+    def checkpoint(self) -> None:
+        """Everything committed moved into the database file itself (the WAL emptied): the file alone is then the
+        whole state, to archive beside the plan."""
         try:
             self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         except sqlite3.Error as exc:
             raise _write_error(exc, self.path) from exc
-        return self.path.read_bytes()
 
     # --- reading for reports (read-only) ---------------------------------------------------------------------
 

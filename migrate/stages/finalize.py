@@ -15,7 +15,7 @@ from pathlib import Path
 from migrate.errors import MigrateError
 from migrate.model.plan_tree import Plan
 from migrate.model.run_state import EventKind, LogDirPhase, PartitionState
-from migrate.model.stage_reports import FinalizeReport
+from migrate.model.stage_reports import FinalizeReport, StateChunk
 from migrate.prestage.cutover import forget_staged
 from migrate.run import fence
 from migrate.run.state import StateStore, remove_state_files
@@ -100,11 +100,41 @@ def _unproven(
     return out
 
 
-def state_snapshot(plan: Plan, key: str) -> bytes:
-    """The log dir's state database, to archive beside the plan before it leaves the log dir."""
+ARCHIVE_CHUNK_BYTES = 16 << 20
+
+
+def state_snapshot(
+    plan: Plan, key: str, offset: int = 0, stamp: tuple[int, int, int] | None = None
+) -> StateChunk | None:
+    """Up to ``ARCHIVE_CHUNK_BYTES`` at ``offset`` of the log dir's state database, to archive beside the plan
+    before it leaves the log dir. The first piece (``stamp`` None) checkpoints the database first; every later one
+    must come from the same file, unchanged (``stamp``): pieces of two versions never make one archive. None: the
+    log dir has no state to archive (a rollback removed the empty one a crash left before its first commit)."""
     _, log_dir = locate(plan, key)
+    if stamp is None and not StateStore.exists(log_dir, plan.plan_id):
+        return None
     with StateStore.open(log_dir, plan.plan_id) as store:
-        return store.snapshot_bytes()
+        if stamp is None:
+            store.checkpoint()
+        path = store.path
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            before = _stamp(os.fstat(fd))
+            data = os.pread(fd, ARCHIVE_CHUNK_BYTES, offset)
+            after = _stamp(os.fstat(fd))
+        finally:
+            os.close(fd)
+    if before != after or (stamp is not None and tuple(stamp) != before):
+        raise MigrateError(
+            f"{path}: the state database changed while it was being archived (at byte {offset} of {before[1]}): "
+            "is another command of this plan running? Nothing was removed from the log dir; run the same command "
+            "again once the other has ended."
+        )
+    return StateChunk(offset, data, before[1], before)
+
+
+def _stamp(st: os.stat_result) -> tuple[int, int, int]:
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 def forget_log_dir(plan: Plan, key: str) -> bool:

@@ -1,0 +1,120 @@
+"""The state archived beside the plan by rollback and finalize: a broker's database (about 1 KB per segment, 1 GB at
+10^6) travels in pieces, every piece of one unchanged file, and a log dir whose state could not be archived keeps it
+and is not reported done."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+from kafka_layout import make_broker_logdir
+from runs import below_target, make_plan, scan_partitions
+
+from migrate import pipeline
+from migrate.engines import SerialEngine
+from migrate.errors import MigrateError
+from migrate.model.run_state import EventKind, LogDirPhase, Stage
+from migrate.run.state import StateStore
+from migrate.run.workspace import state_path
+from migrate.stages import finalize
+
+PARTITIONS = ["plain-v0-0", "gzip-v0-0", "lz4-v1-1", "compacted-v0-0"]
+PIECE = 4096  # a database of these few partitions is tens of KB: many pieces
+
+
+@pytest.fixture
+def migrated(tmp_path: Path, monkeypatch):
+    monkeypatch.setattr(finalize, "ARCHIVE_CHUNK_BYTES", PIECE)
+    broker = make_broker_logdir(tmp_path, partitions=PARTITIONS)
+    plan, plan_path = make_plan(tmp_path, broker)
+    report = pipeline.execute(plan, SerialEngine())
+    assert report.ok, report
+    return plan, plan_path, broker
+
+
+def _rows(db: Path) -> tuple[str, int, int]:
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        check = conn.execute("PRAGMA integrity_check").fetchone()[0]
+        return (
+            check,
+            conn.execute("SELECT count(*) FROM segments").fetchone()[0],
+            conn.execute("SELECT count(*) FROM events").fetchone()[0],
+        )
+    finally:
+        conn.close()
+
+
+def test_a_database_of_many_pieces_is_archived_byte_for_byte(migrated):
+    plan, plan_path, broker = migrated
+    live = state_path(broker, plan.plan_id)
+    archived, errors = pipeline._archive(plan, SerialEngine(), plan_path, [plan.log_dirs[0].key])
+    assert errors == []
+    target = Path(archived[plan.log_dirs[0].key])
+    assert live.stat().st_size > 4 * PIECE  # it did take several pieces
+    assert target.read_bytes() == live.read_bytes()  # checkpointed: the file alone is the whole state
+    check, segments, _ = _rows(target)
+    assert check == "ok" and segments == plan.estimates.segments
+
+
+def test_rollback_archives_in_pieces_and_the_log_dir_keeps_nothing(migrated):
+    plan, plan_path, broker = migrated
+    rolled = pipeline.rollback(plan, SerialEngine(), plan_path)
+    assert rolled.ok, rolled
+    assert not state_path(broker, plan.plan_id).exists()
+    (target,) = rolled.archived
+    with StateStore.open_file(Path(target)) as store:
+        assert store.phase == LogDirPhase.ROLLED_BACK
+    assert _rows(Path(target))[:2] == ("ok", plan.estimates.segments)
+    seen = scan_partitions(plan)
+    assert all(below_target(seen[(broker.as_posix(), p.name)], 2) for p in plan.log_dirs[0].partitions)
+
+
+def test_a_piece_of_a_changed_database_is_refused_naming_the_file_and_byte(migrated):
+    plan, _, broker = migrated
+    key = plan.log_dirs[0].key
+    first = finalize.state_snapshot(plan, key)
+    assert first.offset == 0 and len(first.data) == PIECE and first.size > PIECE
+    with StateStore.open(broker, plan.plan_id) as store:
+        store.record_event(EventKind.STATE_CORRECTED, why="a second command wrote meanwhile")
+        store.checkpoint()
+    with pytest.raises(MigrateError) as caught:
+        finalize.state_snapshot(plan, key, PIECE, first.stamp)
+    message = str(caught.value)
+    assert str(state_path(broker, plan.plan_id)) in message
+    assert f"at byte {PIECE} of " in message and "run the same command again" in message
+
+
+def test_state_changed_between_pieces_is_kept_in_the_log_dir_and_the_next_finalize_archives_it(migrated, monkeypatch):
+    plan, plan_path, broker = migrated
+    real = pipeline.state_snapshot
+    meddled: list[int] = []
+
+    def meddling(plan_, key, offset=0, stamp=None):
+        if offset == 2 * PIECE and not meddled:  # another writer between two pieces of the same archive
+            meddled.append(offset)
+            with StateStore.open(broker, plan.plan_id) as store:
+                store.record_event(EventKind.STATE_CORRECTED, why="a second command wrote meanwhile")
+                store.checkpoint()
+        return real(plan_, key, offset, stamp)
+
+    monkeypatch.setattr(pipeline, "state_snapshot", meddling)
+    first = pipeline.finalize(plan, SerialEngine(), plan_path)
+    assert meddled and not first.ok
+    (error,) = first.errors
+    assert error.stage == Stage.ARCHIVE and error.log_dir == plan.log_dirs[0].key
+    assert "changed while it was being archived" in error.message and "run the same command again" in error.message
+    assert first.archived == ()
+    assert state_path(broker, plan.plan_id).exists()  # not forgotten: the log dir keeps its only copy
+    assert not pipeline.archive_path(plan_path, plan.log_dirs[0].key).exists()
+    assert not list(pipeline.archive_dir(plan_path).glob("*.partial"))
+
+    again = pipeline.finalize(plan, SerialEngine(), plan_path)
+    assert again.ok, again
+    assert not state_path(broker, plan.plan_id).exists()
+    (target,) = again.archived
+    with StateStore.open_file(Path(target)) as store:
+        assert store.phase == LogDirPhase.FINALIZED
+    seen = scan_partitions(plan)
+    assert not any(below_target(seen[(broker.as_posix(), p.name)], 2) for p in plan.log_dirs[0].partitions)
