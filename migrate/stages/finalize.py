@@ -28,7 +28,7 @@ from migrate.stages.rollback import remove_work_dirs
 
 def finalize_log_dir(plan: Plan, key: str, partial: bool = False) -> FinalizeReport:
     entry, log_dir = locate(plan, key)
-    opened, reconciled = open_reconciled(plan, key, entry, log_dir, write=True)
+    opened, reconciled = open_reconciled(plan, key, entry, log_dir, write=True, keep_truths=True)
     if opened is None:  # the driver says why: never executed, or finalized or rolled back and archived
         return FinalizeReport(key, LogDirPhase.NEW, ())
     with opened as store:

@@ -56,8 +56,12 @@ class Reconciliation:
     corrected: tuple[str, ...] = ()  # "<partition>: state said X, files say Y; now Z"
     unresolved: tuple[PartitionProblem, ...] = ()  # live files that are neither original nor ours
     removed_empty: bool = False  # a database a crash left before its first commit (nothing was changed) is gone
-    # what the files said of each partition that has a swap (finalize's proof reuses them rather than ask again)
+    # what the files said of each partition that has a swap, where the verb asked to keep them (finalize's proof
+    # reuses them rather than ask again): about 0.5 KB a segment, so only the verb that reuses them keeps them
     truths: Mapping[str, PartitionTruth] = field(default_factory=dict, compare=False)
+    # the partitions whose live files are each the original or the output the state database names (rollback's
+    # check of changed files skips them: it would ask the same of the same files)
+    settled: frozenset[str] = field(default=frozenset(), compare=False)
 
     @property
     def lines(self) -> tuple[str, ...]:
@@ -77,11 +81,18 @@ def _evidence(entry: LogDirPlan, log_dir: str, plan_id: str) -> str | None:
 
 
 def open_reconciled(
-    plan: Plan, key: str, entry: LogDirPlan, log_dir: str, write: bool, tidy: bool = True
+    plan: Plan,
+    key: str,
+    entry: LogDirPlan,
+    log_dir: str,
+    write: bool,
+    tidy: bool = True,
+    keep_truths: bool = False,
 ) -> tuple[StateStore | None, Reconciliation]:
     """The log dir's state store, checked against the files (None: no run of this plan ever changed the log dir).
     With ``write``, an unusable database is moved aside and rebuilt, and disagreements are corrected in it; with
-    ``tidy`` too, a database a crash left empty (nothing was changed) is removed, which the verb then reports."""
+    ``tidy`` too, a database a crash left empty (nothing was changed) is removed, which the verb then reports.
+    ``keep_truths``: the reconciliation keeps what the files said of each partition (``Reconciliation.truths``)."""
     health = StateStore.health(log_dir, plan.plan_id)
     rebuilt = None
     if health == StateHealth.OTHER_PLAN:
@@ -114,11 +125,13 @@ def open_reconciled(
         store = StateStore.open(log_dir, plan.plan_id)
     try:
         with gc_paused():
-            corrected, unresolved, truths = _reconcile_partitions(plan, key, store, write)
+            corrected, unresolved, truths, settled = _reconcile_partitions(plan, key, store, write, keep_truths)
     except BaseException:
         store.close()
         raise
-    return store, Reconciliation(rebuilt, tuple(corrected), tuple(unresolved), truths=truths)
+    return store, Reconciliation(
+        rebuilt, tuple(corrected), tuple(unresolved), truths=truths, settled=frozenset(settled)
+    )
 
 
 def db_swap_record(plan: Plan, store: StateStore, name: str) -> PartitionSwapRecord | None:
@@ -132,19 +145,31 @@ def db_swap_record(plan: Plan, store: StateStore, name: str) -> PartitionSwapRec
 
 
 def _reconcile_partitions(
-    plan: Plan, key: str, store: StateStore, write: bool
-) -> tuple[list[str], list[PartitionProblem], dict[str, PartitionTruth]]:
+    plan: Plan, key: str, store: StateStore, write: bool, keep_truths: bool
+) -> tuple[list[str], list[PartitionProblem], dict[str, PartitionTruth], set[str]]:
     corrected: list[str] = []
     unresolved: list[PartitionProblem] = []
     truths: dict[str, PartitionTruth] = {}
+    settled_names: set[str] = set()
     states = store.partition_states()
     # the usual partition, every live file the swap's output, is settled from one query of the whole log dir's
     # swap texts, streamed in this loop's order (``migrate.run.swap_status``); ``partition_truth`` judges the rest
     settled = _settled_truths(plan, key, store)
     next(settled)
     with contextlib.closing(settled):  # its query ends with the loop, not when the generator is collected
-        _judge_partitions(plan, key, store, write, states, settled, corrected, unresolved, truths)
-    return corrected, unresolved, truths
+        _judge_partitions(
+            plan,
+            key,
+            store,
+            write,
+            states,
+            settled,
+            corrected,
+            unresolved,
+            truths if keep_truths else None,
+            settled_names,
+        )
+    return corrected, unresolved, truths, settled_names
 
 
 def _judge_partitions(
@@ -156,13 +181,15 @@ def _judge_partitions(
     settled: Generator[PartitionTruth | None, str, None],
     corrected: list[str],
     unresolved: list[PartitionProblem],
-    truths: dict[str, PartitionTruth],
+    truths: dict[str, PartitionTruth] | None,
+    settled_names: set[str],
 ) -> None:
-    """``_reconcile_partitions``' loop: each partition judged by its files, into the lists it returns."""
+    """``_reconcile_partitions``' loop: each partition judged by its files, into the lists it returns (``truths``
+    None: none kept)."""
     for name, state in sorted(states.items()):
         truth = settled.send(name) if state in LIVE else None
         if truth is not None:  # every live file is the output (or every one the original): nothing changed
-            if write:  # status keeps none: no verb reuses them, and they would be most of its memory
+            if truths is not None:
                 truths[name] = truth
         else:
             part = plan.partition(key, name)
@@ -180,7 +207,8 @@ def _judge_partitions(
                     PartitionProblem(name, Problem("state", f"{exc}; its live files are not the planned ones"))
                 )
                 continue
-            truths[name] = truth
+            if truths is not None:
+                truths[name] = truth
             if truth.truth == FileTruth.CHANGED:
                 unresolved.append(
                     PartitionProblem(name, Problem("live-changed", "; ".join(truth.changed[:3]), part.dir))
@@ -190,6 +218,8 @@ def _judge_partitions(
                         name, _segments(part.dir, plan.plan_id, truth), "files changed mid-swap: fence kept up"
                     )
                 continue
+        if truth.as_database_says:
+            settled_names.add(name)
         fix = _correction(state, truth.truth, truth.has_record)
         if fix is None:
             continue

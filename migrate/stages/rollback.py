@@ -11,7 +11,7 @@ from __future__ import annotations
 import concurrent.futures
 import os
 import shutil
-from collections.abc import Mapping
+from collections.abc import Collection
 from pathlib import Path
 
 from migrate.errors import MigrateError
@@ -22,21 +22,18 @@ from migrate.run import fence
 from migrate.run.state import StateStore
 from migrate.run.swap_files import SegmentFiles
 from migrate.run.swap_keys import swap_file_keys_of
-from migrate.run.swap_record import PartitionTruth
 from migrate.run.workspace import sync_filesystem, work_dir
 from migrate.stages.common import kafka_lock, locate, restore_dir_mtimes
 from migrate.stages.reconcile import LIVE, Reconciliation, files_mixed, open_reconciled
 
 
-def live_changes(
-    plan: Plan, key: str, store: StateStore, truths: Mapping[str, PartitionTruth] | None = None
-) -> list[str]:
-    """Live files changed after their swap. ``truths``: what the reconciliation just said of each partition; one
-    judged by a record that is exactly the database's swap files, none changed, asked the same of the same files."""
+def live_changes(plan: Plan, key: str, store: StateStore, settled: Collection[str] = ()) -> list[str]:
+    """Live files changed after their swap. ``settled``: partitions the reconciliation just judged by a record that
+    is exactly the database's swap files, none changed (``Reconciliation.settled``): asked the same of the same
+    files, so not asked again."""
     changed = []
     for name in store.partitions_in(*LIVE):
-        truth = truths.get(name) if truths else None
-        if truth is not None and truth.as_database_says:
+        if name in settled:
             continue
         part = plan.partition(key, name)
         for row in store.segments_of(name):
@@ -62,7 +59,7 @@ def _changes(plan: Plan, key: str, store: StateStore, reconciled: Reconciliation
     """Changed live files, by the swaps the state holds (reconciliation put every swap the files show there), and
     partitions whose swap record cannot be read while their files are not the planned ones."""
     unreadable = [f"{p.problem.path}: {p.problem.message}" for p in reconciled.unresolved if p.problem.kind == "state"]
-    return live_changes(plan, key, store, reconciled.truths) + unreadable
+    return live_changes(plan, key, store, reconciled.settled) + unreadable
 
 
 ROLLBACK_BATCH_PARTITIONS = 256
