@@ -18,6 +18,7 @@ from migrate.engines import SerialEngine
 from migrate.run.state import StateStore
 from migrate.run.swap_record import FileTruth, partition_truth, record_file
 from migrate.run.swap_status import settled_truth
+from migrate.stages.reconcile import open_reconciled
 
 
 @pytest.fixture
@@ -118,3 +119,33 @@ def test_rolled_back_files_are_settled_as_original_and_status_says_so(migrated, 
     assert exact == FileTruth.ORIGINAL and fast in (None, FileTruth.ORIGINAL)
     out = _status(capsys, plan_path)
     assert f"{part.name}: the state said migrated, the files say original" in out, out
+
+
+def test_only_finalize_keeps_the_truths_and_every_verb_knows_the_settled_partitions(migrated):
+    broker, plan, _ = migrated
+    key = plan.log_dirs[0].key
+    entry = plan.log_dir(key)
+    store, plain = open_reconciled(plan, key, entry, str(broker), write=True)
+    assert store is not None
+    store.close()
+    assert plain.truths == {}  # execute's prepare and swap, rollback: ~0.5 KB a segment they never ask again
+    assert plain.settled == frozenset(PARTITIONS)
+    store, kept = open_reconciled(plan, key, entry, str(broker), write=True, keep_truths=True)
+    assert store is not None
+    store.close()
+    assert sorted(kept.truths) == sorted(PARTITIONS)
+    assert {t.truth for t in kept.truths.values()} == {FileTruth.CONVERTED}
+    assert kept.settled == plain.settled
+
+
+def test_a_changed_live_file_is_not_settled_and_rollback_refuses_it(migrated):
+    broker, plan, plan_path = migrated
+    log = sorted((broker / PARTITIONS[0]).glob("*.log"))[0]
+    os.utime(log, ns=(log.stat().st_atime_ns, log.stat().st_mtime_ns + 1))  # a broker touched it
+    key = plan.log_dirs[0].key
+    store, reconciled = open_reconciled(plan, key, plan.log_dir(key), str(broker), write=True)
+    assert store is not None
+    store.close()
+    assert PARTITIONS[0] not in reconciled.settled and set(PARTITIONS[1:]) <= reconciled.settled
+    refused = pipeline.rollback(plan, SerialEngine(), plan_path)
+    assert not refused.ok and any(str(log) in line for line in refused.refused), refused.refused
