@@ -165,6 +165,13 @@ def test_inspect_log_dir_classifies_every_child_dir_as_kafka_would(tmp_path):
     partitions, warnings = list_partitions(log_dir)  # what plan uses: live partitions only
     assert [p.name for p in partitions] == ["already-v2-1", "plain-v0-1"] and warnings == layout.warnings
 
+    handed: list[tuple[str, str, int]] = []
+    streamed = inspect_log_dir(log_dir, lambda p: handed.append((p.name, p.kind, len(p.segments))))
+    # each partition handed over once, as read (live and future in directory order), none kept; the rest the same
+    assert sorted(handed) == sorted((p.name, p.kind, len(p.segments)) for p in [*layout.partitions, *layout.future])
+    assert streamed.partitions == [] and streamed.future == []
+    assert streamed.warnings == layout.warnings and streamed.other_dirs == layout.other_dirs
+
 
 def test_inspect_log_dir_warns_about_broker_leftovers_and_duplicate_partition_dirs(tmp_path):
     log_dir = make_broker_logdir(tmp_path, partitions=["plain-v0-1"])

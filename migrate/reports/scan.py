@@ -81,8 +81,14 @@ def scan_log_dir(log_dir: str | Path) -> tuple[int | None, dict[str, Any]]:
     if problem:
         entry["error"] = problem
         return None, entry
+    live: list[dict[str, Any]] = []
+    future: list[dict[str, Any]] = []
+
+    def scanned(part: Partition) -> None:  # one partition's segments held at a time, not the log dir's
+        (future if part.kind == "future" else live).append(scan_partition(part))
+
     try:
-        layout: LogDirLayout = inspect_log_dir(path)
+        layout: LogDirLayout = inspect_log_dir(path, scanned)
     except MigrateError as exc:
         entry["error"] = str(exc)
         return None, entry
@@ -117,7 +123,7 @@ def scan_log_dir(log_dir: str | Path) -> tuple[int | None, dict[str, Any]]:
             "cleanly before migrating."
         )
     warnings.extend(layout.warnings)
-    entry["partitions"] = [scan_partition(p) for p in [*layout.partitions, *layout.future]]
+    entry["partitions"] = [*live, *future]
     return broker, entry
 
 
