@@ -46,6 +46,15 @@ def _rows(db: Path) -> tuple[str, int, int]:
         conn.close()
 
 
+def _archived(report, broker: Path, plan) -> tuple[Path, LogDirPhase]:
+    """The verb succeeded, its state left the log dir, and the one archive it names, with the phase it holds."""
+    assert report.ok, report
+    assert not state_path(broker, plan.plan_id).exists()
+    (target,) = report.archived
+    with StateStore.open_file(Path(target)) as store:
+        return Path(target), store.phase
+
+
 def test_a_database_of_many_pieces_is_archived_byte_for_byte(migrated):
     plan, plan_path, broker = migrated
     live = state_path(broker, plan.plan_id)
@@ -60,13 +69,9 @@ def test_a_database_of_many_pieces_is_archived_byte_for_byte(migrated):
 
 def test_rollback_archives_in_pieces_and_the_log_dir_keeps_nothing(migrated):
     plan, plan_path, broker = migrated
-    rolled = pipeline.rollback(plan, SerialEngine(), plan_path)
-    assert rolled.ok, rolled
-    assert not state_path(broker, plan.plan_id).exists()
-    (target,) = rolled.archived
-    with StateStore.open_file(Path(target)) as store:
-        assert store.phase == LogDirPhase.ROLLED_BACK
-    assert _rows(Path(target))[:2] == ("ok", plan.estimates.segments)
+    target, phase = _archived(pipeline.rollback(plan, SerialEngine(), plan_path), broker, plan)
+    assert phase == LogDirPhase.ROLLED_BACK
+    assert _rows(target)[:2] == ("ok", plan.estimates.segments)
     seen = scan_partitions(plan)
     assert all(below_target(seen[(broker.as_posix(), p.name)], 2) for p in plan.log_dirs[0].partitions)
 
@@ -110,11 +115,7 @@ def test_state_changed_between_pieces_is_kept_in_the_log_dir_and_the_next_finali
     assert not pipeline.archive_path(plan_path, plan.log_dirs[0].key).exists()
     assert not list(pipeline.archive_dir(plan_path).glob("*.partial"))
 
-    again = pipeline.finalize(plan, SerialEngine(), plan_path)
-    assert again.ok, again
-    assert not state_path(broker, plan.plan_id).exists()
-    (target,) = again.archived
-    with StateStore.open_file(Path(target)) as store:
-        assert store.phase == LogDirPhase.FINALIZED
+    _, phase = _archived(pipeline.finalize(plan, SerialEngine(), plan_path), broker, plan)
+    assert phase == LogDirPhase.FINALIZED
     seen = scan_partitions(plan)
     assert not any(below_target(seen[(broker.as_posix(), p.name)], 2) for p in plan.log_dirs[0].partitions)
