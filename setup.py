@@ -1,4 +1,5 @@
-"""Build the optional C accelerator of the format layer; without a compiler the numpy path is used instead."""
+"""Build the optional C accelerators (the format layer's hot loops; the run layer's settled-partition scan); without
+a compiler their Python twins are used instead."""
 
 from setuptools import Extension, setup
 
@@ -10,6 +11,12 @@ setup(
             depends=["migrate/format/_speedups_base.h"],
             extra_compile_args=["-O3"],
             optional=True,
-        )
+        ),
+        Extension(
+            "migrate.run._settled",
+            ["migrate/run/_settled.c"],
+            extra_compile_args=["-O3"],
+            optional=True,
+        ),
     ]
 )

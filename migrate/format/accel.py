@@ -41,24 +41,31 @@ class Status:
     reason: str
 
 
-def _load() -> tuple[ModuleType | None, Status]:
+def _load(name: str = "migrate.format._speedups") -> tuple[ModuleType | None, Status]:
     setting = os.environ.get(ENV_VAR, "")
     if setting not in ("", "0"):
         return None, Status(False, f"disabled by {ENV_VAR}={setting}")
     try:
         # import_module, not "from migrate.format import _speedups": that turns a missing module into a plain
         # ImportError, which could not be told from a built module that fails to load
-        speedups = importlib.import_module("migrate.format._speedups")
+        module = importlib.import_module(name)
     except ModuleNotFoundError as exc:
-        if exc.name != "migrate.format._speedups":
+        if exc.name != name:
             raise
         return None, Status(False, "not built (no C compiler at install time)")
     except ImportError as exc:  # built for another Python, or a missing symbol: the references still work
         return None, Status(False, f"built but not loadable: {exc}")
-    return speedups, Status(True, "C accelerator built and enabled")
+    return module, Status(True, "C accelerator built and enabled")
 
 
 speedups, _STATUS = _load()
+
+
+def extension(name: str) -> ModuleType | None:
+    """Another compiled module of the package (``setup.py`` builds it beside ``_speedups``, under the same switch):
+    the module, or None when the accelerator is switched off or the module was not built, and its caller binds
+    its Python twin instead (as ``pick`` does)."""
+    return _load(name)[0] if speedups is not None else None
 
 
 def status() -> Status:

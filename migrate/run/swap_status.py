@@ -18,6 +18,7 @@ import os
 import re
 from collections.abc import Sequence
 
+from migrate.format import accel
 from migrate.run.swap_record import FileTruth, PartitionTruth, RecordData, record_file
 
 _NUM = r"-?(?:0|[1-9][0-9]*)"
@@ -33,7 +34,8 @@ _FILE = (
     + r"))?\}"
 )
 _FILE_RE = re.compile(_FILE)
-_FILES_RE = re.compile(r"\[" + _FILE.replace("(", "(?:").replace("(?:?:", "(?:") + r"(?:,(?=\{)|(?=\]))*\]")
+_ANY_FILE = _FILE.replace("(", "(?:").replace("(?:?:", "(?:")  # the same, capturing nothing
+_FILES_RE = re.compile(r"\[" + _ANY_FILE + r"(?:," + _ANY_FILE + r")*\]")
 _THREE_FILES_RE = re.compile(r"\[" + _FILE + "," + _FILE + "," + _FILE + r"\]")
 _EDGES_RE = re.compile(r"[0-9a-f]{64}")
 
@@ -70,13 +72,30 @@ def settled_truth(
     head = f'{{"plan_id":{dumps(plan_id)},"partition":{dumps(partition)},"segments":['
     if not text.startswith(head) or not text.endswith("]}"):
         return None
-    pos = len(head)
+    prefix = os.path.join(partition_dir, "")
+    found = _scan(text, len(head), prefix, known if type(known) is list else list(known))
+    if found is NotImplemented:  # a text that is not ASCII: the compiled scan leaves it to its twin
+        found = _scan_reference(text, len(head), prefix, known)
+    if found is None:
+        return None
+    converted, _, edges = found
+    segments = tuple((base, None, swap, edge, None) for (base, swap, _), edge in zip(known, edges))
+    truth = FileTruth.CONVERTED if converted else FileTruth.ORIGINAL
+    return PartitionTruth(partition, truth, RecordData(plan_id, partition, segments, known=True))
+
+
+def _scan_reference(
+    text: str, pos: int, prefix: str, known: Sequence[tuple[int, str, str | None]]
+) -> tuple[int, int, list[str]] | None:
+    """From ``pos`` (just past the record's head), ``known``'s segments as ``settled_truth`` requires them, each live
+    file stat'ed (``prefix``: the partition's dir and a separator): how many files are converted, how many original,
+    and each segment's log edges; None where the record or a file says anything else. The Python twin of the
+    compiled ``settled_scan`` (``migrate/run/_settled.c``), whose comment states the same judgement."""
     starts = text.startswith
     edges = _EDGES_RE.fullmatch
-    prefix = os.path.join(partition_dir, "")
     stat = os.stat
     original = converted = 0
-    segments = []
+    found: list[str] = []
     for i, (base, swap, piece) in enumerate(known):
         # the record's segment is the database's texts spliced as ``record_text`` splices them (``_as_known``'s
         # proof), then 64 hex digits of log edges
@@ -88,11 +107,11 @@ def settled_truth(
         # the result's text must be an object's, as in ``_as_known``: it is between the swap and the log edges
         at_result = pos + 34 + len(str(base)) + len(swap)
         pos += len(piece)
-        if text[at_result] != "{" or text[pos - 15] != "}":
+        if at_result >= pos - 15 or text[at_result] != "{" or text[pos - 15] != "}":
             return None
         if not edges(text, pos, pos + 64) or not starts('"}', pos + 64):
             return None
-        segments.append((base, None, swap, text[pos : pos + 64], None))
+        found.append(text[pos : pos + 64])
         pos += 66
         files = _files(swap)
         if files is None:
@@ -112,5 +131,8 @@ def settled_truth(
                 return None
     if pos + 2 != len(text) or (original and converted):
         return None
-    truth = FileTruth.CONVERTED if converted else FileTruth.ORIGINAL
-    return PartitionTruth(partition, truth, RecordData(plan_id, partition, tuple(segments), known=True))
+    return converted, original, found
+
+
+_settled = accel.extension("migrate.run._settled")
+_scan = _scan_reference if _settled is None else _settled.settled_scan
