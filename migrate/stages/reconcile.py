@@ -24,7 +24,7 @@ from collections.abc import Generator, Mapping
 from dataclasses import dataclass, field
 
 from migrate.errors import MigrateError
-from migrate.model.plan_tree import LogDirPlan, Plan
+from migrate.model.plan_tree import LogDirPlan, PartitionPlan, Plan
 from migrate.model.run_state import EventKind, PartitionState, Problem
 from migrate.model.stage_reports import PartitionProblem
 from migrate.run import fence
@@ -291,6 +291,10 @@ def edges_of(path: str) -> str:
         os.close(fd)
 
 
+def _name(part: PartitionPlan) -> str:
+    return part.name
+
+
 def files_mixed(
     plan: Plan, key: str, store: StateStore | None = None, truths: Mapping[str, PartitionTruth] | None = None
 ) -> list[str]:
@@ -299,13 +303,20 @@ def files_mixed(
     a record that is exactly what they say). ``truths``: what a reconciliation of this same verb said of them, with
     no file renamed since (finalize), not asked again."""
     mixed = []
-    with gc_paused():
-        for part in plan.log_dir(key).partitions:
+    # with the database, the usual partition (every file the output, or every one the original) is settled by the
+    # cheap proof that status uses (``_settled_truths``), asked in name order; ``partition_truth`` judges the rest
+    settled = _settled_truths(plan, key, store) if store is not None and truths is None else None
+    if settled is not None:
+        next(settled)
+    with gc_paused(), contextlib.closing(settled) if settled is not None else contextlib.nullcontext():
+        for part in sorted(plan.log_dir(key).partitions, key=_name):
             if not os.path.exists(record_file(part.dir, plan.plan_id)):
                 continue
             try:
                 if truths is not None and (known_truth := truths.get(part.name)) is not None:
                     truth = known_truth.truth
+                elif settled is not None and (settled_truth := settled.send(part.name)) is not None:
+                    truth = settled_truth.truth
                 else:
                     known = store.swap_texts(part.name) if store is not None else None
                     truth = partition_truth(part, plan.plan_id, known=known).truth
