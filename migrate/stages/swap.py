@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import errno
 import os
+from collections.abc import Iterator
 
 from migrate.errors import LocatedError, MigrateError, ModelError, SourceChangedError, StateWriteError
 from migrate.model.plan_tree import PartitionPlan, Plan
@@ -26,7 +27,10 @@ from migrate.run.workspace import WORK_DIR_NAME, sync_filesystem
 from migrate.stages.common import kafka_lock, locate
 from migrate.stages.reconcile import edges_of, files_mixed, open_reconciled
 
+# a batch's partitions share one syncfs before their first rename; its segments' texts are held until then (~3.5 KB
+# a segment), so a batch is bounded by both: 256 partitions of 100 segments held 90 MB
 SWAP_BATCH_PARTITIONS = 256
+SWAP_BATCH_SEGMENTS = 4096
 _ISOLATED_ERRNOS = (errno.EPERM, errno.EACCES)  # one file's attribute or permission: its partition only
 
 
@@ -53,8 +57,8 @@ def swap_log_dir(plan: Plan, key: str, swap_ready: bool = True) -> SwapReport:
                 migrated += done
                 failed += stuck
                 ready = store.partitions_in(PartitionState.READY) if swap_ready else []
-                for i in range(0, len(ready), SWAP_BATCH_PARTITIONS):
-                    done, bad = _swap_batch(plan, key, store, ready[i : i + SWAP_BATCH_PARTITIONS])
+                for names in _batches(plan, key, ready):
+                    done, bad = _swap_batch(plan, key, store, names)
                     migrated += done
                     failed += bad
             except (OSError, StateWriteError) as exc:
@@ -74,6 +78,22 @@ def swap_log_dir(plan: Plan, key: str, swap_ready: bool = True) -> SwapReport:
             except (OSError, StateWriteError) as exc:  # a full disk may refuse the record; the fence is the truth
                 stopped = stopped or (Problem.of(exc) if isinstance(exc, OSError) else Problem("io-error", str(exc)))
         return SwapReport(key, tuple(migrated), tuple(failed), tuple(mixed), fence.is_up(log_dir), stopped)
+
+
+def _batches(plan: Plan, key: str, names: list[str]) -> Iterator[list[str]]:
+    """``names`` in order, in batches of at most ``SWAP_BATCH_PARTITIONS`` partitions and, unless one partition has
+    more, ``SWAP_BATCH_SEGMENTS`` planned segments."""
+    batch: list[str] = []
+    segments = 0
+    for name in names:
+        count = len(plan.partition(key, name).segments)
+        if batch and (len(batch) == SWAP_BATCH_PARTITIONS or segments + count > SWAP_BATCH_SEGMENTS):
+            yield batch
+            batch, segments = [], 0
+        batch.append(name)
+        segments += count
+    if batch:
+        yield batch
 
 
 def _files(plan: Plan, part: PartitionPlan, base: int) -> SegmentFiles:
