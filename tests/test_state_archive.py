@@ -119,3 +119,38 @@ def test_state_changed_between_pieces_is_kept_in_the_log_dir_and_the_next_finali
     assert phase == LogDirPhase.FINALIZED
     seen = scan_partitions(plan)
     assert not any(below_target(seen[(broker.as_posix(), p.name)], 2) for p in plan.log_dirs[0].partitions)
+
+
+class SendsArchives(SerialEngine):
+    """An engine whose calls may run on another host: the archive travels as bytes."""
+
+    shares_files = False
+
+
+def test_verify_after_finalize_reads_the_archive_in_place_or_sent_whole_alike(migrated, monkeypatch):
+    plan, plan_path, _ = migrated
+    finalized = pipeline.finalize(plan, SerialEngine(), plan_path)
+    assert finalized.ok
+    (archive,) = (Path(a) for a in finalized.archived)
+    archived_bytes = archive.read_bytes()
+    sent: list[tuple] = []
+    real = pipeline.verify_live_log_dir
+
+    def recorded(plan, key, *rest):
+        sent.append(tuple(type(x).__name__ for x in rest))
+        return real(plan, key, *rest)
+
+    monkeypatch.setattr(pipeline, "verify_live_log_dir", recorded)
+    in_place = pipeline.verify_live(plan, SerialEngine(), plan_path)
+    whole = pipeline.verify_live(plan, SendsArchives(), plan_path)
+    assert sent == [("NoneType", "str"), ("bytes",)]
+    assert in_place == whole and in_place.ok
+    assert archive.read_bytes() == archived_bytes  # read where it is, not changed
+    (check,) = in_place.log_dirs
+    assert check.phase == LogDirPhase.FINALIZED and check.checked_segments == 10 and not check.problems
+    part = plan.log_dirs[0].partitions[0]
+    live = Path(part.dir) / f"{part.segments[0].base_offset:020d}.log"
+    live.write_bytes(live.read_bytes())  # same bytes, a new mtime: not the file that was swapped in
+    for engine in (SerialEngine(), SendsArchives()):
+        report = pipeline.verify_live(plan, engine, plan_path)
+        assert not report.ok and any(part.name in p for c in report.log_dirs for p in c.problems), report

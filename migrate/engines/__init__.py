@@ -56,6 +56,9 @@ Fold = Callable[[int, CallResult], CallResult]
 
 class Engine(Protocol):
     name: str
+    # every call runs on this host: a file the driver names (the state archived beside the plan) is one the stage
+    # function can open where it is, instead of being sent whole
+    shares_files: bool
 
     def map(
         self, stage: Stage, fn: Callable[..., Any], calls: list[StageCall], fold: Fold | None = None
@@ -68,6 +71,7 @@ class SerialEngine:
     """Every call in this process, one after the other: for tiny jobs, debugging and crash tests."""
 
     name = "serial"
+    shares_files = True
 
     def __init__(self, on_segment: Callable[[progress.Event], None] | None = None) -> None:
         self.on_segment = on_segment

@@ -264,6 +264,7 @@ class DaskEngine:
         # worker processes as many as cores but one, when a plan is worth them: this process works beside them on the
         # last core (``_share``), from the first second; as many as asked for, at once, and only they work
         self._workers_on_demand = scheduler is None and processes and n_workers is None
+        self.shares_files = scheduler is None  # a LocalCluster's workers, or this process
         self._driver_works = self._workers_on_demand
         cores = os.cpu_count() or 1
         self._n_workers = n_workers or (max(1, cores - 1) if self._workers_on_demand else cores)

@@ -54,6 +54,7 @@ class SparkEngine:
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
         self.master = master
+        self.shares_files = master.startswith("local")
         self.session = (
             SparkSession.builder.master(master)
             .appName("kafka-log-migrate")

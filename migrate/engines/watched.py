@@ -52,6 +52,7 @@ class WatchedEngine:
     def __init__(self, engine: Engine, progress: Progress | None = None) -> None:
         self.engine = engine
         self.name = engine.name
+        self.shares_files = engine.shares_files
         self.progress = progress
 
     def map(

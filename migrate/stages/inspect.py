@@ -50,23 +50,33 @@ def status_from(
     )
 
 
-def verify_live_log_dir(plan: Plan, key: str, archived: bytes | None = None) -> LiveCheck:
+def verify_live_log_dir(
+    plan: Plan, key: str, archived: bytes | None = None, archive_file: str | None = None
+) -> LiveCheck:
     """Re-read every migrated segment's live files: they must still be what was swapped in (identity, digests, CRCs,
     indexes). Partitions not migrated are listed, not checked. After finalize or rollback the state has left the log
-    dir: ``archived`` (the copy beside the plan) tells what was done, and the live files are checked against it."""
+    dir: the copy beside the plan tells what was done, and the live files are checked against it: ``archive_file``,
+    its path where this host reads it, or ``archived``, its bytes sent from the client."""
     entry, log_dir = locate(plan, key)
     if StateStore.exists(log_dir, plan.plan_id):
         with StateStore.open(log_dir, plan.plan_id) as store:
             return _check_live(plan, key, store)
+    if archive_file is not None:
+        with StateStore.open_file(Path(archive_file)) as store:
+            return _check_archived(plan, key, store)
     if archived is None:
         return LiveCheck(key, LogDirPhase.NEW, 0, (), tuple(p.name for p in entry.partitions))
     with tempfile.TemporaryDirectory() as scratch:  # a copy of the archive, never in the log dir
         path = Path(scratch) / "state.db"
         path.write_bytes(archived)
         with StateStore.open_file(path) as store:
-            if store.phase == LogDirPhase.ROLLED_BACK:  # the originals are live again: nothing migrated to check
-                return LiveCheck(key, store.phase, 0, (), (), tuple(store.history()))
-            return _check_live(plan, key, store)
+            return _check_archived(plan, key, store)
+
+
+def _check_archived(plan: Plan, key: str, store: StateStore) -> LiveCheck:
+    if store.phase == LogDirPhase.ROLLED_BACK:  # the originals are live again: nothing migrated to check
+        return LiveCheck(key, store.phase, 0, (), (), tuple(store.history()))
+    return _check_live(plan, key, store)
 
 
 def _check_live(plan: Plan, key: str, store: StateStore) -> LiveCheck:
