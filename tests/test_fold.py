@@ -9,8 +9,9 @@ from kafka_layout import make_broker_logdir
 
 from migrate.model.run_state import Outcome, Problem, SegmentOutcome
 from migrate.model.stage_reports import SegmentFold, SegmentTotals
-from migrate.planning.plan import build_plan
+from migrate.planning.plan import build_plan, load_plan, write_plan
 from migrate.planning.request import PlanRequest
+from migrate.watch.events import planned_size
 from migrate.watch.runlog import SeenSegments
 
 
@@ -68,3 +69,22 @@ def test_the_progress_line_counts_a_segment_once_by_a_bit_per_planned_segment(tm
     assert not any(seen.add(*k) for k in keys) and all(seen.has(*k) for k in keys)
     assert not seen.unplanned and sum(len(b) for b in seen.bits.values()) <= len(keys)
     assert seen.add(d.key, "gzip-v0-0", 10**12) and not seen.add(d.key, "gzip-v0-0", 10**12)  # not planned: by key
+    last = keys[-1][1]  # the partition asked last (its positions are cached): an unplanned base is still by key
+    assert seen.add(d.key, last, 10**12) and seen.has(d.key, last, 10**12) and not seen.add(d.key, last, 10**12)
+    assert seen.unplanned == {(d.key, "gzip-v0-0", 10**12), (d.key, last, 10**12)}
+    for k in reversed(keys):  # across partitions, out of order: each still seen once
+        assert seen.has(*k) and not seen.add(*k)
+
+
+def test_planned_size_is_each_segments_size_in_either_plan_form(tmp_path):
+    logdir = make_broker_logdir(tmp_path / "a", partitions=["gzip-v0-0", "plain-v0-0"])
+    built = build_plan(PlanRequest(log_dirs=(str(logdir),)))
+    write_plan(built, tmp_path / "plan.parquet")
+    for plan in (built, load_plan(tmp_path / "plan.parquet")):
+        d = plan.log_dirs[0]
+        sizes = {(p.name, s.base_offset): s.size for p in d.partitions for s in p.segments}
+        assert len(sizes) == 5 and all(sizes.values())
+        for (name, base), size in [*sizes.items(), *reversed(sizes.items())]:
+            assert planned_size(plan, d.key, name, base) == size
+        assert planned_size(plan, d.key, "gzip-v0-0", 10**12) == 0 and planned_size(plan, d.key, "nope-0", 0) == 0
+        assert planned_size(None, d.key, "gzip-v0-0", 0) == 0

@@ -369,6 +369,10 @@ class SegmentRows(_Rows):
     def by_base(self) -> SegmentsByBase:
         return SegmentsByBase(self._columns, self._rows)  # type: ignore[arg-type]
 
+    def sizes_by_base(self) -> dict[int, int]:
+        c, rows = self._columns.ints, self._rows
+        return dict(zip(c["base_offset"][rows.start : rows.stop].tolist(), c["size"][rows.start : rows.stop].tolist()))
+
 
 class SegmentsByBase(Mapping[int, SegmentPlan]):
     """``PartitionPlan.segment_by_base`` of a columnar plan: a binary search in the partition's base offsets."""

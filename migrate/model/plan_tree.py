@@ -282,6 +282,11 @@ class PartitionPlan:
         by_base = getattr(self.segments, "by_base", None)
         return by_base() if by_base is not None else {s.base_offset: s for s in self.segments}
 
+    def sizes_by_base(self) -> dict[int, int]:
+        """Each segment's planned size by base offset (a columnar plan's from its columns, no record per segment)."""
+        sizes = getattr(self.segments, "sizes_by_base", None)
+        return sizes() if sizes is not None else {s.base_offset: s.size for s in self.segments}
+
 
 @dataclass(frozen=True)
 class FilesystemSpace:

@@ -254,10 +254,16 @@ class SeenSegments:
         self.plan = plan
         self.bits: dict[tuple[str, str], bytearray] = {}
         self.unplanned: set[tuple[str, str, int]] = set()
+        # the last partition asked of, its segments' positions by base offset: segments come a partition at a time
+        self._last: tuple[tuple[str, str], dict[int, int]] | None = None
 
     def _where(self, log_dir: str, partition: str, base_offset: int) -> tuple[bytearray, int] | None:
         key = (log_dir, partition)
         bits = self.bits.get(key)
+        last = self._last
+        if bits is not None and last is not None and last[0] == key:
+            index = last[1].get(base_offset)
+            return None if index is None else (bits, index)
         try:
             part = self.plan.partition(log_dir, partition)
         except (KeyError, ValueError):
@@ -267,6 +273,7 @@ class SeenSegments:
             return None
         if bits is None:
             bits = self.bits[key] = bytearray((len(part.segments) + 7) // 8)
+        self._last = (key, {base: i for i, base in enumerate(part.sizes_by_base())})
         return bits, index
 
     def has(self, log_dir: str, partition: str, base_offset: int) -> bool:
