@@ -30,7 +30,7 @@ from migrate.stages.reconcile import edges_of, files_mixed, open_reconciled
 # a batch's partitions share one syncfs before their first rename; its segments' texts are held until then (~3.5 KB
 # a segment), so a batch is bounded by both: 256 partitions of 100 segments held 90 MB
 SWAP_BATCH_PARTITIONS = 256
-SWAP_BATCH_SEGMENTS = 4096
+SWAP_BATCH_SEGMENTS = 2048
 _ISOLATED_ERRNOS = (errno.EPERM, errno.EACCES)  # one file's attribute or permission: its partition only
 
 
