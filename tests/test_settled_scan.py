@@ -12,12 +12,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from migrate.format import accel
+from migrate import extensions
 from migrate.run import swap_status
 from migrate.run.swap_status import _scan_reference
 
-_settled = accel.extension("migrate.run._settled")
-pytestmark = pytest.mark.skipif(_settled is None, reason=f"C accelerator not in use: {accel.status().reason}")
+_settled, _status = extensions.load("migrate.run._settled")
+pytestmark = pytest.mark.skipif(_settled is None, reason=f"C accelerator not in use: {_status.reason}")
 
 PLAN_ID = "0123456789abcdef"
 EDGES = "0f" * 32

@@ -18,7 +18,7 @@ import os
 import re
 from collections.abc import Sequence
 
-from migrate.format import accel
+from migrate import extensions
 from migrate.run.swap_record import FileTruth, PartitionTruth, RecordData, record_file
 
 _NUM = r"-?(?:0|[1-9][0-9]*)"
@@ -134,5 +134,5 @@ def _scan_reference(
     return converted, original, found
 
 
-_settled = accel.extension("migrate.run._settled")
+_settled, _ = extensions.load("migrate.run._settled")
 _scan = _scan_reference if _settled is None else _settled.settled_scan
