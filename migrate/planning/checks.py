@@ -430,8 +430,12 @@ def recheck_log_dir(entry: LogDirPlan, plan_id: str) -> None:
     if not problems:
         problems = judge(Scope.LOG_DIR, subject, at_prepare=True)
         planned = {p.name for p in entry.partitions}
-        for part in inspect_log_dir(entry.log_dir).partitions:
-            if part.name in planned:
-                problems += judge(Scope.PARTITION, part, at_prepare=True)
+
+        def recheck(part: Partition) -> None:
+            if part.kind != "future" and part.name in planned:
+                problems.extend(judge(Scope.PARTITION, part, at_prepare=True))
+
+        # a partition at a time: the whole layout is a record and a path per segment, 1 GB at 10^6 segments
+        inspect_log_dir(entry.log_dir, each=recheck)
     if problems:
         raise ExecuteRefusedError(problems)
