@@ -15,6 +15,7 @@ from test_crash_recovery import PARTITIONS
 from migrate import pipeline
 from migrate.cli import main
 from migrate.engines import SerialEngine
+from migrate.errors import ModelError
 from migrate.run.state import StateStore
 from migrate.run.swap_record import FileTruth, partition_truth, record_file
 from migrate.run.swap_status import settled_truth
@@ -136,6 +137,14 @@ def test_only_finalize_keeps_the_truths_and_every_verb_knows_the_settled_partiti
     assert sorted(kept.truths) == sorted(PARTITIONS)
     assert {t.truth for t in kept.truths.values()} == {FileTruth.CONVERTED}
     assert kept.settled == plain.settled
+    # kept with what finalize asks of them (verdict, record, log edges), not the files' texts: no record to build
+    for name, truth in kept.truths.items():
+        exact = partition_truth(plan.partition(key, name), plan.plan_id)
+        assert truth.has_record and truth.as_database_says
+        assert truth.log_edges() == exact.log_edges() and all(len(e) == 64 for _, e in truth.log_edges())
+        assert all(s[1] is None and s[2] is None for s in truth.data.segments)
+        with pytest.raises(ModelError, match="log edges only"):
+            _ = truth.record
 
 
 def test_a_changed_live_file_is_not_settled_and_rollback_refuses_it(migrated):

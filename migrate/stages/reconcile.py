@@ -92,7 +92,8 @@ def open_reconciled(
     """The log dir's state store, checked against the files (None: no run of this plan ever changed the log dir).
     With ``write``, an unusable database is moved aside and rebuilt, and disagreements are corrected in it; with
     ``tidy`` too, a database a crash left empty (nothing was changed) is removed, which the verb then reports.
-    ``keep_truths``: the reconciliation keeps what the files said of each partition (``Reconciliation.truths``)."""
+    ``keep_truths``: the reconciliation keeps what the files said of each partition (``Reconciliation.truths``: the
+    verdicts and log edges, ``PartitionTruth.edges_only``)."""
     health = StateStore.health(log_dir, plan.plan_id)
     rebuilt = None
     if health == StateHealth.OTHER_PLAN:
@@ -190,7 +191,7 @@ def _judge_partitions(
         truth = settled.send(name) if state in LIVE else None
         if truth is not None:  # every live file is the output (or every one the original): nothing changed
             if truths is not None:
-                truths[name] = truth
+                truths[name] = truth.edges_only()
         else:
             part = plan.partition(key, name)
             has_record = os.path.exists(record_file(part.dir, plan.plan_id))
@@ -208,7 +209,7 @@ def _judge_partitions(
                 )
                 continue
             if truths is not None:
-                truths[name] = truth
+                truths[name] = truth.edges_only()
             if truth.truth == FileTruth.CHANGED:
                 unresolved.append(
                     PartitionProblem(name, Problem("live-changed", "; ".join(truth.changed[:3]), part.dir))
