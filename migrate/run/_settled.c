@@ -181,6 +181,41 @@ static int decimal_length(long long v) {
     return snprintf(digits, sizeof digits, "%lld", v);
 }
 
+typedef struct {
+    long long base;
+    Text swap, piece;
+} Segment;
+
+/* The scan proper, on C data only: it runs without the GIL (its stat calls are most of its time), so a thread
+ * reading the state database's next rows runs beside it. ``edges`` gets each segment's log edges position. */
+static int scan(const Text *text, Py_ssize_t pos, const char *prefix, const Segment *segments, Py_ssize_t count,
+                Py_ssize_t *edges, Tally *tally) {
+    tally->dir = open(prefix, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (tally->dir < 0) return NOT_SETTLED;  // no partition dir to look in: nothing is settled
+    int verdict = NOT_SETTLED;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        const Segment *seg = &segments[i];
+        if (i > 0 && !LIT(text, &pos, ",")) goto done;
+        Py_ssize_t start = pos;
+        if (!literal(text, &pos, seg->piece.s, seg->piece.n)) goto done;
+        /* the result's text starts after '{"base_offset":' base ',"files":' swap ',"result":' (34 characters and
+         * the two texts) and ends before ',"log_edges":"' (14): both inside the piece just matched */
+        Py_ssize_t at_result = start + 34 + decimal_length(seg->base) + seg->swap.n;
+        if (at_result >= pos - 15 || text->s[at_result] != '{' || text->s[pos - 15] != '}') goto done;
+        if (text->n - pos < 66) goto done;
+        for (Py_ssize_t k = pos; k < pos + 64; k++)
+            if (!is_hex(text->s[k])) goto done;
+        if (text->s[pos + 64] != '"' || text->s[pos + 65] != '}') goto done;
+        edges[i] = pos;
+        pos += 66;
+        if (judge_swap(&seg->swap, seg->base, tally) != SETTLED) goto done;
+    }
+    if (pos + 2 == text->n && !(tally->original && tally->converted)) verdict = SETTLED;
+done:
+    close(tally->dir);
+    return verdict;
+}
+
 static PyObject *settled_scan(PyObject *self, PyObject *args) {
     PyObject *text_obj, *prefix_obj, *known;
     Py_ssize_t pos;
@@ -197,67 +232,72 @@ static PyObject *settled_scan(PyObject *self, PyObject *args) {
         PyErr_Format(PyExc_ValueError, "settled_scan: position %zd outside the record's %zd characters", pos, text.n);
         return NULL;
     }
-    Py_ssize_t count = PyList_GET_SIZE(known);
-    /* every item checked (and held) before the loop: the loop below calls no Python code, so nothing changes them */
+    /* our own list of the items: another thread may change ``known`` while the scan runs without the GIL, never
+     * this copy, whose tuples (immutable) hold every string the scan reads */
+    PyObject *held = PyList_GetSlice(known, 0, PyList_GET_SIZE(known));
+    if (held == NULL) return NULL;
+    Py_ssize_t count = PyList_GET_SIZE(held);
+    Segment *segments = PyMem_Calloc((size_t)count + 1, sizeof(Segment));
+    Py_ssize_t *edges = PyMem_Calloc((size_t)count + 1, sizeof(Py_ssize_t));
+    PyObject *out = NULL;
+    if (segments == NULL || edges == NULL) {
+        PyErr_NoMemory();
+        goto end;
+    }
+    int usable = 1;
     for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *item = PyList_GET_ITEM(known, i);
+        PyObject *item = PyList_GET_ITEM(held, i);
         if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 3) {
             PyErr_Format(PyExc_TypeError, "settled_scan: known[%zd] is not a (base, swap, piece) tuple", i);
-            return NULL;
+            goto end;
         }
+        PyObject *base = PyTuple_GET_ITEM(item, 0);
         PyObject *swap = PyTuple_GET_ITEM(item, 1), *piece = PyTuple_GET_ITEM(item, 2);
         if (!PyUnicode_Check(swap) || (piece != Py_None && !PyUnicode_Check(piece))) {
             PyErr_Format(PyExc_TypeError, "settled_scan: known[%zd]'s swap and piece must be str (piece: or None)", i);
-            return NULL;
+            goto end;
         }
-        if (!PyUnicode_IS_COMPACT_ASCII(swap) || (piece != Py_None && !PyUnicode_IS_COMPACT_ASCII(piece)))
-            Py_RETURN_NOTIMPLEMENTED;
-    }
-    Tally tally = {open(prefix, O_PATH | O_DIRECTORY | O_CLOEXEC), 0, 0};
-    if (tally.dir < 0) Py_RETURN_NONE;  // no partition dir to look in: nothing is settled
-    PyObject *edges = PyList_New(count);
-    if (edges == NULL) {
-        close(tally.dir);
-        return NULL;
-    }
-    for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *item = PyList_GET_ITEM(known, i);
-        PyObject *base_obj = PyTuple_GET_ITEM(item, 0), *piece_obj = PyTuple_GET_ITEM(item, 2);
-        if (piece_obj == Py_None || !PyLong_CheckExact(base_obj)) goto not_settled;
+        if (!PyUnicode_IS_COMPACT_ASCII(swap) || (piece != Py_None && !PyUnicode_IS_COMPACT_ASCII(piece))) {
+            out = Py_NewRef(Py_NotImplemented);
+            goto end;
+        }
+        if (piece == Py_None || !PyLong_CheckExact(base)) {
+            usable = 0;  // not settled; the later items are still checked, as the loop used to
+            continue;
+        }
         int overflow = 0;
-        long long base = PyLong_AsLongLongAndOverflow(base_obj, &overflow);
-        if (overflow) goto not_settled;  // no segment has a base offset past int64
-        Text swap, piece;
-        ascii_of(PyTuple_GET_ITEM(item, 1), &swap);
-        ascii_of(piece_obj, &piece);
-        if (i > 0 && !LIT(&text, &pos, ",")) goto not_settled;
-        Py_ssize_t start = pos;
-        if (!literal(&text, &pos, piece.s, piece.n)) goto not_settled;
-        /* the result's text starts after '{"base_offset":' base ',"files":' swap ',"result":' (34 characters and
-         * the two texts) and ends before ',"log_edges":"' (14): both inside the piece just matched */
-        Py_ssize_t at_result = start + 34 + decimal_length(base) + swap.n;
-        if (at_result >= pos - 15 || text.s[at_result] != '{' || text.s[pos - 15] != '}') goto not_settled;
-        if (text.n - pos < 66) goto not_settled;
-        for (Py_ssize_t k = pos; k < pos + 64; k++)
-            if (!is_hex(text.s[k])) goto not_settled;
-        if (text.s[pos + 64] != '"' || text.s[pos + 65] != '}') goto not_settled;
-        PyObject *edge = PyUnicode_FromStringAndSize(text.s + pos, 64);
-        if (edge == NULL) {
-            Py_DECREF(edges);
-            close(tally.dir);
-            return NULL;
-        }
-        PyList_SET_ITEM(edges, i, edge);
-        pos += 66;
-        if (judge_swap(&swap, base, &tally) != SETTLED) goto not_settled;
+        segments[i].base = PyLong_AsLongLongAndOverflow(base, &overflow);
+        if (overflow) usable = 0;  // no segment has a base offset past int64
+        ascii_of(swap, &segments[i].swap);
+        ascii_of(piece, &segments[i].piece);
     }
-    if (pos + 2 != text.n || (tally.original && tally.converted)) goto not_settled;
-    close(tally.dir);
-    return Py_BuildValue("(LLN)", tally.converted, tally.original, edges);
-not_settled:
-    close(tally.dir);
-    Py_DECREF(edges);
-    Py_RETURN_NONE;
+    int verdict = NOT_SETTLED;
+    Tally tally = {-1, 0, 0};
+    if (usable) {
+        Py_BEGIN_ALLOW_THREADS
+        verdict = scan(&text, pos, prefix, segments, count, edges, &tally);
+        Py_END_ALLOW_THREADS
+    }
+    if (verdict != SETTLED) {
+        out = Py_NewRef(Py_None);
+        goto end;
+    }
+    PyObject *found = PyList_New(count);
+    if (found == NULL) goto end;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *edge = PyUnicode_FromStringAndSize(text.s + edges[i], 64);
+        if (edge == NULL) {
+            Py_DECREF(found);
+            goto end;
+        }
+        PyList_SET_ITEM(found, i, edge);
+    }
+    out = Py_BuildValue("(LLN)", tally.converted, tally.original, found);
+end:
+    PyMem_Free(segments);
+    PyMem_Free(edges);
+    Py_DECREF(held);
+    return out;
 }
 
 static PyMethodDef methods[] = {

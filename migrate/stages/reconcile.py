@@ -20,7 +20,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+from collections import deque
 from collections.abc import Generator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from migrate.errors import MigrateError
@@ -44,6 +46,9 @@ from migrate.run.swap_record import (
 )
 from migrate.run.swap_status import settled_truth
 from migrate.segment.identity import edges_digest_of
+
+# partitions whose proof runs ahead of the reconciliation's loop: one on the thread, one queued
+SETTLED_AHEAD = 2
 
 logger = logging.getLogger(__name__)
 
@@ -251,18 +256,31 @@ def _segments(partition_dir: str, plan_id: str, truth: PartitionTruth) -> list:
 def _settled_truths(plan: Plan, key: str, store: StateStore) -> Generator[PartitionTruth | None, str, None]:
     """Sent each partition name in sorted order (the first ``send`` after ``next``), yields ``settled_truth`` of
     it from the database's swap texts (``StateStore.swap_pieces``), streamed by one query in the same order; None
-    where that cannot settle it (the caller then asks ``partition_truth``)."""
+    where that cannot settle it (the caller then asks ``partition_truth``). The proof of the next partitions runs on
+    a thread while this one reads their rows and the caller judges: its stat calls run without the GIL."""
     rows = store.swap_pieces()
-    ahead: tuple[str, list] | None = next(rows, None)
-    found: PartitionTruth | None = None
-    while True:
-        name = yield found
-        while ahead is not None and ahead[0] < name:  # rows of partitions this loop does not ask of
-            ahead = next(rows, None)
-        found = None
-        if ahead is not None and ahead[0] == name:
-            found = settled_truth(plan.partition(key, name).dir, plan.plan_id, name, ahead[1])
-            ahead = next(rows, None)
+    ahead: deque[tuple[str, Future[PartitionTruth | None]]] = deque()
+    pool = ThreadPoolExecutor(1, thread_name_prefix="settled-proof")
+
+    def read_ahead() -> None:
+        while len(ahead) < SETTLED_AHEAD and (row := next(rows, None)) is not None:
+            name, known = row
+            ahead.append((name, pool.submit(settled_truth, plan.partition(key, name).dir, plan.plan_id, name, known)))
+
+    try:
+        read_ahead()
+        found: PartitionTruth | None = None
+        while True:
+            name = yield found
+            found = None
+            while ahead and ahead[0][0] < name:  # rows of partitions this loop does not ask of
+                ahead.popleft()[1].cancel()
+                read_ahead()
+            if ahead and ahead[0][0] == name:
+                found = ahead.popleft()[1].result()
+            read_ahead()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _correction(state: PartitionState, truth: FileTruth, has_record: bool) -> str | None:
