@@ -50,9 +50,7 @@ def staging_tree(log_dir: str | Path, override: str | None = None) -> Path | Non
 def staged_for(root: Path, partition: str, base_offset: int) -> StagedSegment | None:
     """The readable record of ``partition``'s segment ``base_offset`` under the staging tree ``root``, if any."""
     path = record_path(root / partition, base_offset)
-    if not path.is_file():
-        return None
-    try:
+    try:  # none there, or not a file: read_record says so (no stat first: a cut-over asks 10^6 times)
         return StagedSegment(read_record(path), path)
     except ModelError:
         return None
@@ -105,10 +103,10 @@ class Taken:
     result: SegmentResult | None = None
 
 
-def take_staged(log_dir: str, staging_dir: str, partition: str, task: SegmentTask, *, deep: bool = False) -> Taken:
+def take_staged(root: Path, partition: str, task: SegmentTask, *, deep: bool = False) -> Taken:
     """Judge the staged conversion of ``task``'s source again and, when it may stand in, rename its files into the
-    task's work dir; ``deep`` re-reads the staged files against their digests first (a full read)."""
-    root = staging_root(log_dir, staging_dir)  # the plan's staging dir, checked as prestage checks it
+    task's work dir; ``deep`` re-reads the staged files against their digests first (a full read). ``root``: the log
+    dir's staging tree, checked by ``location.staging_root``."""
     staged = staged_for(root, partition, task.base_offset)
     if staged is None:
         return Taken(Judgement(Verdict.STAGED_CHANGED, f"its pre-stage record under {root / partition} is gone"))

@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import json
 import os
 import re
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,9 +66,12 @@ class StagedSegment:
     record: StagedRecord
     record_path: Path
 
-    @property
+    @functools.cached_property
     def files(self) -> dict[str, Path]:
-        return {sfx: self.record_path.parent / segment_name(self.record.base_offset, sfx) for sfx in self.record.staged}
+        # asked by the judgement and again by the take, for each of up to 10^6 staged segments in a cut-over
+        parent = os.path.dirname(self.record_path)
+        base = self.record.base_offset
+        return {sfx: Path(os.path.join(parent, segment_name(base, sfx))) for sfx in self.record.staged}
 
 
 def record_path(partition_staging: Path, base_offset: int) -> Path:
@@ -81,7 +86,16 @@ def write_record(path: Path, record: StagedRecord) -> None:
 def read_record(path: Path) -> StagedRecord:
     """A record file; ModelError (naming the file) when it is not one this version writes."""
     try:
-        data = json.loads(path.read_text())
+        # opened without blocking and checked a regular file on its descriptor: a FIFO of the record's name would
+        # otherwise hang the cut-over, and a stat first costs a call per segment
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise ModelError(f"{path}: not a pre-stage record (not a regular file)")
+            with os.fdopen(fd, "rb", closefd=False) as f:
+                data = json.loads(f.read())
+        finally:
+            os.close(fd)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ModelError(f"{path}: not a readable pre-stage record ({exc})") from exc
     record = from_json(StagedRecord, data, str(path))
@@ -149,7 +163,7 @@ def judge_staged(
     the recorded digests (a full read: not for the cut-over's window by default); ``edges=False`` skips reading the
     source's edges (the passes, which re-stat every segment of a running broker each time, judge by stat alone)."""
     record = staged.record
-    if comparable(record.options) != comparable(options):
+    if record.options != options and comparable(record.options) != comparable(options):
         return Judgement(Verdict.OPTIONS_DIFFER, f"staged with {record.options}, wanted {options}")
     now = FileIdentity.at(source)
     if now is None:

@@ -36,6 +36,7 @@ from migrate.model.run_state import (
 )
 from migrate.model.stage_reports import ConvertTaskResult, RangePart
 from migrate.prestage.cutover import take_staged
+from migrate.prestage.location import staging_root
 from migrate.run import faults
 from migrate.run.state import StateStore
 from migrate.run.workspace import checked_work_dir, sync_filesystem
@@ -176,6 +177,7 @@ def _run(
     failed: set[str] = {n for n, s in partition_states.items() if s not in WORKABLE}
     stopped: Problem | None = None
     known: dict[str, PartitionFacts] = {}
+    roots: dict[str, Path] = {}
     for ref in task.segments:
         skip = (
             stopped is not None
@@ -185,7 +187,7 @@ def _run(
         if skip:
             outcomes.append(SegmentOutcome(task.log_dir, ref.partition, ref.base_offset, Outcome.SKIPPED))
             continue
-        outcome = convert_and_verify(plan, task.log_dir, ref.partition, ref.base_offset, known)
+        outcome = convert_and_verify(plan, task.log_dir, ref.partition, ref.base_offset, known, roots)
         outcomes.append(outcome)
         progress.report(outcome)
         if outcome.outcome in (Outcome.REFUSED, Outcome.FAILED):
@@ -234,9 +236,15 @@ def convert_range_task(plan: Plan, task: TaskPlan, run: str = "") -> RangePart:
 
 
 def convert_and_verify(
-    plan: Plan, log_dir: str, partition: str, base_offset: int, known: dict[str, PartitionFacts] | None = None
+    plan: Plan,
+    log_dir: str,
+    partition: str,
+    base_offset: int,
+    known: dict[str, PartitionFacts] | None = None,
+    roots: dict[str, Path] | None = None,
 ) -> SegmentOutcome:
-    """``known``: the partitions' facts this task looked up already (``partition_facts``)."""
+    """``known``: the partitions' facts this task looked up already (``partition_facts``); ``roots``: the staging
+    trees it checked already, by log dir (the check stats every ancestor: more than a take itself)."""
     started = time.perf_counter()
     fallback = ""
     try:
@@ -246,7 +254,12 @@ def convert_and_verify(
         entry = plan.log_dir(log_dir)
         if entry.staging_dir is not None and seg.staged:
             faults.point("before:take-staged")
-            taken = take_staged(entry.log_dir, entry.staging_dir, partition, task, deep=bool(entry.reverify_staged))
+            root = roots.get(entry.log_dir) if roots is not None else None
+            if root is None:
+                root = staging_root(entry.log_dir, entry.staging_dir)  # the plan's, checked as prestage checks it
+                if roots is not None:
+                    roots[entry.log_dir] = root
+            taken = take_staged(root, partition, task, deep=bool(entry.reverify_staged))
             if taken.result is not None:
                 return _taken(log_dir, partition, base_offset, taken.result, started)
             fallback = f"{task.source}: {taken.judgement.verdict}: {taken.judgement.reason}"
