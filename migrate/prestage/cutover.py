@@ -120,20 +120,20 @@ def take_staged(root: Path, partition: str, task: SegmentTask, *, deep: bool = F
     if (identity.size, identity.mtime_ns, identity.inode) != planned:
         why = f"staged from {identity}, planned size, mtime_ns, inode {planned}"
         return Taken(Judgement(Verdict.SOURCE_CHANGED, why))
-    work = Path(task.staging_dir)
     result = dataclasses.replace(staged.record.result, source=task.source, outputs={}, output_stats={})
-    for sfx, path in staged.files.items():
-        target = work / segment_name(task.base_offset, sfx)
+    for sfx, path in staged.paths.items():
+        target = os.path.join(task.staging_dir, segment_name(task.base_offset, sfx))
         os.rename(path, target)
         st = os.stat(target)
         want = staged.record.staged[sfx]
         got = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
         if got != (want.device, want.inode, want.size, want.mtime_ns):  # replaced between the judgement and now
-            target.unlink(missing_ok=True)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(target)
             return Taken(Judgement(Verdict.STAGED_CHANGED, f"staged {path} changed while it was taken"))
-        result.outputs[sfx] = str(target)
+        result.outputs[sfx] = target
         result.output_stats[sfx] = FileStat.of(st)
-    result.live_before = live_stats(Path(task.source).parent, task.base_offset)
+    result.live_before = live_stats(os.path.dirname(task.source), task.base_offset)
     # no fsync of the work dir here (4 ms a segment, most of a take): convert_task syncs the filesystem before it
     # records any outcome, and a crash before that leaves the segment planned, converted anew by the next execute
     # whichever of these renames and the record's unlink reached the disk

@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import functools
 import json
 import os
 import re
 import stat
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from migrate.codec import from_json, to_json
@@ -66,12 +65,19 @@ class StagedSegment:
     record: StagedRecord
     record_path: Path
 
-    @functools.cached_property
-    def files(self) -> dict[str, Path]:
-        # asked by the judgement and again by the take, for each of up to 10^6 staged segments in a cut-over
+    paths: dict[str, str] = field(init=False, repr=False, compare=False)  # suffix -> staged file, as strings
+
+    def __post_init__(self) -> None:
+        # plain strings, built once: the plan judges and the cut-over takes up to 10^6 of these, and a Path per file
+        # cost more than the stat that follows
         parent = os.path.dirname(self.record_path)
         base = self.record.base_offset
-        return {sfx: Path(os.path.join(parent, segment_name(base, sfx))) for sfx in self.record.staged}
+        paths = {sfx: os.path.join(parent, segment_name(base, sfx)) for sfx in self.record.staged}
+        object.__setattr__(self, "paths", paths)
+
+    @property
+    def files(self) -> dict[str, Path]:
+        return {sfx: Path(p) for sfx, p in self.paths.items()}
 
 
 def record_path(partition_staging: Path, base_offset: int) -> Path:
@@ -176,7 +182,7 @@ def judge_staged(
         return Judgement(Verdict.SOURCE_GONE, f"{source} is gone")
     if edge != record.source_edge:
         return Judgement(Verdict.SOURCE_CHANGED, f"{source}: its first or last bytes changed (same stat)")
-    files = staged.files
+    files = staged.paths
     for sfx, want in record.staged.items():
         got = FileIdentity.at(files[sfx])
         if got != want:
