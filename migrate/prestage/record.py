@@ -86,7 +86,8 @@ def record_path(partition_staging: Path, base_offset: int) -> Path:
 
 def write_record(path: Path, record: StagedRecord) -> None:
     """Durably: a temporary file fsynced, renamed over ``path``, the directory fsynced."""
-    write_durably(path, json.dumps(to_json(record), indent=1, sort_keys=True) + "\n", hidden=True)
+    # one line: an indent sends json.dumps down its pure-Python encoder, a fifth of a tiny segment's staging
+    write_durably(path, json.dumps(to_json(record), sort_keys=True, separators=(",", ":")) + "\n", hidden=True)
 
 
 def read_record(path: Path) -> StagedRecord:
