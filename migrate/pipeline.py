@@ -9,6 +9,7 @@ planned partition of every log dir is migrated.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import threading
 import time
@@ -22,6 +23,7 @@ from migrate.errors import MigrateError
 from migrate.model.plan_tree import LogDirPlan, Plan, TaskPlan
 from migrate.model.run_state import LogDirPhase, LogDirStatus, Stage
 from migrate.model.stage_reports import (
+    ArchiveCopy,
     ConvertTaskResult,
     CutoverReport,
     Divergence,
@@ -44,8 +46,14 @@ from migrate.run.state import StateStore
 from migrate.run.workspace import durable_file, write_durably
 from migrate.stages.compact import compact_partition
 from migrate.stages.convert import convert_task
-from migrate.stages.finalize import finalize_log_dir, forget_log_dir, set_dir_mtime, state_snapshot
-from migrate.stages.inspect import status_from, status_log_dir, verify_live_log_dir
+from migrate.stages.finalize import (
+    ARCHIVE_CHUNK_BYTES,
+    finalize_log_dir,
+    forget_log_dir,
+    set_dir_mtime,
+    state_snapshot,
+)
+from migrate.stages.inspect import receive_archive_piece, status_from, status_log_dir, verify_live_log_dir
 from migrate.stages.join import join_segment
 from migrate.stages.prepare import prepare_log_dir
 from migrate.stages.replicas import (
@@ -586,9 +594,35 @@ def status(plan: Plan, engine: Engine, plan_path: str | Path | None = None) -> S
     return StatusReport(plan.plan_id, tuple(statuses), tuple(not_started), tuple(_errors(Stage.STATUS, calls, results)))
 
 
+def _send_archive(plan: Plan, engine: Engine, d: LogDirPlan, archived: Path) -> ArchiveCopy | StageError:
+    """The archive of ``d`` to its host, a piece (``ARCHIVE_CHUNK_BYTES``) per call, for a verify there: the driver
+    holds one piece at a time, and no message carries more."""
+    token = uuid.uuid4().hex
+    digest = hashlib.sha256()
+    offset = 0
+    with open(archived, "rb") as f:
+        while True:
+            data = f.read(ARCHIVE_CHUNK_BYTES)
+            if not data and offset:
+                break
+            digest.update(data)
+            call = StageCall((d.key, token, offset, data), d.host, plan, d.key)
+            (r,) = engine.map(Stage.VERIFY, receive_archive_piece, [call])
+            if not r.ok:
+                (error,) = _errors(Stage.VERIFY, [call], [r])
+                return dataclasses.replace(
+                    error, message=f"sending {archived} (at byte {offset}) to its host for verify: {error.message}"
+                )
+            offset += len(data)
+            if len(data) < ARCHIVE_CHUNK_BYTES:
+                break
+    return ArchiveCopy(token, offset, digest.hexdigest())
+
+
 def verify_live(plan: Plan, engine: Engine, plan_path: str | Path | None = None) -> VerifyReport:
     """Re-check every log dir's live files; after finalize or rollback, against the state archived beside the plan."""
     calls = []
+    errors: list[StageError] = []
     for d in plan.log_dirs:
         archived = archive_path(plan_path, d.key) if plan_path is not None else None
         if archived is None or not archived.exists():
@@ -596,9 +630,13 @@ def verify_live(plan: Plan, engine: Engine, plan_path: str | Path | None = None)
         elif engine.shares_files:  # opened where it is: a copy is ~2 KB a segment, 2 GB at 10^6, held twice
             calls.append(StageCall((d.key, None, str(archived)), d.host, plan, d.key))
         else:
-            calls.append(StageCall((d.key, archived.read_bytes()), d.host, plan, d.key))
+            sent = _send_archive(plan, engine, d, archived)
+            if isinstance(sent, StageError):
+                errors.append(sent)
+            else:
+                calls.append(StageCall((d.key, sent), d.host, plan, d.key))
     results = engine.map(Stage.VERIFY, verify_live_log_dir, calls)
     checks = [r.value for r in results if r.ok]
-    errors = _errors(Stage.VERIFY, calls, results)
+    errors += _errors(Stage.VERIFY, calls, results)
     ok = not errors and all(not c.problems and not c.unmigrated for c in checks)
     return VerifyReport(ok, tuple(checks), tuple(errors))

@@ -123,6 +123,9 @@ def test_a_cluster_is_planned_on_its_brokers_and_migrated_canary_first(tls, brok
         code, out = run(capsys, "rollback", "--plan", str(plan_path), *secure)
         assert code == 0, out
         assert {b: snapshot(d) for b, d in brokers.items()} == before
+        # the states are archived beside the plan now: each goes to its broker's worker in pieces for verify
+        code, out = run(capsys, "verify", "--plan", str(plan_path), *secure)
+        assert code == 0 and "rolled" in out.lower(), out
 
         assert run(capsys, "execute", "--plan", str(plan_path), "--require-consistent-replicas", *secure)[0] == 1
         code, out = run(capsys, "status", "--plan", str(plan_path), *secure)

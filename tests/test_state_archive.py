@@ -5,6 +5,7 @@ and is not reported done."""
 from __future__ import annotations
 
 import sqlite3
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -143,7 +144,7 @@ def test_verify_after_finalize_reads_the_archive_in_place_or_sent_whole_alike(mi
     monkeypatch.setattr(pipeline, "verify_live_log_dir", recorded)
     in_place = pipeline.verify_live(plan, SerialEngine(), plan_path)
     whole = pipeline.verify_live(plan, SendsArchives(), plan_path)
-    assert sent == [("NoneType", "str"), ("bytes",)]
+    assert sent == [("NoneType", "str"), ("ArchiveCopy",)]
     assert in_place == whole and in_place.ok
     assert archive.read_bytes() == archived_bytes  # read where it is, not changed
     (check,) = in_place.log_dirs
@@ -154,3 +155,42 @@ def test_verify_after_finalize_reads_the_archive_in_place_or_sent_whole_alike(mi
     for engine in (SerialEngine(), SendsArchives()):
         report = pipeline.verify_live(plan, engine, plan_path)
         assert not report.ok and any(part.name in p for c in report.log_dirs for p in c.problems), report
+
+
+def test_verify_through_another_host_sends_the_archive_in_pieces_and_leaves_no_copy(migrated, monkeypatch, tmp_path):
+    plan, plan_path, _ = migrated
+    finalized = pipeline.finalize(plan, SerialEngine(), plan_path)
+    assert finalized.ok
+    (archive,) = (Path(a) for a in finalized.archived)
+    scratch = tmp_path / "worker-tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))  # the worker host's temporary directory
+    monkeypatch.setattr(pipeline, "ARCHIVE_CHUNK_BYTES", PIECE)
+    pieces: list[tuple[int, int]] = []
+    real = pipeline.receive_archive_piece
+
+    def received(plan, key, token, offset, data):
+        pieces.append((offset, len(data)))
+        assert len(list(scratch.iterdir())) == (1 if offset else 0)  # one copy, put together piece by piece
+        return real(plan, key, token, offset, data)
+
+    monkeypatch.setattr(pipeline, "receive_archive_piece", received)
+    whole = pipeline.verify_live(plan, SendsArchives(), plan_path)
+    in_place = pipeline.verify_live(plan, SerialEngine(), plan_path)
+    size = archive.stat().st_size
+    assert size > 3 * PIECE
+    assert pieces == [(o, min(PIECE, size - o)) for o in range(0, size, PIECE)]
+    assert whole == in_place and whole.ok and whole.log_dirs[0].checked_segments == 10
+    assert list(scratch.iterdir()) == []
+
+    def lost(plan, key, token, offset, data):
+        if offset == PIECE:
+            return len(data)  # sent to another host, or lost on the way
+        return real(plan, key, token, offset, data)
+
+    monkeypatch.setattr(pipeline, "receive_archive_piece", lost)
+    report = pipeline.verify_live(plan, SendsArchives(), plan_path)
+    assert not report.ok and not report.log_dirs
+    (error,) = report.errors
+    assert "a piece went to another host or was lost" in error.message and f"{size} bytes" in error.message
+    assert list(scratch.iterdir()) == []  # removed, whatever the outcome

@@ -173,6 +173,17 @@ class StateChunk:
     stamp: tuple[int, int, int]
 
 
+@dataclass(frozen=True)
+class ArchiveCopy:
+    """An archived state database sent to the host of a worker that cannot read it where it is (verify through a
+    remote scheduler), in pieces of at most ``ARCHIVE_CHUNK_BYTES``: ``token`` names the copy the pieces were written
+    into on that host, ``size`` and ``sha256`` are what the pieces must add up to before the copy is read."""
+
+    token: str
+    size: int
+    sha256: str
+
+
 # --- what a command reports ------------------------------------------------------------------------------------
 
 

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import os
+import re
 import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-from migrate.errors import LocatedError
+from migrate.errors import LocatedError, MigrateError
 from migrate.model.plan_tree import Plan
 from migrate.model.run_state import LogDirPhase, LogDirStatus, PartitionState, SegmentState
-from migrate.model.stage_reports import LiveCheck
+from migrate.model.stage_reports import ArchiveCopy, LiveCheck
 from migrate.run import fence
 from migrate.run.run_lock import running
 from migrate.run.state import StateStore
@@ -51,14 +54,17 @@ def status_from(
 
 
 def verify_live_log_dir(
-    plan: Plan, key: str, archived: bytes | None = None, archive_file: str | None = None
+    plan: Plan, key: str, archived: ArchiveCopy | None = None, archive_file: str | None = None
 ) -> LiveCheck:
     """Re-read every migrated segment's live files: they must still be what was swapped in (identity, digests, CRCs,
     indexes). Partitions not migrated are listed, not checked. After finalize or rollback the state has left the log
     dir: the copy beside the plan tells what was done, and the live files are checked against it: ``archive_file``,
-    its path where this host reads it, or ``archived``, its bytes sent from the client."""
+    its path where this host reads it, or ``archived``, the copy ``receive_archive_piece`` put together on this host
+    (removed once read, whatever the outcome)."""
     entry, log_dir = locate(plan, key)
     if StateStore.exists(log_dir, plan.plan_id):
+        if archived is not None:
+            _remove_copy(plan.plan_id, archived.token)
         with StateStore.open(log_dir, plan.plan_id) as store:
             return _check_live(plan, key, store)
     if archive_file is not None:
@@ -66,11 +72,65 @@ def verify_live_log_dir(
             return _check_archived(plan, key, store)
     if archived is None:
         return LiveCheck(key, LogDirPhase.NEW, 0, (), tuple(p.name for p in entry.partitions))
-    with tempfile.TemporaryDirectory() as scratch:  # a copy of the archive, never in the log dir
-        path = Path(scratch) / "state.db"
-        path.write_bytes(archived)
+    path = received_copy_path(plan.plan_id, archived.token)
+    try:
+        _check_copy(path, archived)
         with StateStore.open_file(path) as store:
             return _check_archived(plan, key, store)
+    finally:
+        _remove_copy(plan.plan_id, archived.token)
+
+
+_TOKEN_RE = re.compile(r"^[0-9a-f]{16,64}$")
+
+
+def received_copy_path(plan_id: str, token: str) -> Path:
+    """Where the pieces of an archive sent to this host are put together: this host's temporary directory, never a
+    log dir; ``token`` (hex, chosen by the client for one verify) keeps two verifies' copies apart."""
+    if not _TOKEN_RE.match(token) or not _TOKEN_RE.match(plan_id.lower()):
+        raise MigrateError(f"refusing an archive copy named {plan_id!r}/{token!r}: expected hex tokens")
+    return Path(tempfile.gettempdir()) / f"kafka-log-migrate-verify-{plan_id}-{token}.db"
+
+
+def receive_archive_piece(plan: Plan, key: str, token: str, offset: int, data: bytes) -> int:
+    """Write ``data`` at ``offset`` of this host's copy of ``key``'s archived state (the first piece creates it,
+    exclusively, owner-only); returns the bytes written. A piece is at most ``ARCHIVE_CHUNK_BYTES``: the client never
+    holds, nor sends, a whole archive (~2 KB a segment, 2 GB at 10^6)."""
+    path = received_copy_path(plan.plan_id, token)
+    flags = os.O_WRONLY | os.O_CLOEXEC | os.O_NOFOLLOW | (os.O_CREAT | os.O_EXCL if offset == 0 else 0)
+    fd = os.open(path, flags, 0o600)
+    try:
+        view = memoryview(data)
+        written = 0
+        while written < len(view):
+            written += os.pwrite(fd, view[written:], offset + written)
+    finally:
+        os.close(fd)
+    return written
+
+
+def _check_copy(path: Path, archived: ArchiveCopy) -> None:
+    digest = hashlib.sha256()
+    size = 0
+    try:
+        with open(path, "rb") as f:
+            while piece := f.read(1 << 20):
+                digest.update(piece)
+                size += len(piece)
+    except FileNotFoundError:
+        pass
+    if (size, digest.hexdigest()) != (archived.size, archived.sha256):
+        raise MigrateError(
+            f"{path}: the copy of the archived state sent to this host is {size} bytes with sha256 "
+            f"{digest.hexdigest()[:16]}..., the archive is {archived.size} bytes with sha256 "
+            f"{archived.sha256[:16]}...: "
+            "a piece went to another host or was lost on the way. Nothing was checked; run `verify` again."
+        )
+
+
+def _remove_copy(plan_id: str, token: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(received_copy_path(plan_id, token))
 
 
 def _check_archived(plan: Plan, key: str, store: StateStore) -> LiveCheck:
