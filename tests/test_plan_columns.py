@@ -49,6 +49,11 @@ def _same_tree(a: Plan, b: Plan) -> None:
             assert tuple(pa_.segments) == tuple(pb.segments)
             for s in pa_.segments:
                 assert pb.segment_by_base[s.base_offset] == s
+            # what prepare reads of every segment, from the columns without building a record each
+            assert pa_.identities() == pb.identities() == [
+                (s.base_offset, s.size, s.mtime_ns, s.inode) for s in pb.segments
+            ]
+            assert pb.identities() and all(type(x) is int for row in pb.identities() for x in row)
     assert len(a.tasks) == len(b.tasks)
     for ta, tb in zip(a.tasks, b.tasks, strict=True):
         assert (ta.id, ta.log_dir, ta.bytes, ta.byte_range) == (tb.id, tb.log_dir, tb.bytes, tb.byte_range)

@@ -373,6 +373,10 @@ class SegmentRows(_Rows):
         c, rows = self._columns.ints, self._rows
         return dict(zip(c["base_offset"][rows.start : rows.stop].tolist(), c["size"][rows.start : rows.stop].tolist()))
 
+    def identities(self) -> list[tuple[int, int, int, int]]:
+        c, rows = self._columns.ints, self._rows
+        return list(zip(*(c[n][rows.start : rows.stop].tolist() for n in ("base_offset", "size", "mtime_ns", "inode"))))
+
 
 class SegmentsByBase(Mapping[int, SegmentPlan]):
     """``PartitionPlan.segment_by_base`` of a columnar plan: a binary search in the partition's base offsets."""

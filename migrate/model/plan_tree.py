@@ -287,6 +287,12 @@ class PartitionPlan:
         sizes = getattr(self.segments, "sizes_by_base", None)
         return sizes() if sizes is not None else {s.base_offset: s.size for s in self.segments}
 
+    def identities(self) -> list[tuple[int, int, int, int]]:
+        """(base offset, size, mtime_ns, inode) of each segment as planned, in order (a columnar plan's from its
+        columns: prepare asks for every segment of a log dir, 10^6 records it need not build)."""
+        of = getattr(self.segments, "identities", None)
+        return of() if of is not None else [(s.base_offset, s.size, s.mtime_ns, s.inode) for s in self.segments]
+
 
 @dataclass(frozen=True)
 class FilesystemSpace:

@@ -334,9 +334,9 @@ class StateStore:
             db.executemany(
                 "INSERT INTO segments(partition, base, state, updated) VALUES (?, ?, ?, ?)",
                 [
-                    (p.name, s.base_offset, SegmentState.PLANNED.value, now)
+                    (p.name, identity[0], SegmentState.PLANNED.value, now)
                     for p in entry.partitions
-                    for s in p.segments
+                    for identity in p.identities()
                 ],
             )
             self._event(db, EventKind.PREPARED, partitions=len(entry.partitions))

@@ -97,15 +97,15 @@ def _refuse_changed_inputs(entry: LogDirPlan) -> None:
     changed = []
     for p in entry.partitions:
         prefix = os.path.join(p.dir, "")
-        for s in p.segments:
-            path = f"{prefix}{s.base_offset:020d}.log"
+        for base, size, mtime_ns, inode in p.identities():
+            path = f"{prefix}{base:020d}.log"
             try:
                 st = os.stat(path)
             except FileNotFoundError:
                 st = None
             # the planned identity, compared as a tuple; only a file that differs is described (asked again)
-            if st is None or (st.st_ino, st.st_size, st.st_mtime_ns) != (s.inode, s.size, s.mtime_ns):
-                change = planned_file_change(segment_file(p.dir, s.base_offset, ".log"), s)
+            if st is None or (st.st_ino, st.st_size, st.st_mtime_ns) != (inode, size, mtime_ns):
+                change = planned_file_change(segment_file(p.dir, base, ".log"), p.segment_by_base[base])
                 if change is not None:
                     changed.append(change)
     if changed:
