@@ -210,12 +210,13 @@ def _plan_partition(
     epochs = leader_epoch_entries(part.path)
     epoch = request.leader_epoch if request.leader_epoch is not None else (epochs[0][0] if epochs else 0)
     not_taken: list[str] = []
+    staged_options = opts.for_partition(epoch)
     for seg in part.segments:
         if not seg.size:
             continue
         staged = staged_for(staging, part.name, seg.base_offset) if staging and rule is None else None
         if staged is not None and seg is not part.segments[-1]:
-            taken = plan_staged(staged, seg.path, opts.for_partition(epoch))
+            taken = plan_staged(staged, seg.path, staged_options)
             if taken.judgement.usable:
                 if taken.segment is not None:
                     segments.append(taken.segment)
