@@ -1,7 +1,10 @@
 """The swap takes a log dir's ready partitions in batches bounded by partitions and by segments (a batch's segment
-texts are held until its syncfs), and a run in many small batches migrates exactly what one batch does."""
+texts are held until its syncfs), and a run in many small batches migrates exactly what one batch does, also when a
+helper process plans each batch while the one before is renamed."""
 
 from __future__ import annotations
+
+import concurrent.futures
 
 import pytest
 from kafka_layout import make_broker_logdir
@@ -51,4 +54,59 @@ def test_a_run_in_batches_of_one_partition_migrates_everything(planned, monkeypa
     states = {p.partition: p.state for d in report.log_dirs for p in d.partitions}
     assert states == dict.fromkeys(PARTITIONS, PartitionState.MIGRATED)
     assert report.totals.verified == sum(_counts(planned).values()) == 9
+    assert_scan_agrees(planned, report)
+
+
+class CountingHelper(concurrent.futures.ProcessPoolExecutor):
+    """The swap's helper process, its batches counted (they are planned in the child, so no spy can sit there)."""
+
+    submitted = 0
+
+    def submit(self, fn, /, *args, **kwargs):
+        type(self).submitted += 1
+        return super().submit(fn, *args, **kwargs)
+
+
+@pytest.fixture
+def helper(monkeypatch):
+    """Every swap planned by a helper process, in batches of one partition."""
+    CountingHelper.submitted = 0
+    monkeypatch.setattr(swap, "SWAP_HELPER_MIN_SEGMENTS", 0)
+    monkeypatch.setattr(swap, "SWAP_BATCH_SEGMENTS", 1)
+    monkeypatch.setattr(swap.concurrent.futures, "ProcessPoolExecutor", CountingHelper)
+    return CountingHelper
+
+
+def test_a_swap_planned_a_batch_ahead_in_a_helper_process_migrates_everything(planned, helper):
+    report = pipeline.execute(planned, SerialEngine())
+    assert report.ok and not report.unmigrated
+    assert helper.submitted == len(PARTITIONS) - 1  # every batch but the first, planned here while the helper starts
+    states = {p.partition: p.state for d in report.log_dirs for p in d.partitions}
+    assert states == dict.fromkeys(PARTITIONS, PartitionState.MIGRATED)
+    assert_scan_agrees(planned, report)
+
+
+def test_a_live_file_changed_before_the_swap_fails_its_partition_through_the_helper_too(planned, helper):
+    from migrate.stages.convert import convert_task
+    from migrate.stages.prepare import prepare_log_dir
+
+    key = planned.log_dirs[0].key
+    prepare_log_dir(planned, key)
+    for task in planned.tasks:
+        convert_task(planned, task.id, "run1")
+    # a broker appends to the last partition's first segment after it was converted: planned in the helper
+    part = planned.log_dir(key).partition_by_name[PARTITIONS[-1]]
+    live = f"{part.dir}/{part.segments[0].base_offset:020d}.log"
+    with open(live, "rb") as f:
+        data = f.read()
+    with open(live, "ab") as f:
+        f.write(data[: 12 + int.from_bytes(data[8:12], "big")])
+    done = swap.swap_log_dir(planned, key)
+    assert helper.submitted == len(PARTITIONS) - 1
+    assert sorted(done.migrated) == sorted(PARTITIONS[:-1])
+    (failed,) = done.failed
+    assert failed.partition == PARTITIONS[-1] and "changed after it was converted" in failed.problem.message
+    assert failed.problem.path == live  # the problem crossed the process boundary whole
+    report = pipeline.execute(planned, SerialEngine())
+    assert not report.ok
     assert_scan_agrees(planned, report)

@@ -10,9 +10,13 @@ swap undone and failed, and the others go on; any other I/O error stops the stag
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
 import errno
+import multiprocessing
 import os
 from collections.abc import Iterator
+from typing import Any
 
 from migrate.errors import LocatedError, MigrateError, ModelError, SourceChangedError, StateWriteError
 from migrate.model.plan_tree import PartitionPlan, Plan
@@ -57,10 +61,13 @@ def swap_log_dir(plan: Plan, key: str, swap_ready: bool = True) -> SwapReport:
                 migrated += done
                 failed += stuck
                 ready = store.partitions_in(PartitionState.READY) if swap_ready else []
-                for names in _batches(plan, key, ready):
-                    done, bad = _swap_batch(plan, key, store, names)
-                    migrated += done
-                    failed += bad
+                # closed on the way out, whatever stops the loop: no helper is left reading files then
+                ahead = _planned_ahead(plan, key, store, list(_batches(plan, key, ready)))
+                with contextlib.closing(ahead) as planned_batches:
+                    for planned in planned_batches:
+                        done, bad = _swap_batch(plan, key, store, planned)
+                        migrated += done
+                        failed += bad
             except (OSError, StateWriteError) as exc:
                 stopped = Problem.of(exc) if isinstance(exc, OSError) else Problem("io-error", str(exc))
             mixed = store.partitions_in(PartitionState.SWAPPING, PartitionState.ROLLING_BACK)
@@ -156,22 +163,33 @@ def _changed_since_read(path: str, st: os.stat_result | None, src: SwapSource) -
     return None
 
 
-def _swap_batch(plan: Plan, key: str, store: StateStore, names: list[str]) -> tuple[list[str], list[PartitionProblem]]:
+# what the swap of one segment will do, planned: (base, swap files, their JSON as stored, edges of the output .log)
+PlannedSegment = tuple[int, tuple[SwapFileKey, ...], str, str]
+# a partition's: its name, its work dir's listing, its segments'
+PlannedPartition = tuple[str, frozenset[str], list[PlannedSegment]]
+# a batch as read from the state: per partition its name, its dir and its verified results as stored
+_Texts = list[tuple[str, str, list[tuple[int, str | None]]]]
+# as the batch swaps them: per segment also the result's JSON as stored and the segment's files
+_Planned = tuple[str, frozenset[str], list[tuple[int, tuple[SwapFileKey, ...], str, str, str, SegmentFiles]]]
+
+
+def plan_batch(plan_id: str, partitions: _Texts) -> tuple[list[PlannedPartition], list[PartitionProblem]]:
+    """What each partition's swap will do, checked against its files: stats and edge reads, no write and no state,
+    so that it can run in a helper process a batch ahead of the renames. ``partitions``: (name, partition dir, its
+    verified results as stored). A partition whose live file changed after conversion comes back as a problem, left
+    as it is; any other error is raised."""
+    batch: list[PlannedPartition] = []
     failed: list[PartitionProblem] = []
-    # per partition: its work dir's listing, and per segment (base, swap files, their JSON as stored, the result's
-    # JSON as stored, edges of the output .log, its files' paths)
-    batch: list[tuple[str, frozenset[str], list[tuple[int, tuple[SwapFileKey, ...], str, str, str, SegmentFiles]]]] = []
-    for name in names:
-        part = plan.partition(key, name)
+    for name, part_dir, rows in partitions:
         try:
-            segments = []
+            segments: list[PlannedSegment] = []
             # one listing of the partition dir and of its work dir for the batch, instead of asking for each file
             # that must not exist (a segment's new .index and .timeindex; a backup not made yet)
-            live_names = _listing(part.dir)
-            work_names = _listing(os.path.join(part.dir, f"{WORK_DIR_NAME}-{plan.plan_id}"))
-            for base, result_text in store.verified_texts_of(name):
+            live_names = _listing(part_dir)
+            work_names = _listing(os.path.join(part_dir, f"{WORK_DIR_NAME}-{plan_id}"))
+            for base, result_text in rows:
                 if result_text is not None:
-                    files = _files(plan, part, base)
+                    files = SegmentFiles(part_dir, plan_id, base)
                     src = SwapSource.of_json(result_text, f"{name}/{base}: result")
                     swap, log_st = files.plan_swap(src, live_names)  # size, mtime, inode of every file
                     # then what a same-size rewrite shows
@@ -180,12 +198,94 @@ def _swap_batch(plan: Plan, key: str, store: StateStore, names: list[str]) -> tu
                         raise SourceChangedError(change, path=files.live(".log"))
                     if src.log_output is None:
                         raise ModelError(f"{name}/{base}: the verified result has no output .log")
-                    segments.append((base, swap, swap_keys_text(swap), result_text, edges_of(src.log_output), files))
+                    segments.append((base, swap, swap_keys_text(swap), edges_of(src.log_output)))
             batch.append((name, work_names, segments))
         except LocatedError as exc:  # a live file changed after conversion: leave the partition as it is
-            problem = Problem.of(exc)
-            store.fail_partition(name, problem)
-            failed.append(PartitionProblem(name, problem))
+            failed.append(PartitionProblem(name, Problem.of(exc)))
+    return batch, failed
+
+
+# a swap of at least this many segments plans its batches in a helper process, one batch ahead of the renames: the
+# plan is half of a tiny segment's swap, and the second core is otherwise idle (below, the helper's start costs more)
+SWAP_HELPER_MIN_SEGMENTS = 16384
+
+
+def _planned_ahead(
+    plan: Plan, key: str, store: StateStore, batches: list[list[str]]
+) -> Iterator[tuple[list[_Planned], list[PartitionProblem]]]:
+    """Each batch planned (``plan_batch``), in order. A large swap plans its first batch here while a helper process
+    starts, then every later batch in the helper while the caller renames the one before: the state is read here
+    (its connection is this process's), the helper only reads files. A helper that dies leaves the rest to this
+    process. Not in a daemonic process (a Dask worker's), which may not have children."""
+
+    def read(names: list[str]) -> _Texts:
+        return [(name, plan.partition(key, name).dir, store.verified_texts_of(name)) for name in names]
+
+    def joined(
+        texts: _Texts, planned: tuple[list[PlannedPartition], list[PartitionProblem]]
+    ) -> tuple[list[_Planned], list[PartitionProblem]]:
+        results = {name: dict(rows) for name, _, rows in texts}
+        dirs = {name: part_dir for name, part_dir, _ in texts}
+        batch = [
+            (
+                name,
+                work_names,
+                [
+                    (base, swap, text, results[name][base], edges, SegmentFiles(dirs[name], plan.plan_id, base))
+                    for base, swap, text, edges in segments
+                ],
+            )
+            for name, work_names, segments in planned[0]
+        ]
+        return batch, planned[1]
+
+    segments = sum(len(plan.partition(key, name).segments) for names in batches for name in names)
+    if len(batches) < 2 or segments < SWAP_HELPER_MIN_SEGMENTS or multiprocessing.current_process().daemon:
+        for names in batches:
+            texts = read(names)
+            yield joined(texts, plan_batch(plan.plan_id, texts))
+        return
+    # spawn, not fork: the caller may hold threads (a Dask client) that a forked child would inherit half-locked
+    helper: concurrent.futures.ProcessPoolExecutor | None = concurrent.futures.ProcessPoolExecutor(
+        1, mp_context=multiprocessing.get_context("spawn")
+    )
+    pending: tuple[_Texts, concurrent.futures.Future[Any]] | None = None
+    try:
+        for i, names in enumerate(batches):
+            texts, future = pending if pending is not None else (read(names), None)
+            pending = None
+            if helper is not None and i + 1 < len(batches):  # the next batch, planned while this one is renamed
+                upcoming = read(batches[i + 1])
+                try:
+                    pending = (upcoming, helper.submit(plan_batch, plan.plan_id, upcoming))
+                except concurrent.futures.process.BrokenProcessPool:
+                    helper = _dropped(helper)
+            planned = None
+            if future is not None:
+                try:
+                    planned = future.result()
+                except concurrent.futures.process.BrokenProcessPool:  # the helper died: this process plans the rest
+                    helper = _dropped(helper)
+            yield joined(texts, planned if planned is not None else plan_batch(plan.plan_id, texts))
+    finally:
+        if helper is not None:
+            helper.shutdown(wait=True, cancel_futures=True)
+
+
+def _dropped(helper: concurrent.futures.ProcessPoolExecutor | None) -> None:
+    if helper is not None:
+        helper.shutdown(wait=False, cancel_futures=True)
+    return None
+
+
+def _swap_batch(
+    plan: Plan, key: str, store: StateStore, planned: tuple[list[_Planned], list[PartitionProblem]]
+) -> tuple[list[str], list[PartitionProblem]]:
+    """A planned batch's swap: its swap plan committed, the files' own records durable, then every rename."""
+    batch, failed = planned
+    for problem in failed:
+        store.fail_partition(problem.partition, problem.problem)
+    failed = list(failed)
     if not batch:
         return [], failed
     store.begin_swap([(name, [(s[0], s[2]) for s in segments]) for name, _, segments in batch])
