@@ -4,7 +4,8 @@ helper process plans each batch while the one before is renamed."""
 
 from __future__ import annotations
 
-import concurrent.futures
+import io
+import pickle
 
 import pytest
 from kafka_layout import make_broker_logdir
@@ -12,8 +13,10 @@ from runs import assert_scan_agrees, make_plan
 
 from migrate import pipeline
 from migrate.engines import SerialEngine
+from migrate.errors import MigrateError
 from migrate.model.run_state import PartitionState
-from migrate.stages import swap
+from migrate.stages import swap, swap_plan
+from migrate.stages.swap_plan import PlanHelper, serve
 
 PARTITIONS = ["plain-v0-0", "gzip-v0-0", "lz4-v1-1", "snappy-v0-0"]
 
@@ -57,14 +60,14 @@ def test_a_run_in_batches_of_one_partition_migrates_everything(planned, monkeypa
     assert_scan_agrees(planned, report)
 
 
-class CountingHelper(concurrent.futures.ProcessPoolExecutor):
+class CountingHelper(swap.PlanHelper):
     """The swap's helper process, its batches counted (they are planned in the child, so no spy can sit there)."""
 
     submitted = 0
 
-    def submit(self, fn, /, *args, **kwargs):
+    def submit(self, plan_id, partitions):
         type(self).submitted += 1
-        return super().submit(fn, *args, **kwargs)
+        super().submit(plan_id, partitions)
 
 
 @pytest.fixture
@@ -73,7 +76,7 @@ def helper(monkeypatch):
     CountingHelper.submitted = 0
     monkeypatch.setattr(swap, "SWAP_HELPER_MIN_SEGMENTS", 0)
     monkeypatch.setattr(swap, "SWAP_BATCH_SEGMENTS", 1)
-    monkeypatch.setattr(swap.concurrent.futures, "ProcessPoolExecutor", CountingHelper)
+    monkeypatch.setattr(swap, "PlanHelper", CountingHelper)
     return CountingHelper
 
 
@@ -110,3 +113,48 @@ def test_a_live_file_changed_before_the_swap_fails_its_partition_through_the_hel
     report = pipeline.execute(planned, SerialEngine())
     assert not report.ok
     assert_scan_agrees(planned, report)
+
+
+def test_a_helper_that_dies_leaves_the_rest_of_the_swap_to_the_swapping_process(planned, helper, monkeypatch):
+    def killed_first(self):
+        self._proc.kill()  # as the OOM killer would
+        self._proc.wait()
+        return PlanHelper.result(self)
+
+    monkeypatch.setattr(CountingHelper, "result", killed_first)
+    report = pipeline.execute(planned, SerialEngine())
+    assert report.ok and not report.unmigrated
+    assert helper.submitted == 1  # asked once, died, never asked again
+    assert_scan_agrees(planned, report)
+
+
+def test_the_helper_relays_the_error_of_a_batch_and_serves_the_next():
+    helper = PlanHelper()
+    try:
+        helper.submit("0123456789abcdef", [("p-0", "/nonexistent", [(0, "not a result")])])
+        with pytest.raises(ValueError, match="Expecting value"):
+            helper.result()  # raised here as if this process had planned the batch
+        helper.submit("0123456789abcdef", [("p-0", "/nonexistent", [])])
+        assert helper.result() == ([("p-0", frozenset(), [])], [])
+    finally:
+        helper.close()
+    assert helper._proc.returncode == 0
+
+
+class Unloadable(Exception):
+    def __init__(self, message, where):
+        super().__init__(f"{message} at {where}")
+
+
+def test_an_error_that_does_not_pickle_comes_back_as_its_type_and_message(monkeypatch):
+    def broken(plan_id, partitions):
+        raise Unloadable("disk says no", "byte 7")
+
+    monkeypatch.setattr(swap_plan, "plan_batch", broken)
+    requests, replies = io.BytesIO(), io.BytesIO()
+    pickle.dump(("0123456789abcdef", []), requests)
+    requests.seek(0)
+    serve(requests, replies)
+    kind, error = pickle.loads(replies.getvalue())
+    assert kind == "error" and isinstance(error, MigrateError)
+    assert str(error).startswith("Unloadable: disk says no at byte 7 (")

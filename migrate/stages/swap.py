@@ -10,26 +10,24 @@ swap undone and failed, and the others go on; any other I/O error stops the stag
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import errno
-import multiprocessing
-import os
+import pickle
 from collections.abc import Iterator
-from typing import Any
 
-from migrate.errors import LocatedError, MigrateError, ModelError, SourceChangedError, StateWriteError
+from migrate.errors import LocatedError, MigrateError, StateWriteError
 from migrate.model.plan_tree import PartitionPlan, Plan
 from migrate.model.run_state import EventKind, LogDirPhase, PartitionState, Problem, SegmentState
 from migrate.model.stage_reports import PartitionProblem, SwapReport
 from migrate.run import faults, fence
 from migrate.run.state import StateStore
-from migrate.run.swap_files import SegmentFiles, SwapSource
-from migrate.run.swap_keys import SwapFileKey, swap_keys_text
+from migrate.run.swap_files import SegmentFiles
+from migrate.run.swap_keys import SwapFileKey
 from migrate.run.swap_record import record_text_of, write_records
-from migrate.run.workspace import WORK_DIR_NAME, sync_filesystem
+from migrate.run.workspace import sync_filesystem
 from migrate.stages.common import kafka_lock, locate
-from migrate.stages.reconcile import edges_of, files_mixed, open_reconciled
+from migrate.stages.reconcile import files_mixed, open_reconciled
+from migrate.stages.swap_plan import PlanHelper, PlannedPartition, Texts, plan_batch
 
 # a batch's partitions share one syncfs before their first rename; its segments' texts are held until then (~3.5 KB
 # a segment), so a batch is bounded by both: 256 partitions of 100 segments held 90 MB
@@ -141,68 +139,8 @@ def _finish_swapping(plan: Plan, key: str, store: StateStore) -> tuple[list[str]
     return done, stuck
 
 
-def _listing(path: str) -> frozenset[str]:
-    try:
-        return frozenset(os.listdir(path))
-    except FileNotFoundError:
-        return frozenset()
-
-
-def _changed_since_read(path: str, st: os.stat_result | None, src: SwapSource) -> str | None:
-    """``migrate.segment.identity.changed_since_read`` with the stat ``plan_swap`` has just taken of the same file
-    (asking again a moment later would tell nothing more: the check before each rename follows)."""
-    if st is None:
-        return f"{path} is missing"
-    if src.source_ctime_ns and st.st_ctime_ns != src.source_ctime_ns:
-        return (
-            f"{path} changed after it was converted: same size, mtime and inode, but its ctime is {st.st_ctime_ns}, "
-            f"{src.source_ctime_ns} when it was read: it was written, truncated, linked or had its times set since"
-        )
-    if src.source_edges and edges_of(path) != src.source_edges:
-        return f"{path} changed after it was converted: its first or last bytes differ from those that were read"
-    return None
-
-
-# what the swap of one segment will do, planned: (base, swap files, their JSON as stored, edges of the output .log)
-PlannedSegment = tuple[int, tuple[SwapFileKey, ...], str, str]
-# a partition's: its name, its work dir's listing, its segments'
-PlannedPartition = tuple[str, frozenset[str], list[PlannedSegment]]
-# a batch as read from the state: per partition its name, its dir and its verified results as stored
-_Texts = list[tuple[str, str, list[tuple[int, str | None]]]]
 # as the batch swaps them: per segment also the result's JSON as stored and the segment's files
 _Planned = tuple[str, frozenset[str], list[tuple[int, tuple[SwapFileKey, ...], str, str, str, SegmentFiles]]]
-
-
-def plan_batch(plan_id: str, partitions: _Texts) -> tuple[list[PlannedPartition], list[PartitionProblem]]:
-    """What each partition's swap will do, checked against its files: stats and edge reads, no write and no state,
-    so that it can run in a helper process a batch ahead of the renames. ``partitions``: (name, partition dir, its
-    verified results as stored). A partition whose live file changed after conversion comes back as a problem, left
-    as it is; any other error is raised."""
-    batch: list[PlannedPartition] = []
-    failed: list[PartitionProblem] = []
-    for name, part_dir, rows in partitions:
-        try:
-            segments: list[PlannedSegment] = []
-            # one listing of the partition dir and of its work dir for the batch, instead of asking for each file
-            # that must not exist (a segment's new .index and .timeindex; a backup not made yet)
-            live_names = _listing(part_dir)
-            work_names = _listing(os.path.join(part_dir, f"{WORK_DIR_NAME}-{plan_id}"))
-            for base, result_text in rows:
-                if result_text is not None:
-                    files = SegmentFiles(part_dir, plan_id, base)
-                    src = SwapSource.of_json(result_text, f"{name}/{base}: result")
-                    swap, log_st = files.plan_swap(src, live_names)  # size, mtime, inode of every file
-                    # then what a same-size rewrite shows
-                    change = _changed_since_read(files.live(".log"), log_st, src)
-                    if change is not None:
-                        raise SourceChangedError(change, path=files.live(".log"))
-                    if src.log_output is None:
-                        raise ModelError(f"{name}/{base}: the verified result has no output .log")
-                    segments.append((base, swap, swap_keys_text(swap), edges_of(src.log_output)))
-            batch.append((name, work_names, segments))
-        except LocatedError as exc:  # a live file changed after conversion: leave the partition as it is
-            failed.append(PartitionProblem(name, Problem.of(exc)))
-    return batch, failed
 
 
 # a swap of at least this many segments plans its batches in a helper process, one batch ahead of the renames: the
@@ -214,15 +152,15 @@ def _planned_ahead(
     plan: Plan, key: str, store: StateStore, batches: list[list[str]]
 ) -> Iterator[tuple[list[_Planned], list[PartitionProblem]]]:
     """Each batch planned (``plan_batch``), in order. A large swap plans its first batch here while a helper process
-    starts, then every later batch in the helper while the caller renames the one before: the state is read here
-    (its connection is this process's), the helper only reads files. A helper that dies leaves the rest to this
-    process. Not in a daemonic process (a Dask worker's), which may not have children."""
+    (``swap_plan``) starts and plans the second, then every later batch in the helper while the caller renames the
+    one before: the state is read here (its connection is this process's), the helper only reads files. A helper
+    that cannot start or dies leaves the rest to this process."""
 
-    def read(names: list[str]) -> _Texts:
+    def read(names: list[str]) -> Texts:
         return [(name, plan.partition(key, name).dir, store.verified_texts_of(name)) for name in names]
 
     def joined(
-        texts: _Texts, planned: tuple[list[PlannedPartition], list[PartitionProblem]]
+        texts: Texts, planned: tuple[list[PlannedPartition], list[PartitionProblem]]
     ) -> tuple[list[_Planned], list[PartitionProblem]]:
         results = {name: dict(rows) for name, _, rows in texts}
         dirs = {name: part_dir for name, part_dir, _ in texts}
@@ -240,41 +178,41 @@ def _planned_ahead(
         return batch, planned[1]
 
     segments = sum(len(plan.partition(key, name).segments) for names in batches for name in names)
-    if len(batches) < 2 or segments < SWAP_HELPER_MIN_SEGMENTS or multiprocessing.current_process().daemon:
+    if len(batches) < 2 or segments < SWAP_HELPER_MIN_SEGMENTS:
         for names in batches:
             texts = read(names)
             yield joined(texts, plan_batch(plan.plan_id, texts))
         return
-    # spawn, not fork: the caller may hold threads (a Dask client) that a forked child would inherit half-locked
-    helper: concurrent.futures.ProcessPoolExecutor | None = concurrent.futures.ProcessPoolExecutor(
-        1, mp_context=multiprocessing.get_context("spawn")
-    )
-    pending: tuple[_Texts, concurrent.futures.Future[Any]] | None = None
     try:
+        helper: PlanHelper | None = PlanHelper()
+    except OSError:  # no process can start here: this one plans every batch
+        helper = None
+    try:
+        asked: Texts | None = None  # the batch the helper plans now
         for i, names in enumerate(batches):
-            texts, future = pending if pending is not None else (read(names), None)
-            pending = None
-            if helper is not None and i + 1 < len(batches):  # the next batch, planned while this one is renamed
-                upcoming = read(batches[i + 1])
-                try:
-                    pending = (upcoming, helper.submit(plan_batch, plan.plan_id, upcoming))
-                except concurrent.futures.process.BrokenProcessPool:
-                    helper = _dropped(helper)
+            texts = asked if asked is not None else read(names)
             planned = None
-            if future is not None:
+            if asked is not None and helper is not None:
                 try:
-                    planned = future.result()
-                except concurrent.futures.process.BrokenProcessPool:  # the helper died: this process plans the rest
-                    helper = _dropped(helper)
+                    planned = helper.result()
+                except (EOFError, OSError, pickle.UnpicklingError):  # the helper died: this process plans the rest
+                    helper = _closed(helper)
+            asked = None
+            if helper is not None and i + 1 < len(batches):  # the next batch, planned while this one is renamed
+                asked = read(batches[i + 1])
+                try:
+                    helper.submit(plan.plan_id, asked)
+                except OSError:
+                    helper = _closed(helper)
+                    asked = None
             yield joined(texts, planned if planned is not None else plan_batch(plan.plan_id, texts))
     finally:
-        if helper is not None:
-            helper.shutdown(wait=True, cancel_futures=True)
+        _closed(helper)
 
 
-def _dropped(helper: concurrent.futures.ProcessPoolExecutor | None) -> None:
+def _closed(helper: PlanHelper | None) -> None:
     if helper is not None:
-        helper.shutdown(wait=False, cancel_futures=True)
+        helper.close()
     return None
 
 
