@@ -45,7 +45,7 @@ from migrate.run.swap_record import (
     remove_record,
 )
 from migrate.run.swap_status import settled_truth
-from migrate.segment.identity import edges_digest_of
+from migrate.segment.identity import edges_digest
 
 # partitions whose proof runs ahead of the reconciliation's loop: one on the thread, one queued
 SETTLED_AHEAD = 2
@@ -300,14 +300,7 @@ def _correction(state: PartitionState, truth: FileTruth, has_record: bool) -> st
     return None
 
 
-def edges_of(path: str) -> str:
-    """``migrate.segment.identity.edges_digest`` through a bare file descriptor (no file object): asked of 10^6
-    live and staged .log files by a swap and a finalize."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        return edges_digest_of(fd, os.fstat(fd).st_size)
-    finally:
-        os.close(fd)
+edges_of = edges_digest  # the name the reconciliation's callers know
 
 
 def _name(part: PartitionPlan) -> str:

@@ -24,7 +24,7 @@ from migrate.model.stage_reports import PartitionProblem
 from migrate.run.swap_files import SegmentFiles, SwapSource
 from migrate.run.swap_keys import SwapFileKey, swap_keys_text
 from migrate.run.workspace import WORK_DIR_NAME
-from migrate.stages.reconcile import edges_of
+from migrate.segment.identity import edges_digest
 
 # what the swap of one segment will do, planned: (base, swap files, their JSON as stored, edges of the output .log)
 PlannedSegment = tuple[int, tuple[SwapFileKey, ...], str, str]
@@ -59,7 +59,7 @@ def plan_batch(plan_id: str, partitions: Texts) -> tuple[list[PlannedPartition],
                         raise SourceChangedError(change, path=files.live(".log"))
                     if src.log_output is None:
                         raise ModelError(f"{name}/{base}: the verified result has no output .log")
-                    segments.append((base, swap, swap_keys_text(swap), edges_of(src.log_output)))
+                    segments.append((base, swap, swap_keys_text(swap), edges_digest(src.log_output)))
             batch.append((name, work_names, segments))
         except LocatedError as exc:  # a live file changed after conversion: leave the partition as it is
             failed.append(PartitionProblem(name, Problem.of(exc)))
@@ -83,7 +83,7 @@ def _changed_since_read(path: str, st: os.stat_result | None, src: SwapSource) -
             f"{path} changed after it was converted: same size, mtime and inode, but its ctime is {st.st_ctime_ns}, "
             f"{src.source_ctime_ns} when it was read: it was written, truncated, linked or had its times set since"
         )
-    if src.source_edges and edges_of(path) != src.source_edges:
+    if src.source_edges and edges_digest(path) != src.source_edges:
         return f"{path} changed after it was converted: its first or last bytes differ from those that were read"
     return None
 
@@ -153,7 +153,8 @@ def serve(requests: BinaryIO, replies: BinaryIO) -> None:
             reply = ("error", exc)
         try:
             data = pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL)
-            pickle.loads(data)  # an exception whose constructor takes more than its message would not load there
+            if reply[0] == "error":
+                pickle.loads(data)  # an exception whose constructor takes more than its message would not load there
         except Exception as exc:  # then its type and message go
             data = pickle.dumps(("error", MigrateError(f"{type(reply[1]).__name__}: {reply[1]} ({exc})")))
         try:
