@@ -152,9 +152,14 @@ def test_an_error_that_does_not_pickle_comes_back_as_its_type_and_message(monkey
 
     monkeypatch.setattr(swap_plan, "plan_batch", broken)
     requests, replies = io.BytesIO(), io.BytesIO()
-    pickle.dump(("0123456789abcdef", []), requests)
+    pickle.dump(("0123456789abcdef", 2), requests)  # a request: its header, then each partition
+    for name in ("p-0", "p-1"):
+        pickle.dump((name, "/nonexistent", []), requests)
+    pickle.dump(("0123456789abcdef", 0), requests)  # the next request starts after the whole of the first
     requests.seek(0)
     serve(requests, replies)
-    kind, error = pickle.loads(replies.getvalue())
+    replies.seek(0)
+    kind, error = pickle.load(replies)
     assert kind == "error" and isinstance(error, MigrateError)
     assert str(error).startswith("Unloadable: disk says no at byte 7 (")
+    assert pickle.load(replies) == ("ok", ([], []))

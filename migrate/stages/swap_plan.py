@@ -5,8 +5,9 @@ A plan only reads files (stats and edge reads) and the verified results it is gi
 can run anywhere on the host. The helper is a child started with ``python -m migrate.stages.swap_plan``, not through
 multiprocessing: the swap runs on a Dask worker, a daemonic process, which multiprocessing forbids to have children.
 The protocol is pickles over the child's stdin and stdout, one request at a time: the parent writes ``(plan_id,
-partitions)`` only when the child waits for one, and reads ``("ok", planned)`` or ``("error", exception)`` before it
-writes again, so neither side ever blocks on a full pipe while the other does. The state, every rename and every
+count)`` then each partition only when the child waits for a request (the child plans each as it reads it), and reads
+``("ok", planned)`` or ``("error", exception)`` before it writes again, so neither side ever blocks on a full pipe
+while the other does. The state, every rename and every
 decision stay with the parent. The child's pickles come from this parent alone.
 """
 
@@ -105,11 +106,15 @@ class PlanHelper:
         )
         self._waiting = False
 
-    def submit(self, plan_id: str, partitions: list[Any]) -> None:
+    def submit(self, plan_id: str, partitions: Texts) -> None:
+        """A partition at a time: the child holds one partition's results, not the batch's (its memory counts with
+        the run's)."""
         assert not self._waiting, "one request at a time: read its result first"
         stdin = self._proc.stdin
         assert stdin is not None
-        pickle.dump((plan_id, partitions), stdin, protocol=pickle.HIGHEST_PROTOCOL)
+        pickle.dump((plan_id, len(partitions)), stdin, protocol=pickle.HIGHEST_PROTOCOL)
+        for partition in partitions:
+            pickle.dump(partition, stdin, protocol=pickle.HIGHEST_PROTOCOL)
         stdin.flush()
         self._waiting = True
 
@@ -144,13 +149,22 @@ def serve(requests: BinaryIO, replies: BinaryIO) -> None:
     """The child's loop: plan each batch asked for until the parent closes the pipe."""
     while True:
         try:
-            plan_id, partitions = pickle.load(requests)
+            plan_id, count = pickle.load(requests)
         except EOFError:
             return
-        try:
-            reply: tuple[str, Any] = ("ok", plan_batch(plan_id, partitions))
-        except Exception as exc:  # the parent raises it as if it had planned the batch itself
-            reply = ("error", exc)
+        planned: tuple[list[PlannedPartition], list[PartitionProblem]] = ([], [])
+        error: Exception | None = None
+        for _ in range(count):  # every partition read, also after an error: the next request starts after them
+            partition = pickle.load(requests)
+            if error is None:
+                try:
+                    batch, failed = plan_batch(plan_id, [partition])
+                except Exception as exc:  # the parent raises it as if it had planned the batch itself
+                    error = exc
+                else:
+                    planned[0].extend(batch)
+                    planned[1].extend(failed)
+        reply: tuple[str, Any] = ("ok", planned) if error is None else ("error", error)
         try:
             data = pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL)
             if reply[0] == "error":
