@@ -17,6 +17,7 @@ import os
 import pickle
 import subprocess
 import sys
+import threading
 from typing import Any, BinaryIO
 
 from migrate.errors import LocatedError, MigrateError, ModelError, SourceChangedError
@@ -104,24 +105,35 @@ class PlanHelper:
             env=env,
             close_fds=True,
         )
-        self._waiting = False
+        self._writer: threading.Thread | None = None
+        self._write_error: OSError | None = None
 
     def submit(self, plan_id: str, partitions: Texts) -> None:
-        """A partition at a time: the child holds one partition's results, not the batch's (its memory counts with
-        the run's)."""
-        assert not self._waiting, "one request at a time: read its result first"
+        """A partition at a time (the child plans each as it reads it, so it holds one partition's texts, not the
+        batch's: its memory counts with the run's), written by a thread: the child reads only as fast as it plans,
+        and this process swaps meanwhile."""
+        assert self._writer is None, "one request at a time: read its result first"
+        self._writer = threading.Thread(target=self._write, args=(plan_id, partitions), name="swap-plan-request")
+        self._writer.start()
+
+    def _write(self, plan_id: str, partitions: Texts) -> None:
         stdin = self._proc.stdin
         assert stdin is not None
-        pickle.dump((plan_id, len(partitions)), stdin, protocol=pickle.HIGHEST_PROTOCOL)
-        for partition in partitions:
-            pickle.dump(partition, stdin, protocol=pickle.HIGHEST_PROTOCOL)
-        stdin.flush()
-        self._waiting = True
+        try:
+            pickle.dump((plan_id, len(partitions)), stdin, protocol=pickle.HIGHEST_PROTOCOL)
+            for partition in partitions:
+                pickle.dump(partition, stdin, protocol=pickle.HIGHEST_PROTOCOL)
+            stdin.flush()
+        except OSError as exc:  # the child is gone: ``result`` says so
+            self._write_error = exc
 
     def result(self) -> Any:
         """The planned batch; the error ``plan_batch`` raised there, raised here; EOFError when the child is gone."""
-        assert self._waiting
-        self._waiting = False
+        assert self._writer is not None
+        self._writer.join()
+        self._writer = None
+        if self._write_error is not None:
+            raise EOFError(f"the swap's plan helper is gone: {self._write_error}")
         stdout = self._proc.stdout
         assert stdout is not None
         kind, value = pickle.load(stdout)
@@ -132,6 +144,9 @@ class PlanHelper:
     def close(self) -> None:
         """End the child: both pipes closed (a reply it is still writing fails, its next read ends), it exits; killed
         if it does not within a few seconds."""
+        if self._writer is not None:  # a request still being written ends when the child does: kill it first
+            self._proc.kill()
+            self._writer.join()
         for pipe in (self._proc.stdout, self._proc.stdin):
             try:
                 if pipe is not None:
