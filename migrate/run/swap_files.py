@@ -215,7 +215,7 @@ class SegmentFiles:
         conversion saw: a live file that changed since (a broker ran) fails the partition before anything is
         renamed. A split source's later outputs come first: new files (no original), each named by its base
         offset, so that the source's own ``.log`` is the last file renamed and the first put back. Also returns the
-        live ``.log``'s stat as taken here, for ``changed_since_read``. ``live_names``: the partition dir's listing,
+        live ``.log``'s stat as taken here, for ``changed_since_stat``. ``live_names``: the partition dir's listing,
         taken for the batch just before; a file that it does not hold and that must not exist is not asked for
         again (the swap's own check right before each rename still is)."""
         files: list[SwapFileKey] = [

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
+from typing import Protocol
 
 from migrate.model.plan_tree import SegmentPlan
 from migrate.model.run_state import FileStat, SegmentResult
@@ -71,13 +72,27 @@ def planned_file_change(path: str | Path, seg: SegmentPlan) -> str | None:
     return None
 
 
-def changed_since_read(path: str | Path, result: SegmentResult) -> str | None:
+class ReadSource(Protocol):
+    """What a conversion recorded of its source as it read it (a SegmentResult, or the swap's SwapSource)."""
+
+    source_ctime_ns: int
+    source_edges: str
+
+
+def changed_since_read(path: str | Path, result: SegmentResult | ReadSource) -> str | None:
     """What changed in the live source ``path`` since the conversion read it, though its size, mtime and inode may
     not have: its ctime, or its first and last bytes. None where the conversion recorded neither (a joined range
     conversion, a state from an older version)."""
     try:
         st = os.stat(path)
     except FileNotFoundError:
+        st = None
+    return changed_since_stat(path, st, result)
+
+
+def changed_since_stat(path: str | Path, st: os.stat_result | None, result: SegmentResult | ReadSource) -> str | None:
+    """``changed_since_read`` with a stat of ``path`` just taken by the caller (None: it was missing)."""
+    if st is None:
         return f"{path} is missing"
     if result.source_ctime_ns and st.st_ctime_ns != result.source_ctime_ns:
         return (

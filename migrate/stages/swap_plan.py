@@ -26,7 +26,7 @@ from migrate.model.stage_reports import PartitionProblem
 from migrate.run.swap_files import SegmentFiles, SwapSource
 from migrate.run.swap_keys import SwapFileKey, swap_keys_text
 from migrate.run.workspace import WORK_DIR_NAME
-from migrate.segment.identity import edges_digest
+from migrate.segment.identity import changed_since_stat, edges_digest
 
 # what the swap of one segment will do, planned: (base, swap files, their JSON as stored, edges of the output .log)
 PlannedSegment = tuple[int, tuple[SwapFileKey, ...], str, str]
@@ -56,7 +56,7 @@ def plan_batch(plan_id: str, partitions: Texts) -> tuple[list[PlannedPartition],
                     src = SwapSource.of_json(result_text, f"{name}/{base}: result")
                     swap, log_st = files.plan_swap(src, live_names)  # size, mtime, inode of every file
                     # then what a same-size rewrite shows
-                    change = _changed_since_read(files.live(".log"), log_st, src)
+                    change = changed_since_stat(files.live(".log"), log_st, src)
                     if change is not None:
                         raise SourceChangedError(change, path=files.live(".log"))
                     if src.log_output is None:
@@ -73,21 +73,6 @@ def _listing(path: str) -> frozenset[str]:
         return frozenset(os.listdir(path))
     except FileNotFoundError:
         return frozenset()
-
-
-def _changed_since_read(path: str, st: os.stat_result | None, src: SwapSource) -> str | None:
-    """``migrate.segment.identity.changed_since_read`` with the stat ``plan_swap`` has just taken of the same file
-    (asking again a moment later would tell nothing more: the check before each rename follows)."""
-    if st is None:
-        return f"{path} is missing"
-    if src.source_ctime_ns and st.st_ctime_ns != src.source_ctime_ns:
-        return (
-            f"{path} changed after it was converted: same size, mtime and inode, but its ctime is {st.st_ctime_ns}, "
-            f"{src.source_ctime_ns} when it was read: it was written, truncated, linked or had its times set since"
-        )
-    if src.source_edges and edges_digest(path) != src.source_edges:
-        return f"{path} changed after it was converted: its first or last bytes differ from those that were read"
-    return None
 
 
 class PlanHelper:
