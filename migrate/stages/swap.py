@@ -195,7 +195,9 @@ def _planned_ahead(
             if asked is not None and helper is not None:
                 try:
                     planned = helper.result()
-                except (EOFError, OSError, pickle.UnpicklingError):  # the helper died: this process plans the rest
+                except (EOFError, OSError, pickle.UnpicklingError):
+                    # the helper died, or met an I/O error: this process plans the rest (and meets that error again,
+                    # if the disk gives it)
                     helper = _closed(helper)
             asked = None
             if helper is not None and i + 1 < len(batches):  # the next batch, planned while this one is renamed
