@@ -1,14 +1,18 @@
 """Fuzz the C accelerator's functions directly with random and hostile buffers, positions, lengths and arrays.
 
 Every case calls one function of ``migrate.format._speedups`` (walk, crc_ranges, single_record_batches,
-digest_stream, v2_records, v2_batches, legacy_run, index_entries) with arguments derived from (seed, case number)
-alone: random or Kafka-shaped buffers, damaged or not, and position/length arrays that are mostly plausible,
-sometimes extreme (int64 limits, negative, past the end, ends before starts), sometimes of the wrong dtype, shape,
-contiguity, alignment or length; for index_entries, batch sizes, an interval and a carried state. The outcome
-is checked against the function's Python reference (``migrate.format.accel`` names the twins):
+digest_stream, v2_records, v2_batches, legacy_run, index_entries, small_legacy_v2) with arguments derived from
+(seed, case number) alone: random or Kafka-shaped buffers, damaged or not, and position/length arrays that are mostly
+plausible, sometimes extreme (int64 limits, negative, past the end, ends before starts), sometimes of the wrong
+dtype, shape, contiguity, alignment or length; for index_entries, batch sizes, an interval and a carried state; for
+small_legacy_v2, a legacy segment (damaged or not) and the conversion's options. The outcome is checked against the
+function's Python reference (``migrate.format.accel`` names the twins; small_legacy_v2's is the general conversion,
+``migrate.segment.convert.stream_entries``, run over the buffer in memory):
 
 * a refusal must be TypeError, ValueError, OverflowError, MemoryError or BufferError, and only for arguments the
   reference refuses too (or that no reference would take: a wrong dtype, a strided array);
+* small_legacy_v2 declines (None) exactly what the general conversion refuses or converts otherwise than as plain
+  legacy messages, and gives its bytes, index files and digests for the rest;
 * an accepted call must give exactly the reference's result, so an out-of-bounds read that changes a result shows
   up even without a sanitizer. A read that changes nothing, or a write, needs a sanitizer build (see README.md).
 
@@ -31,6 +35,7 @@ import random
 import struct
 import sys
 import time
+import zlib
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -40,13 +45,17 @@ from typing import Any
 import crc32c as _crc32c
 import numpy as np
 
-from migrate.errors import CorruptRecordError, UnsupportedFormatError
+from migrate.errors import CorruptRecordError, SegmentRefusedError, TruncatedTailError, UnsupportedFormatError
 from migrate.format import accel, checksums, legacy
 from migrate.format import batch as v2
-from migrate.format.digest import LogDigest
-from migrate.format.entries import walk_positions
+from migrate.format.digest import LogDigest, hasher
+from migrate.format.entries import read_entries, walk_positions
 from migrate.format.records import Compression, Record, RecordColumns
 from migrate.format.varint import decode_varint
+from migrate.model.plan_tree import ConvertOptions, TimestampPolicy
+from migrate.model.run_state import SegmentTask
+from migrate.segment import convert
+from migrate.segment.indexes import IndexBuilder
 from migrate.segment.indexes import index_entries as index_entries_reference
 
 REFUSALS = (TypeError, ValueError, OverflowError, MemoryError, BufferError)
@@ -60,6 +69,7 @@ FUNCTIONS = [
     "v2_batches",
     "legacy_run",
     "index_entries",
+    "small_legacy_v2",
 ]
 
 
@@ -347,6 +357,69 @@ def kafka_timestamp(batch: bytes | bytearray, j: int) -> int:
     return (base + delta + 2**63) % 2**64 - 2**63
 
 
+@dataclass(frozen=True)
+class _Stat:
+    """The two fields of a source's stat that a conversion reads."""
+
+    st_size: int
+    st_mtime_ns: int
+
+
+def small_legacy_v2_reference(buf: bytes, base: int, options: ConvertOptions, mtime_ms: int) -> tuple | None:
+    """What small_legacy_v2 must give: the general conversion of ``buf`` as a whole file, in memory, when every entry
+    is a plain legacy message and it converts; None when it refuses the file, converts some entry otherwise, or the
+    base offset is negative (no file is named so). Digests instead of the serializations hashed."""
+    if base < 0:
+        return None
+    task = SegmentTask("fuzz.log", "", base, options)
+    index = IndexBuilder(base, options.index_interval_bytes)
+    parts = convert._Parts()
+    try:
+        run = convert.stream_entries(task, None, parts, _Stat(len(buf), mtime_ms * 1_000_000), index=index, data=buf)
+        items = read_entries(buf).items
+    except (CorruptRecordError, UnsupportedFormatError, SegmentRefusedError, TruncatedTailError):
+        return None
+    if not items or run.result.truncated_tail_bytes or not all(isinstance(i, legacy.LegacyRun) for i in items):
+        return None
+    r = run.result
+    v0, v1 = r.magics_in.get("0", 0), r.magics_in.get("1", 0)
+    offset_index, time_index = index.finish()
+    return (b"".join(parts), offset_index, time_index, v0, v1, r.first_offset, r.last_offset, r.max_timestamp,
+            r.source_digest, r.output_digest_ts)  # fmt: skip
+
+
+def check_small_legacy_v2(c: ModuleType, buf: bytes, base: int, options: ConvertOptions, mtime_ms: int) -> str:
+    got, err = _call(
+        c.small_legacy_v2,
+        buf,
+        base,
+        mtime_ms,
+        options.timestamps == TimestampPolicy.MTIME,
+        options.partition_leader_epoch,
+        options.tombstone_flag,
+        options.index_interval_bytes,
+        options.max_message_bytes,
+        options.segment_bytes_limit,
+    )
+    if err is not None:
+        raise Mismatch(f"small_legacy_v2 raised on a bytes buffer: {err!r}")
+    want = small_legacy_v2_reference(buf, base, options, mtime_ms)
+    if got is None or want is None:
+        if (got is None) != (want is None):
+            raise Mismatch(f"small_legacy_v2 {'declined' if got is None else 'converted'}, the general path did not")
+        return "declined"
+    *fields, source_stream, output_stream = got
+    for stream in (source_stream, output_stream):
+        h = hasher(options.digest)
+        h.update(stream)
+        fields.append(h.hexdigest())
+    names = ["log", "offset index", "time index", "v0", "v1", "first", "last", "max timestamp", "digest", "digest_ts"]
+    for name, mine, ref in zip(names, fields, want):
+        if mine != ref:
+            raise Mismatch(f"small_legacy_v2: {name} {mine!r:.80}, the general path {ref!r:.80}")
+    return "ok converted"
+
+
 CHECKERS: dict[str, Callable[..., str]] = {
     "walk": check_walk,
     "crc_ranges": check_crc_ranges,
@@ -356,6 +429,7 @@ CHECKERS: dict[str, Callable[..., str]] = {
     "v2_batches": check_v2_batches,
     "legacy_run": check_legacy_run,
     "index_entries": check_index_entries,
+    "small_legacy_v2": check_small_legacy_v2,
 }
 
 
@@ -475,6 +549,8 @@ def random_case(rng: random.Random) -> tuple[str, tuple[Any, ...]]:
         return name, (buf, hostile_array(rng, starts), hostile_array(rng, ends), rng.random() < 0.5)
     if name == "index_entries":
         return name, index_case(rng, lengths)
+    if name == "small_legacy_v2":
+        return name, small_case(rng)
     if name == "legacy_run" and rng.random() < 0.5:
         buf = damage(rng, legacy_buffer(rng))
         size = len(buf)
@@ -518,6 +594,54 @@ def legacy_buffer(rng: random.Random) -> bytes:
         else:
             parts.append(legacy.encode_messages([r._replace(timestamp=max(r.timestamp, -1)) for r in records], magic))
     return b"".join(parts)
+
+
+def small_case(rng: random.Random) -> tuple[Any, ...]:
+    """A legacy segment (damaged now and then, its CRCs made right again for half of those) at a base offset at,
+    below or far below its first offset, and the options the whole conversion reads."""
+    buf = legacy_segment(rng)
+    if rng.random() < 0.3:
+        buf = damage(rng, buf)
+        if rng.random() < 0.5:
+            buf = legacy_crcs_fixed(buf)
+    first = struct.unpack_from(">q", buf, 0)[0] if len(buf) >= 8 else 0
+    base = rng.choice([0, first, first, first, first, first + 1, max(first - 2**31, 0), -1, 2**63 - 1])
+    options = ConvertOptions(
+        timestamps=rng.choice(list(TimestampPolicy)),
+        partition_leader_epoch=rng.choice([-1, 0, 7, 2**31 - 1]),
+        tombstone_flag=rng.random() < 0.3,
+        index_interval_bytes=rng.choice([1, 50, 4096]),
+        max_message_bytes=rng.choice([60, *[1_048_588] * 4]),
+        max_segment_bytes=rng.choice([*[None] * 5, 200]),
+    )
+    return buf, base, options, rng.choice([1_500_000_000_000, 0, -5, 2**40])
+
+
+def legacy_segment(rng: random.Random) -> bytes:
+    """A legacy segment: uncompressed magic 0/1 messages whose offsets increase from a random start (the odd one
+    repeated), now and then a compressed one among them."""
+    offset = rng.choice([0, 1000, 2**40, 2**62])
+    parts = []
+    for _ in range(rng.randint(1, 6)):
+        records = []
+        for r in random_records(rng, rng.randint(1, 4)):
+            offset += 1 if rng.random() < 0.97 else 0
+            records.append(r._replace(offset=offset, headers=(), timestamp=max(r.timestamp, -1)))
+        magic = rng.randint(0, 1)
+        if rng.random() < 0.1:
+            parts.append(legacy.encode_wrapper(records, magic, Compression.GZIP))
+        else:
+            parts.append(legacy.encode_messages(records, magic))
+    return b"".join(parts)
+
+
+def legacy_crcs_fixed(buf: bytes) -> bytes:
+    """Every whole legacy message's CRC-32 computed again, so damage inside a message gets past its checksum."""
+    out = bytearray(buf)
+    for at, size in zip(*_walk_or_nothing(buf)):
+        if size >= 17 and out[at + 16] < 2:
+            struct.pack_into(">I", out, at + 12, zlib.crc32(out[at + 16 : at + size]))
+    return bytes(out)
 
 
 def index_case(rng: random.Random, lengths: list[int]) -> tuple[Any, ...]:

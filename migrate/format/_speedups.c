@@ -1,7 +1,8 @@
 /* Hot loops of the format layer in C: the entry walk, CRC-32 and CRC-32C over many ranges, the single-record v2
- * batch encoder, the content-digest serialization and the columnar v2 record decoder. Each has a Python twin in the
- * format modules (the reference, used when this module is not built or is switched off, see accel.py); tests check
- * both give identical results. No Python objects per record: arrays in, bytes out.
+ * batch encoder, the content-digest serialization, the columnar v2 record decoder, and a small legacy segment's
+ * whole conversion. Each has a Python twin in the format modules (the reference, used when this module is not built
+ * or is switched off, see accel.py; the whole conversion's twin is migrate.segment.convert's general path); tests
+ * check both give identical results. No Python objects per record: arrays in, bytes out.
  *
  * Every argument may come from an untrusted file, or from a caller's mistake: each function checks that its arrays
  * are 1-D, C-contiguous, aligned and of the item type it reads, that parallel arrays have one length, and that every
@@ -14,7 +15,8 @@
  * the GIL another thread could change an argument between the checking pass and the loop, so each loop takes every
  * position and length it uses once, into a local, and checks again that it reads and writes inside its buffers
  * (cheap comparisons); an argument changed under it raises RuntimeError (CHANGED_UNDER_US) instead of reading or
- * writing out of bounds. */
+ * writing out of bounds. small_legacy_v2 alone holds the GIL: it takes one small buffer, whose work is short, and so
+ * nothing it reads can change under it. */
 #include "_speedups_base.h"
 
 /* --- the entry walk ------------------------------------------------------------------------------------------ */
@@ -147,6 +149,45 @@ static inline int64_t single_record_body(int64_t key_len, int64_t value_len) {
            (value_len > 0 ? value_len : 0) + 1;
 }
 
+/* One single-record batch of `size` bytes (61 + the body's varint + the body, as single_record_body sizes it) at o:
+ * the record's key and value are [kp, +kl) and [vp, +vl) of src (a length of -1 is null), inside src (the caller
+ * checked). Returns the end of the batch. */
+static inline uint8_t *put_single_record_batch(uint8_t *o, const uint8_t *src, int64_t size, int32_t leader_epoch,
+                                               int64_t offset, int64_t timestamp, int64_t timestamp_type,
+                                               uint8_t record_attributes, int64_t kp, int64_t kl, int64_t vp,
+                                               int64_t vl) {
+    uint8_t *start = o;
+    int64_t body = single_record_body(kl, vl);
+    int64_t k = kl > 0 ? kl : 0, v = vl > 0 ? vl : 0;
+    o = put64(o, offset);
+    o = put32(o, (int32_t)(size - 12));
+    o = put32(o, leader_epoch);
+    *o++ = 2;
+    uint8_t *crc_at = o;
+    o += 4;
+    o = put16(o, timestamp_type == 1 ? 0x08 : 0);
+    o = put32(o, 0);
+    o = put64(o, timestamp);
+    o = put64(o, timestamp);
+    o = put64(o, -1);
+    o = put16(o, -1);
+    o = put32(o, -1);
+    o = put32(o, 1);
+    o = put_varint(o, body);
+    *o++ = record_attributes;
+    *o++ = 0; /* timestamp delta */
+    *o++ = 0; /* offset delta */
+    o = put_varint(o, kl);
+    if (k) memcpy(o, src + kp, (size_t)k);
+    o += k;
+    o = put_varint(o, vl);
+    if (v) memcpy(o, src + vp, (size_t)v);
+    o += v;
+    *o++ = 0; /* headers */
+    put32(crc_at, (int32_t)crc32c(start + 21, o - start - 21));
+    return o;
+}
+
 /* single_record_batches(buffer, offsets, timestamps, timestamp_types, key_pos, key_len, value_pos, value_len,
  *                       record_attributes, partition_leader_epoch) -> (bytes, sizes: bytes of int64)
  * One uncompressed v2 batch per record; all arrays int64 except record_attributes (uint8); a length of -1 is null. */
@@ -195,8 +236,7 @@ static PyObject *single_record_batches(PyObject *self, PyObject *args) {
     int changed = 0;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n; i++) {
-        uint8_t *start = o;
-        int64_t kp = KP[i], kl = KL[i], vp = VP[i], vl = VL[i], ts = T[i];
+        int64_t kp = KP[i], kl = KL[i], vp = VP[i], vl = VL[i];
         int64_t body = single_record_body(kl, vl);
         /* S is ours; the key and value must still be where they were and size this batch as they did */
         if (!piece_inside(kp, kl, buf.len, 1) || !piece_inside(vp, vl, buf.len, 1) ||
@@ -204,33 +244,7 @@ static PyObject *single_record_batches(PyObject *self, PyObject *args) {
             changed = 1;
             break;
         }
-        int64_t k = kl > 0 ? kl : 0, v = vl > 0 ? vl : 0;
-        o = put64(o, O[i]);
-        o = put32(o, (int32_t)(S[i] - 12));
-        o = put32(o, leader_epoch);
-        *o++ = 2;
-        uint8_t *crc_at = o;
-        o += 4;
-        o = put16(o, TY[i] == 1 ? 0x08 : 0);
-        o = put32(o, 0);
-        o = put64(o, ts);
-        o = put64(o, ts);
-        o = put64(o, -1);
-        o = put16(o, -1);
-        o = put32(o, -1);
-        o = put32(o, 1);
-        o = put_varint(o, body);
-        *o++ = RA[i];
-        *o++ = 0; /* timestamp delta */
-        *o++ = 0; /* offset delta */
-        o = put_varint(o, kl);
-        if (k) memcpy(o, src + kp, (size_t)k);
-        o += k;
-        o = put_varint(o, vl);
-        if (v) memcpy(o, src + vp, (size_t)v);
-        o += v;
-        *o++ = 0; /* headers */
-        put32(crc_at, (int32_t)crc32c(start + 21, o - start - 21));
+        o = put_single_record_batch(o, src, S[i], leader_epoch, O[i], T[i], TY[i], RA[i], kp, kl, vp, vl);
     }
     Py_END_ALLOW_THREADS
     if (changed) {
@@ -249,6 +263,35 @@ fail:
 }
 
 /* --- the content digest serialization ------------------------------------------------------------------------- */
+
+/* The bytes one record takes in the serialization, and the record written at o (its key and value inside src, the
+ * caller checked; a negative length is null): offset, the timestamp if with_ts, key, value, header count 0. */
+static inline int64_t digest_record_size(int with_ts, int64_t kl, int64_t vl) {
+    return 8 + (with_ts ? 8 : 0) + (kl < 0 ? 1 : 5 + kl) + (vl < 0 ? 1 : 5 + vl) + 4;
+}
+
+static inline uint8_t *put_digest_record(uint8_t *o, const uint8_t *src, int with_ts, int64_t offset,
+                                         int64_t timestamp, int64_t kp, int64_t kl, int64_t vp, int64_t vl) {
+    o = put64(o, offset);
+    if (with_ts) o = put64(o, timestamp);
+    if (kl < 0) {
+        *o++ = 1;
+    } else {
+        *o++ = 0;
+        o = put32(o, (int32_t)kl);
+        if (kl) memcpy(o, src + kp, (size_t)kl);
+        o += kl;
+    }
+    if (vl < 0) {
+        *o++ = 1;
+    } else {
+        *o++ = 0;
+        o = put32(o, (int32_t)vl);
+        if (vl) memcpy(o, src + vp, (size_t)vl);
+        o += vl;
+    }
+    return put32(o, 0);
+}
 
 /* digest_stream(buffer, offsets, timestamps, key_pos, key_len, value_pos, value_len, with_timestamps) -> bytes:
  * the serialization migrate.format.digest hashes, for records without headers (header count 0); a negative length
@@ -283,9 +326,7 @@ static PyObject *digest_stream(PyObject *self, PyObject *args) {
             PyErr_Format(PyExc_OverflowError, "record %zd: a key or value longer than an int32 length", i);
             goto done;
         }
-        if (add_size(&total, 8 + (with_ts ? 8 : 0) + (KL[i] < 0 ? 1 : 5 + KL[i]) + (VL[i] < 0 ? 1 : 5 + VL[i]) + 4) <
-            0)
-            goto done;
+        if (add_size(&total, digest_record_size(with_ts, KL[i], VL[i])) < 0) goto done;
     }
     result = PyBytes_FromStringAndSize(NULL, total);
     if (result == NULL) goto done;
@@ -297,29 +338,11 @@ static PyObject *digest_stream(PyObject *self, PyObject *args) {
         int64_t kp = KP[i], kl = KL[i], vp = VP[i], vl = VL[i];
         if ((kl >= 0 && (!piece_inside(kp, kl, buf.len, 0) || kl > INT32_MAX)) ||
             (vl >= 0 && (!piece_inside(vp, vl, buf.len, 0) || vl > INT32_MAX)) ||
-            8 + (with_ts ? 8 : 0) + (kl < 0 ? 1 : 5 + kl) + (vl < 0 ? 1 : 5 + vl) + 4 > out_end - o) {
+            digest_record_size(with_ts, kl, vl) > out_end - o) {
             changed = 1;
             break;
         }
-        o = put64(o, O[i]);
-        if (with_ts) o = put64(o, T[i]);
-        if (kl < 0) {
-            *o++ = 1;
-        } else {
-            *o++ = 0;
-            o = put32(o, (int32_t)kl);
-            if (kl) memcpy(o, src + kp, (size_t)kl);
-            o += kl;
-        }
-        if (vl < 0) {
-            *o++ = 1;
-        } else {
-            *o++ = 0;
-            o = put32(o, (int32_t)vl);
-            if (vl) memcpy(o, src + vp, (size_t)vl);
-            o += vl;
-        }
-        o = put32(o, 0);
+        o = put_digest_record(o, src, with_ts, O[i], T[i], kp, kl, vp, vl);
     }
     Py_END_ALLOW_THREADS
     if (changed || o != out_end) {
@@ -545,6 +568,40 @@ static PyObject *v2_batches(PyObject *self, PyObject *args) { return v2_decode(a
 
 /* --- uncompressed legacy messages ------------------------------------------------------------------------------ */
 
+/* One uncompressed magic 0/1 message: its fields, as legacy_run gives them. */
+typedef struct {
+    int64_t offset, crc, timestamp, key_pos, key_len, value_pos, value_len, magic, attributes;
+} LegacyFields;
+
+/* The message of `size` bytes (its 12-byte log overhead included) at `at` of src, which the caller checked lies
+ * inside: 0 when it is sound (read, its CRC-32 matches, the key and value fill it exactly), else 1 (short,
+ * compressed, magic above 1, a bad CRC, a key or value that does not fit), f then holding what was read before the
+ * problem and zeros after. */
+static inline int legacy_fields(const uint8_t *src, int64_t at, int64_t size, LegacyFields *f) {
+    const uint8_t *b = src + at;
+    memset(f, 0, sizeof *f);
+    if (size < 26) return 1; /* shorter than a magic 0 message's fixed fields */
+    f->magic = b[16];
+    f->attributes = b[17];
+    f->offset = be64(b);
+    f->crc = (uint32_t)be32(b + 12);
+    int magic = b[16];
+    if (magic > 1 || (b[17] & 7) != 0 || size < (magic ? 34 : 26)) return 1;
+    if (crc32_ieee(b + 16, size - 16) != (uint32_t)f->crc) return 1;
+    f->timestamp = magic ? be64(b + 18) : -1;
+    int64_t key_at = magic ? 26 : 18; /* within the fixed fields */
+    int64_t kl = be32(b + key_at);
+    f->key_len = kl;
+    f->key_pos = at + key_at + 4;
+    int64_t value_at = key_at + 4 + (kl > 0 ? kl : 0);
+    if (kl < -1 || value_at + 4 > size) return 1;
+    int64_t vl = be32(b + value_at);
+    f->value_len = vl;
+    f->value_pos = at + value_at + 4;
+    if (vl < -1 || value_at + 4 + (vl > 0 ? vl : 0) != size) return 1;
+    return 0;
+}
+
 /* legacy_run(buffer, positions, sizes) -> (status, offsets, crcs, timestamps, key_pos, key_len, value_pos, value_len,
  * magics, attributes): the fields of uncompressed magic 0/1 messages (entries of `sizes` bytes at `positions`, log
  * overhead included). status per message: 0 read and its CRC-32 matches; 1 anything else (short, compressed, magic
@@ -587,33 +644,21 @@ static PyObject *legacy_run(PyObject *self, PyObject *args) {
             changed = 1;
             break;
         }
-        const uint8_t *b = src + at;
         if (i + 4 < n) { /* a hint, for a position inside the buffer only (another could overflow the pointer) */
             int64_t ahead = P[i + 4];
             if (ahead >= 0 && ahead < (int64_t)buf.len) __builtin_prefetch(src + ahead);
         }
-        ST[i] = 1;
-        O[i] = CR[i] = TS[i] = KP[i] = KL[i] = VP[i] = VL[i] = MG[i] = AT[i] = 0;
-        if (size < 26) continue; /* shorter than a magic 0 message's fixed fields */
-        MG[i] = b[16];
-        AT[i] = b[17];
-        O[i] = be64(b);
-        CR[i] = (uint32_t)be32(b + 12);
-        int magic = b[16];
-        if (magic > 1 || (b[17] & 7) != 0 || size < (magic ? 34 : 26)) continue;
-        if (crc32_ieee(b + 16, size - 16) != (uint32_t)CR[i]) continue;
-        TS[i] = magic ? be64(b + 18) : -1;
-        int64_t key_at = magic ? 26 : 18; /* within the fixed fields */
-        int64_t kl = be32(b + key_at);
-        KL[i] = kl;
-        KP[i] = at + key_at + 4;
-        int64_t value_at = key_at + 4 + (kl > 0 ? kl : 0);
-        if (kl < -1 || value_at + 4 > size) continue;
-        int64_t vl = be32(b + value_at);
-        VL[i] = vl;
-        VP[i] = at + value_at + 4;
-        if (vl < -1 || value_at + 4 + (vl > 0 ? vl : 0) != size) continue;
-        ST[i] = 0;
+        LegacyFields f;
+        ST[i] = (uint8_t)legacy_fields(src, at, size, &f);
+        O[i] = f.offset;
+        CR[i] = f.crc;
+        TS[i] = f.timestamp;
+        KP[i] = f.key_pos;
+        KL[i] = f.key_len;
+        VP[i] = f.value_pos;
+        VL[i] = f.value_len;
+        MG[i] = f.magic;
+        AT[i] = f.attributes;
     }
     Py_END_ALLOW_THREADS
     if (changed) {
@@ -640,6 +685,34 @@ done:
  * lie between the batch's start and the last index entry, an offset-index entry (last offset, start position) is
  * added, with a time-index entry (max so far, its offset) when the max grew past the last time entry. Entries come
  * back as native int64 pairs; the state after the last batch comes back so the next call continues from it. */
+/* The loop's state between batches (index_entries' arguments and results). */
+typedef struct {
+    int64_t valid, last_entry, max_ts, off_of_max, last_time_ts;
+} IndexState;
+
+/* One batch of `size` bytes through the loop: 1 when it adds an offset-index entry (its last offset, then s->valid
+ * before the batch) and *time_entry = 1 when a time-index entry (s->max_ts, s->off_of_max) comes with it. The
+ * caller keeps s->valid >= s->last_entry >= 0 and s->valid + size within int64. */
+static inline int index_step(IndexState *s, int64_t size, int64_t last_offset, int64_t max_timestamp,
+                             int64_t interval, int *time_entry) {
+    int entry = 0;
+    *time_entry = 0;
+    if (max_timestamp > s->max_ts) {
+        s->max_ts = max_timestamp;
+        s->off_of_max = last_offset;
+    }
+    if (s->valid - s->last_entry > interval) { /* valid >= last_entry >= 0: the difference cannot overflow */
+        entry = 1;
+        if (s->max_ts > s->last_time_ts) {
+            *time_entry = 1;
+            s->last_time_ts = s->max_ts;
+        }
+        s->last_entry = s->valid;
+    }
+    s->valid += size;
+    return entry;
+}
+
 static PyObject *index_entries(PyObject *self, PyObject *args) {
     Column cols[3] = {{"sizes", 'q', NULL}, {"last_offsets", 'q', NULL}, {"max_timestamps", 'q', NULL}};
     long long interval, valid, last_entry, max_ts, off_of_max, last_time_ts;
@@ -683,38 +756,37 @@ static PyObject *index_entries(PyObject *self, PyObject *args) {
     }
     Py_ssize_t no = 0, nt = 0;
     int changed = 0;
+    IndexState st = {valid, last_entry, max_ts, off_of_max, last_time_ts};
     int64_t end = valid + total; /* no overflow: checked above */
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < n; i++) {
-        int64_t size = S[i];
-        if (size < 0 || size > end - valid) {
+        int64_t size = S[i], at = st.valid;
+        if (size < 0 || size > end - st.valid) {
             changed = 1;
             break;
         }
-        if (M[i] > max_ts) {
-            max_ts = M[i];
-            off_of_max = L[i];
+        if (st.valid - st.last_entry > interval && no >= (cap ? cap : 1)) {
+            changed = 1; /* the sizes summed to more entries than were allocated: they changed */
+            break;
         }
-        /* valid >= last_entry >= 0: the difference cannot overflow */
-        if (valid - last_entry > interval) {
-            if (no >= (cap ? cap : 1)) { /* the sizes summed to more entries than were allocated: they changed */
-                changed = 1;
-                break;
-            }
+        int time_entry;
+        if (index_step(&st, size, L[i], M[i], interval, &time_entry)) {
             off_buf[2 * no] = L[i];
-            off_buf[2 * no + 1] = valid;
+            off_buf[2 * no + 1] = at;
             no++;
-            if (max_ts > last_time_ts) {
-                time_buf[2 * nt] = max_ts;
-                time_buf[2 * nt + 1] = off_of_max;
+            if (time_entry) {
+                time_buf[2 * nt] = st.max_ts;
+                time_buf[2 * nt + 1] = st.off_of_max;
                 nt++;
-                last_time_ts = max_ts;
             }
-            last_entry = valid;
         }
-        valid += size;
     }
     Py_END_ALLOW_THREADS
+    valid = st.valid;
+    last_entry = st.last_entry;
+    max_ts = st.max_ts;
+    off_of_max = st.off_of_max;
+    last_time_ts = st.last_time_ts;
     if (changed) {
         PyErr_SetString(PyExc_RuntimeError, CHANGED_UNDER_US);
         goto done;
@@ -733,6 +805,148 @@ done:
     return result;
 }
 
+/* --- a small legacy segment, whole ------------------------------------------------------------------------------ */
+
+/* small_legacy_v2(buffer, base_offset, mtime_ms, mtime_policy, leader_epoch, tombstone_flag, index_interval,
+ *                 max_message_bytes, segment_bytes_limit)
+ *   -> None, or (log, offset_index, time_index, v0_messages, v1_messages, first_offset, last_offset,
+ *                max_timestamp, source_stream, output_stream)
+ * A whole segment file of uncompressed magic 0/1 messages converted the way migrate.segment.convert converts one
+ * (one v2 batch per message, Kafka 4's cleaner), in one pass and one call: what the Python of a tiny segment's
+ * conversion costs many times over. The .log's bytes; both index files as IndexBuilder.finish writes them
+ * (LogSegment.recover's entries, the time index's roll entry); the count of messages of each magic; the first and
+ * last offset; the largest output timestamp (-1 if none is larger); the digest serializations (digest_stream) of
+ * the source records (no timestamps) and of the output records (with the timestamps written). v0 messages get
+ * mtime_ms and LogAppendTime when mtime_policy, else CreateTime -1; v1 messages keep theirs; tombstone_flag sets
+ * KIP-87's bit on a null value.
+ *
+ * None (convert it the general way, which also raises the precise error) for anything but the usual case: no
+ * complete entry, an incomplete tail, an entry size below 14, a compressed message or magic 2 and above, a message
+ * that legacy_fields refuses, offsets that do not strictly increase from base_offset within 2^31 - 1 of it, a
+ * timestamp below -1, a batch over max_message_bytes that outgrew its message, more than segment_bytes_limit (or
+ * int32) bytes of output. Runs holding the GIL, so no argument can change under it: a small buffer's work is short. */
+static PyObject *small_legacy_v2(PyObject *self, PyObject *args) {
+    Py_buffer buf;
+    long long base, mtime_ms, interval, max_message, segment_limit;
+    int mtime_policy, leader_epoch, tombstone_flag;
+    if (!PyArg_ParseTuple(args, "y*LLpipLLL:small_legacy_v2", &buf, &base, &mtime_ms, &mtime_policy, &leader_epoch,
+                          &tombstone_flag, &interval, &max_message, &segment_limit))
+        return NULL;
+    const uint8_t *src = buf.buf;
+    Py_ssize_t end = buf.len, n = 0;
+    PyObject *result = NULL, *log = NULL, *offsets_file = NULL, *times_file = NULL, *source = NULL, *output = NULL;
+    LegacyFields *fields = NULL;
+    int64_t *sizes = NULL, *stamps = NULL, *types = NULL;
+    /* entries of at least 26 bytes (a sound message's fixed fields): at most end / 26 of them */
+    Py_ssize_t cap = end / 26 + 1;
+    fields = PyMem_Malloc((size_t)cap * sizeof(LegacyFields));
+    sizes = PyMem_Malloc((size_t)cap * sizeof(int64_t));
+    stamps = PyMem_Malloc((size_t)cap * sizeof(int64_t));
+    types = PyMem_Malloc((size_t)cap * sizeof(int64_t));
+    if (fields == NULL || sizes == NULL || stamps == NULL || types == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    int64_t v0 = 0, v1 = 0, max_ts = -1, total = 0, source_total = 0, output_total = 0;
+    Py_ssize_t pos = 0;
+    if (base < 0) goto fallback; /* a file name's offset is never negative; so no difference below overflows */
+    while (end - pos >= 17) {
+        int64_t size = (int64_t)be32(src + pos + 8) + 12;
+        if (size < 26 || size > end - pos || n == cap) goto fallback;
+        LegacyFields *f = &fields[n];
+        if (legacy_fields(src, pos, size, f) != 0) goto fallback;
+        if (n == 0 ? f->offset < base : f->offset <= fields[n - 1].offset) goto fallback;
+        if (f->offset - base > INT32_MAX) goto fallback;
+        if (f->magic == 0) {
+            v0++;
+            stamps[n] = mtime_policy ? mtime_ms : -1;
+            types[n] = mtime_policy ? 1 : 0;
+        } else {
+            v1++;
+            stamps[n] = f->timestamp;
+            types[n] = (f->attributes & 0x08) ? 1 : 0;
+        }
+        if (stamps[n] < -1) goto fallback;
+        if (stamps[n] > max_ts) max_ts = stamps[n];
+        int64_t body = single_record_body(f->key_len, f->value_len);
+        sizes[n] = 61 + varint_size(body) + body;
+        if (sizes[n] > max_message && sizes[n] > size) goto fallback;
+        total += sizes[n]; /* each at most a message's size plus a few bytes: no overflow below int32 */
+        if (total > segment_limit || total > INT32_MAX) goto fallback;
+        source_total += digest_record_size(0, f->key_len, f->value_len);
+        output_total += digest_record_size(1, f->key_len, f->value_len);
+        pos += (Py_ssize_t)size;
+        n++;
+    }
+    if (n == 0 || pos != end) goto fallback;
+    log = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
+    source = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)source_total);
+    output = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)output_total);
+    if (log == NULL || source == NULL || output == NULL) goto done;
+    uint8_t *o = (uint8_t *)PyBytes_AS_STRING(log), *so = (uint8_t *)PyBytes_AS_STRING(source),
+            *oo = (uint8_t *)PyBytes_AS_STRING(output);
+    /* at most one offset entry per batch, and one time entry per batch plus the roll entry */
+    Py_ssize_t entries = 0, time_entries = 0;
+    IndexState st = {0, 0, -1, -1, -1};
+    uint8_t *offset_entries = PyMem_Malloc((size_t)n * 8), *time_index = PyMem_Malloc((size_t)(n + 1) * 12);
+    if (offset_entries == NULL || time_index == NULL) {
+        PyMem_Free(offset_entries);
+        PyMem_Free(time_index);
+        PyErr_NoMemory();
+        goto done;
+    }
+    uint8_t *oe = offset_entries, *te = time_index;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const LegacyFields *f = &fields[i];
+        uint8_t attributes = (tombstone_flag && f->value_len < 0) ? 0x20 : 0;
+        int64_t at = st.valid;
+        o = put_single_record_batch(o, src, sizes[i], leader_epoch, f->offset, stamps[i], types[i], attributes,
+                                    f->key_pos, f->key_len, f->value_pos, f->value_len);
+        so = put_digest_record(so, src, 0, f->offset, 0, f->key_pos, f->key_len, f->value_pos, f->value_len);
+        oo = put_digest_record(oo, src, 1, f->offset, stamps[i], f->key_pos, f->key_len, f->value_pos, f->value_len);
+        int time_entry;
+        if (index_step(&st, sizes[i], f->offset, stamps[i], interval, &time_entry)) {
+            oe = put32(oe, (int32_t)(f->offset - base));
+            oe = put32(oe, (int32_t)at);
+            entries++;
+            if (time_entry) {
+                te = put64(te, st.max_ts);
+                te = put32(te, (int32_t)(st.off_of_max - base));
+                time_entries++;
+            }
+        }
+    }
+    if (st.max_ts > st.last_time_ts) { /* the roll entry: the final max, when it grew since the last entry */
+        te = put64(te, st.max_ts);
+        te = put32(te, (int32_t)(st.off_of_max - base));
+        time_entries++;
+    }
+    offsets_file = PyBytes_FromStringAndSize((const char *)offset_entries, entries * 8);
+    times_file = PyBytes_FromStringAndSize((const char *)time_index, time_entries * 12);
+    PyMem_Free(offset_entries);
+    PyMem_Free(time_index);
+    if (offsets_file == NULL || times_file == NULL) goto done;
+    result = Py_BuildValue("(OOOLLLLLOO)", log, offsets_file, times_file, (long long)v0, (long long)v1,
+                           (long long)fields[0].offset, (long long)fields[n - 1].offset, (long long)max_ts, source,
+                           output);
+    goto done;
+fallback:
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:
+    Py_XDECREF(log);
+    Py_XDECREF(offsets_file);
+    Py_XDECREF(times_file);
+    Py_XDECREF(source);
+    Py_XDECREF(output);
+    PyMem_Free(fields);
+    PyMem_Free(sizes);
+    PyMem_Free(stamps);
+    PyMem_Free(types);
+    PyBuffer_Release(&buf);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"index_entries", index_entries, METH_VARARGS, "offset- and time-index entries of batches (LogSegment.recover)"},
     {"v2_records", v2_records, METH_VARARGS, "records of uncompressed v2 batches, as columns"},
@@ -742,6 +956,7 @@ static PyMethodDef methods[] = {
     {"walk", walk, METH_VARARGS, "entry positions of a buffer"},
     {"crc_ranges", crc_ranges, METH_VARARGS, "CRC-32 or CRC-32C of many ranges"},
     {"single_record_batches", single_record_batches, METH_VARARGS, "one v2 batch per record"},
+    {"small_legacy_v2", small_legacy_v2, METH_VARARGS, "a small segment of plain legacy messages as v2, whole"},
     {NULL, NULL, 0, NULL},
 };
 

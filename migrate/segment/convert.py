@@ -42,6 +42,7 @@ from migrate.segment.identity import edges_digest_of, edges_digest_of_bytes
 from migrate.segment.indexes import IndexBuilder
 from migrate.segment.profile import check_offsets
 from migrate.segment.reader import Chunk, decode_whole, open_unbuffered, read_chunks, read_whole
+from migrate.segment.small import convert_whole
 
 SUFFIXES = SEGMENT_SUFFIXES
 
@@ -301,14 +302,15 @@ def convert_segment(task: SegmentTask) -> SegmentResult:
         stem = os.path.join(staging, segment_name(task.base_offset))
         finals = {sfx: stem + sfx for sfx in SUFFIXES}
         index = IndexBuilder(task.base_offset, task.options.index_interval_bytes)
+        index_files: tuple[bytes, bytes] | None = None
         try:
             if st.st_size <= SMALL_SEGMENT_BYTES:
-                result = _convert_small(task, src, st, finals[".log"], index, live)
+                result, index_files = _convert_small(task, src, st, finals[".log"], index, live)
             else:
                 with open(finals[".log"], "wb", buffering=_WRITE_BUFFER) as out:
                     run = stream_entries(task, src, out, st, index=index)
                     result = run.result
-                    _record_source(result, run, src, st, live)
+                    _record_source(result, run.whole, src, st, live)
                     if result.status == ConversionStatus.UNCHANGED:
                         os.unlink(finals[".log"])
                         result.output_bytes = 0
@@ -316,7 +318,7 @@ def convert_segment(task: SegmentTask) -> SegmentResult:
                         out.flush()
                         _finish(out.fileno(), finals[".log"], ".log", result, live, st)
             if result.status != ConversionStatus.UNCHANGED:
-                for sfx, data in zip((".index", ".timeindex"), index.finish()):
+                for sfx, data in zip((".index", ".timeindex"), index_files or index.finish()):
                     fd = os.open(finals[sfx], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
                     try:
                         if data:
@@ -355,37 +357,49 @@ def _convert_small(
     path: str,
     index: IndexBuilder,
     live: dict[str, os.stat_result],
-) -> SegmentResult:
+) -> tuple[SegmentResult, tuple[bytes, bytes] | None]:
     """``convert_segment``'s ``.log`` for a small source: converted in memory, written with one write (none when it is
-    unchanged)."""
-    parts = _Parts()
+    unchanged); the index files too when it was converted whole (``migrate.segment.small``), else None: ``index``
+    then holds them."""
     # below the chunk size the reader would read the file in one chunk: read it so directly, without its buffers
     data = read_whole(src.fileno(), st.st_size) if st.st_size < task.options.chunk_bytes else None
-    run = stream_entries(task, src, parts, st, index=index, data=data)  # type: ignore[arg-type]
-    result = run.result
-    _record_source(result, run, src, st, live)
-    if result.status == ConversionStatus.UNCHANGED:
-        result.output_bytes = 0
-        return result
+    whole = convert_whole(task, data, st) if data is not None else None
+    if whole is not None:
+        result, output, index_files = whole.result, whole.log, whole.index_files
+        _record_source(result, data, src, st, live)
+    else:
+        parts = _Parts()
+        run = stream_entries(task, src, parts, st, index=index, data=data)  # type: ignore[arg-type]
+        result, index_files = run.result, None
+        _record_source(result, run.whole, src, st, live)
+        if result.status == ConversionStatus.UNCHANGED:
+            result.output_bytes = 0
+            return result, None
+        output = parts[0] if len(parts) == 1 else b"".join(parts)
     # the mode ``open(path, "wb")`` creates with, so a staged file's bits do not depend on the path taken
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
     try:
-        _write_all(fd, parts[0] if len(parts) == 1 else b"".join(parts))
+        _write_all(fd, output)
         _finish(fd, path, ".log", result, live, st)
     finally:
         os.close(fd)
-    return result
+    return result, index_files
 
 
 def _record_source(
-    result: SegmentResult, run: StreamRun, src: BinaryIO, st: os.stat_result, live: dict[str, os.stat_result]
+    result: SegmentResult,
+    whole: memoryview | bytes | None,
+    src: BinaryIO,
+    st: os.stat_result,
+    live: dict[str, os.stat_result],
 ) -> None:
     """What a same-size rewrite before the swap cannot keep (migrate.segment.identity), and the live files' identity.
-    The edges are digested from the bytes converted when the reader held the whole file at once (exactly what a
-    second read would return for an unchanged file, and what was converted for one changed since), else read."""
+    ``whole``: the file as converted, when one read held all of it (``StreamRun.whole``): its edges are digested from
+    those bytes (exactly what a second read would return for an unchanged file, and what was converted for one
+    changed since), else read."""
     result.source_ctime_ns = st.st_ctime_ns
-    if run.whole is not None:
-        result.source_edges = edges_digest_of_bytes(run.whole, st.st_size)
+    if whole is not None:
+        result.source_edges = edges_digest_of_bytes(whole, st.st_size)
     else:
         result.source_edges = edges_digest_of(src.fileno(), st.st_size)
     result.live_before = {sfx: FileStat.of(x) for sfx, x in live.items()}
