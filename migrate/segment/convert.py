@@ -293,7 +293,7 @@ def convert_segment(task: SegmentTask) -> SegmentResult:
     src, st = open_unbuffered(task.source)
     try:
         check_planned(task, st)
-        live = live_files(os.path.dirname(task.source), task.base_offset)
+        live = live_files(os.path.dirname(task.source), task.base_offset, log=st)
         staging = task.staging_dir
         if not os.path.isdir(staging):  # one stat where it exists (the usual case) instead of a refused mkdir
             os.makedirs(staging, exist_ok=True)
@@ -415,11 +415,15 @@ def _write_all(fd: int, data: bytes | memoryview) -> None:
 _WRITE_BUFFER = 1 << 20  # coalesces the small writes of copied or compressed batches; a run's batches go straight
 
 
-def live_files(live_dir: str, base_offset: int) -> dict[str, os.stat_result]:
-    """The live files a conversion's outputs will replace, as they are now."""
+def live_files(live_dir: str, base_offset: int, log: os.stat_result | None = None) -> dict[str, os.stat_result]:
+    """The live files a conversion's outputs will replace, as they are now. ``log``: the stat of the live ``.log``
+    as the caller opened it to convert (the file converted, where a second stat could find another)."""
     stem = os.path.join(live_dir, segment_name(base_offset))
     out = {}
     for sfx in SUFFIXES:
+        if sfx == ".log" and log is not None:
+            out[sfx] = log
+            continue
         with contextlib.suppress(FileNotFoundError):
             out[sfx] = os.stat(stem + sfx)
     return out

@@ -83,6 +83,7 @@ class ReadBack:
     tail: int = 0  # bytes after the last complete batch
     size: int = 0  # bytes of complete batches
     head: bytes = b""  # the file's first 12 bytes (its first batch's offset and size)
+    stat: os.stat_result | None = None  # of the file read, as it was opened
 
 
 def read_back(
@@ -100,7 +101,7 @@ def read_back(
     back = ReadBack()
     fd = os.open(log_path, os.O_RDONLY | os.O_CLOEXEC)
     try:
-        st = os.fstat(fd)
+        st = back.stat = os.fstat(fd)
         # a file under the chunk size is read whole, as the chunked read below would read it, without its buffers
         data = read_whole(fd, st.st_size) if region is None and st.st_size < chunk_bytes else None
         if data is None:
@@ -170,6 +171,7 @@ def verify_segment(
     outputs = [(base, result.outputs, result.output_stats)]
     outputs += [(p.base_offset, p.outputs, p.output_stats) for p in result.parts or ()]
     below_magic = 0
+    read: dict[str, os.stat_result] = {}  # each output's stat, from the descriptor it was read through
     for n, (part_base, files, stats) in enumerate(outputs):
         rebuilt = IndexBuilder(part_base, options.index_interval_bytes)
         seen = _Span()
@@ -180,11 +182,13 @@ def verify_segment(
             return check
         check.batches += back.batches
         below_magic += back.below_magic
+        if back.stat is not None:
+            read[files[".log"]] = back.stat
         if back.tail:
             check.fail(f"{files['.log']}: {back.tail} bytes after the last complete batch")
         if result.parts is not None:
             _check_part(check, files[".log"], part_base, n, outputs, back, seen, options)
-        _check_indexes(files, part_base, rebuilt, check, options, {k: v.size for k, v in stats.items()})
+        _check_indexes(files, part_base, rebuilt, check, options, {k: v.size for k, v in stats.items()}, read)
     check.records = digest.records
     check.digest_ts = digest.hexdigests()[1]
     if expected is not None:
@@ -201,7 +205,7 @@ def verify_segment(
         check.fail(f"{below_magic} batches below magic {options.target_magic} remain")
     for _, files, stats in outputs:
         for sfx, path in files.items():
-            st = os.stat(path)
+            st = read.get(path) or os.stat(path)
             want = stats.get(sfx)
             if st.st_mtime_ns != result.mtime_ns:
                 check.fail(f"{path} has mtime_ns {st.st_mtime_ns}, the source had {result.mtime_ns}")
@@ -301,12 +305,15 @@ def _check_indexes(
     check: SegmentCheck,
     options: ConvertOptions,
     sizes: dict[str, int] | None = None,
+    read: dict[str, os.stat_result] | None = None,
 ) -> None:
     """The index files must be exactly what Kafka's recovery builds from the batches read back. ``sizes``: what the
-    conversion wrote (the reads' first size; the files are read to their end whatever it is)."""
+    conversion wrote (the reads' first size; the files are read to their end whatever it is). ``read`` gets each
+    index file's stat, taken through the descriptor it was read from."""
     sizes = sizes or {}
-    index_data = _read(outputs[".index"], sizes.get(".index", 0))
-    time_data = _read(outputs[".timeindex"], sizes.get(".timeindex", 0))
+    stats = read if read is not None else {}
+    index_data = _read(outputs[".index"], sizes.get(".index", 0), stats)
+    time_data = _read(outputs[".timeindex"], sizes.get(".timeindex", 0), stats)
     want_index, want_time = rebuilt.finish()
     if want_index == index_data and want_time == time_data:
         return
@@ -325,15 +332,20 @@ def _check_indexes(
         check.fail(f"cannot read the converted log to explain the index difference: {exc}")
 
 
-def _read(path: str, size_hint: int = 0) -> bytes:
+def _read(path: str, size_hint: int = 0, stats: dict[str, os.stat_result] | None = None) -> bytes:
     """A small file whole (an index): one open and read, none of ``Path.read_bytes``'s layers. ``size_hint``: its
-    expected size, so the first read asks for no more than it needs (and one more byte, to see the end)."""
+    expected size, so the first read asks for no more than it needs (and one more byte: a regular file's read comes
+    back short only at its end). ``stats`` gets the file's stat, from the descriptor read."""
     fd = os.open(path, os.O_RDONLY)
     try:
+        if stats is not None:
+            stats[path] = os.fstat(fd)
         chunks = []
         want = size_hint + 1 if 0 <= size_hint < 1 << 20 else 1 << 20
         while data := os.read(fd, want):
             chunks.append(data)
+            if len(data) < want:
+                break
             want = 1 << 20
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
     finally:
