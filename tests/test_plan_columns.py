@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import pickle
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -50,9 +52,11 @@ def _same_tree(a: Plan, b: Plan) -> None:
             for s in pa_.segments:
                 assert pb.segment_by_base[s.base_offset] == s
             # what prepare reads of every segment, from the columns without building a record each
-            assert pa_.identities() == pb.identities() == [
-                (s.base_offset, s.size, s.mtime_ns, s.inode) for s in pb.segments
-            ]
+            assert (
+                pa_.identities()
+                == pb.identities()
+                == [(s.base_offset, s.size, s.mtime_ns, s.inode) for s in pb.segments]
+            )
             assert pb.identities() and all(type(x) is int for row in pb.identities() for x in row)
     assert len(a.tasks) == len(b.tasks)
     for ta, tb in zip(a.tasks, b.tasks, strict=True):
@@ -144,16 +148,22 @@ def test_a_columnar_plan_executes_to_the_json_plans_bytes(tmp_path):
     assert any(k.endswith(".log") for k in runs[PlanForm.JSON])
 
 
-def test_a_columnar_plan_travels_to_workers_as_its_parquet_bytes(tmp_path):
-    """A Dask scatter pickles the plan: its columns as the plan file's Parquet bytes and each log dir's partitions
-    as boundaries over them, never record by record; the copy is the same plan."""
+def test_a_columnar_plan_travels_to_workers_packed_without_pyarrow(tmp_path):
+    """A Dask scatter pickles the plan: its columns packed (zstd frames of each column's steps) and each log dir's
+    partitions as boundaries over them, never record by record; the copy is the same plan, and a worker unpacks it
+    without importing pyarrow (31 MB of a worker's memory)."""
     log_dir = copy_logdir(LEGACY_LOGDIR, tmp_path / "logdir", FIXTURES / "mtimes.json")
-    _, columnar, path = _plans(log_dir, tmp_path, range_bytes=2048)
+    _, columnar, _ = _plans(log_dir, tmp_path, range_bytes=2048)
     sent = pickle.dumps(columnar)
-    assert path.read_bytes() in sent  # the plan file's bytes, as they are
+    assert b"PAR1" not in sent
     copy = pickle.loads(sent)
     assert copy.plan_id == columnar.plan_id
     _same_tree(columnar, copy)
+    assert pickle.dumps(copy) == sent  # a worker sends on what it was sent
+    (tmp_path / "sent").write_bytes(sent)
+    probe = "import pickle, sys; p = pickle.load(open(sys.argv[1], 'rb')); print(p.plan_id, 'pyarrow' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", probe, str(tmp_path / "sent")], capture_output=True, text=True)
+    assert out.stdout.split() == [columnar.plan_id, "False"], out.stderr
 
 
 @pytest.mark.xdist_group("dask-local")
