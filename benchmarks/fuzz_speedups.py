@@ -1,18 +1,22 @@
 """Fuzz the C accelerator's functions directly with random and hostile buffers, positions, lengths and arrays.
 
 Every case calls one function of ``migrate.format._speedups`` (walk, crc_ranges, single_record_batches,
-digest_stream, v2_records, v2_batches, legacy_run, index_entries, small_legacy_v2) with arguments derived from
+digest_stream, v2_records, v2_batches, legacy_run, index_entries, small_legacy_v2, small_v2_records) with arguments
+derived from
 (seed, case number) alone: random or Kafka-shaped buffers, damaged or not, and position/length arrays that are mostly
 plausible, sometimes extreme (int64 limits, negative, past the end, ends before starts), sometimes of the wrong
 dtype, shape, contiguity, alignment or length; for index_entries, batch sizes, an interval and a carried state; for
-small_legacy_v2, a legacy segment (damaged or not) and the conversion's options. The outcome is checked against the
-function's Python reference (``migrate.format.accel`` names the twins; small_legacy_v2's is the general conversion,
-``migrate.segment.convert.stream_entries``, run over the buffer in memory):
+small_legacy_v2, a legacy segment (damaged or not) and the conversion's options; for small_v2_records, v2 batches
+(damaged or not, their CRCs computed again for half of those). The outcome is checked against the function's Python
+reference (``migrate.format.accel`` names the twins; small_legacy_v2's is the general conversion,
+``migrate.segment.convert.stream_entries``, run over the buffer in memory; small_v2_records's the reader's walk and
+``v2_batches``):
 
 * a refusal must be TypeError, ValueError, OverflowError, MemoryError or BufferError, and only for arguments the
   reference refuses too (or that no reference would take: a wrong dtype, a strided array);
 * small_legacy_v2 declines (None) exactly what the general conversion refuses or converts otherwise than as plain
-  legacy messages, and gives its bytes, index files and digests for the rest;
+  legacy messages, and gives its bytes, index files and digests for the rest; small_v2_records declines exactly
+  what is not a run of complete v2 batches that v2_batches decodes, and gives their columns and digest otherwise;
 * an accepted call must give exactly the reference's result, so an out-of-bounds read that changes a result shows
   up even without a sanitizer. A read that changes nothing, or a write, needs a sanitizer build (see README.md).
 
@@ -49,7 +53,7 @@ from migrate.errors import CorruptRecordError, SegmentRefusedError, TruncatedTai
 from migrate.format import accel, checksums, legacy
 from migrate.format import batch as v2
 from migrate.format.digest import LogDigest, hasher
-from migrate.format.entries import read_entries, walk_positions
+from migrate.format.entries import read_entries, walk_entries, walk_positions
 from migrate.format.records import Compression, Record, RecordColumns
 from migrate.format.varint import decode_varint
 from migrate.model.plan_tree import ConvertOptions, TimestampPolicy
@@ -70,6 +74,7 @@ FUNCTIONS = [
     "legacy_run",
     "index_entries",
     "small_legacy_v2",
+    "small_v2_records",
 ]
 
 
@@ -420,6 +425,42 @@ def check_small_legacy_v2(c: ModuleType, buf: bytes, base: int, options: Convert
     return "ok converted"
 
 
+def small_v2_records_reference(buf: bytes) -> tuple | None:
+    """What small_v2_records must give: the walk's complete entries, each of magic 2 and decoded by v2_batches
+    (``decode_uncompressed_batches``), their columns and the SHA-256 of their digest serialization (the Python
+    reference's, ``LogDigest._update_rows``); None for anything else."""
+    try:
+        walk = walk_entries(buf)
+    except (CorruptRecordError, UnsupportedFormatError):
+        return None
+    if not len(walk.positions) or walk.tail is not None or (walk.magics != v2.MAGIC).any():
+        return None
+    decoded = v2.decode_uncompressed_batches(buf, walk.positions, walk.sizes)
+    if decoded is None:
+        return None
+    digest = LogDigest(plain=False, timed=True)
+    digest._update_rows(decoded.records)
+    return (walk.positions.tolist(), walk.sizes.tolist(), decoded.last_offsets.tolist(),
+            decoded.max_timestamps.tolist(), len(decoded.records), digest.hexdigests()[1])  # fmt: skip
+
+
+def check_small_v2_records(c: ModuleType, buf: bytes) -> str:
+    got, err = _call(c.small_v2_records, buf)
+    if err is not None:
+        raise Mismatch(f"small_v2_records raised on a bytes buffer: {err!r}")
+    want = small_v2_records_reference(buf)
+    if got is None or want is None:
+        if (got is None) != (want is None):
+            raise Mismatch(f"small_v2_records {'declined' if got is None else 'read'}, the reference did not")
+        return "declined"
+    mine = [np.frombuffer(x, np.int64).tolist() for x in got[:4]] + [got[4], hashlib.sha256(got[5]).hexdigest()]
+    names = ["positions", "sizes", "last offsets", "max timestamps", "records", "digest stream"]
+    for name, a, b in zip(names, mine, want):
+        if a != b:
+            raise Mismatch(f"small_v2_records: {name} {a!r:.80}, the reference {b!r:.80}")
+    return "ok read"
+
+
 CHECKERS: dict[str, Callable[..., str]] = {
     "walk": check_walk,
     "crc_ranges": check_crc_ranges,
@@ -430,6 +471,7 @@ CHECKERS: dict[str, Callable[..., str]] = {
     "legacy_run": check_legacy_run,
     "index_entries": check_index_entries,
     "small_legacy_v2": check_small_legacy_v2,
+    "small_v2_records": check_small_v2_records,
 }
 
 
@@ -551,6 +593,13 @@ def random_case(rng: random.Random) -> tuple[str, tuple[Any, ...]]:
         return name, index_case(rng, lengths)
     if name == "small_legacy_v2":
         return name, small_case(rng)
+    if name == "small_v2_records":
+        data = kafka_buffer(rng)
+        if rng.random() < 0.4:
+            data = damage(rng, data)
+            if rng.random() < 0.5:
+                data = v2_crcs_fixed(data)
+        return name, (data,)
     if name == "legacy_run" and rng.random() < 0.5:
         buf = damage(rng, legacy_buffer(rng))
         size = len(buf)
@@ -633,6 +682,15 @@ def legacy_segment(rng: random.Random) -> bytes:
         else:
             parts.append(legacy.encode_messages(records, magic))
     return b"".join(parts)
+
+
+def v2_crcs_fixed(buf: bytes) -> bytes:
+    """Every whole v2 batch's CRC-32C computed again, so damage inside a batch gets past its checksum."""
+    out = bytearray(buf)
+    for at, size in zip(*_walk_or_nothing(buf)):
+        if size >= v2.RECORD_BATCH_OVERHEAD and out[at + 16] == v2.MAGIC:
+            struct.pack_into(">I", out, at + 17, _crc32c.crc32c(bytes(out[at + 21 : at + size])))
+    return bytes(out)
 
 
 def legacy_crcs_fixed(buf: bytes) -> bytes:

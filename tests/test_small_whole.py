@@ -2,7 +2,9 @@
 general path gives: the same .log, .index and .timeindex bytes and the same result, or it steps aside (None) and the
 general path converts it or refuses it with its precise error. Checked on every fixture segment, on generated
 segments under every option the whole path takes, and on thousands of damaged ones (CRCs recomputed for half, so
-the damage gets past the checksums); the compiled function is also fed raw garbage directly."""
+the damage gets past the checksums); the compiled function is also fed raw garbage directly. Likewise the verifier's
+whole read-back of a small converted .log (``small_v2_records``): the same check as its general read, on sound and on
+damaged outputs."""
 
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ from migrate.errors import LocatedError
 from migrate.format import accel, legacy
 from migrate.model.plan_tree import ConvertOptions, TimestampPolicy
 from migrate.model.run_state import SegmentTask
-from migrate.segment import convert, small
+from migrate.segment import convert, small, verify
 from migrate.segment.verify import verify_segment
 
 pytestmark = pytest.mark.skipif(accel.speedups is None, reason="the whole path needs the C accelerator")
@@ -88,7 +90,9 @@ def _source(tmp_path: Path, data: bytes, base: int = 0) -> Path:
     return path
 
 
-@pytest.mark.parametrize("options", [ConvertOptions(), ConvertOptions(timestamps=TimestampPolicy.NONE)], ids=["mtime", "none"])
+@pytest.mark.parametrize(
+    "options", [ConvertOptions(), ConvertOptions(timestamps=TimestampPolicy.NONE)], ids=["mtime", "none"]
+)
 def test_every_fixture_segment_converts_as_the_general_path_converts_it(tmp_path, monkeypatch, options):
     spy = Spy()
     compared = 0
@@ -223,3 +227,76 @@ def test_the_compiled_function_takes_any_bytes(tmp_path):
     assert fn(sound, 0, 1, True, 0, False, 4096, 1_000_000, 2**31 - 1)[5:7] == (0, 5)
     with pytest.raises(TypeError):
         fn("not bytes", 0, 1, True, 0, False, 4096, 1_000_000, 2**31 - 1)
+
+
+def _checks(result, options, monkeypatch):
+    """verify_segment's check of ``result`` by the whole read-back and by the general one."""
+    whole = verify_segment(result, options)
+    real = verify._small_v2_records
+    monkeypatch.setattr(verify, "_small_v2_records", None)
+    try:
+        general = verify_segment(result, options)
+    finally:
+        monkeypatch.setattr(verify, "_small_v2_records", real)
+    return dataclasses.asdict(whole), dataclasses.asdict(general)
+
+
+def test_a_small_output_reads_back_as_the_general_reader_reads_it(tmp_path, monkeypatch):
+    """Every fixture segment's output, sound and then damaged (bytes flipped, cut, its CRCs made right again for half
+    of the cases): the same verdict, problems, batches, records and digest by either read-back."""
+    rng = random.Random(11)
+    options = ConvertOptions(index_interval_bytes=64)
+    read_whole_outputs = 0
+    for path in FIXTURE_SEGMENTS:
+        base = int(path.stem)
+        source = _source(tmp_path / "src" / path.parent.name, path.read_bytes(), base)
+        try:
+            result = convert.convert_segment(SegmentTask(str(source), str(tmp_path / path.parent.name), base, options))
+        except LocatedError:
+            continue
+        if not result.outputs:
+            continue
+        whole, general = _checks(result, options, monkeypatch)
+        assert whole == general and whole["ok"], path
+        log = Path(result.outputs[".log"])
+        sound = log.read_bytes()
+        read_whole_outputs += verify._small_v2_records(sound) is not None
+        for _ in range(30 if len(sound) > 1 else 0):
+            buf = bytearray(sound)
+            for _ in range(rng.choice([1, 2, 4])):
+                buf[rng.randrange(len(buf))] = rng.randrange(256)
+            if rng.random() < 0.2:
+                del buf[rng.randrange(1, len(buf)) :]
+            if rng.random() < 0.5:
+                fuzz.fix_crcs(buf)
+            log.write_bytes(bytes(buf))
+            os.utime(log, ns=(result.mtime_ns, result.mtime_ns))
+            whole, general = _checks(result, options, monkeypatch)
+            assert whole == general, (path, whole["problems"][:2], general["problems"][:2])
+        log.write_bytes(sound)
+    assert read_whole_outputs >= 10, read_whole_outputs  # the fixtures' plain legacy segments, read back whole
+
+
+def test_the_compiled_read_back_takes_any_bytes():
+    """Garbage, and a sound small output cut or stretched anywhere: None or a result, never a crash."""
+    fn = verify._small_v2_records
+    rng = random.Random(5)
+    sound = b"".join(
+        small._small_legacy_v2(
+            b"".join(_message(i, 0, False, -1, b"k" * i, None if i % 3 == 0 else b"v" * i) for i in range(5)),
+            0, 1_500_000_000_000, True, 0, False, 4096, 1_000_000, 2**31 - 1,
+        )[:1]
+    )  # fmt: skip
+    samples = [b"", b"\x00" * 61, sound, sound[:-1], sound + b"\x00"]
+    samples += [rng.randbytes(rng.randrange(300)) for _ in range(2000)]
+    for _ in range(2000):
+        buf = bytearray(sound)
+        at = rng.randrange(len(buf) - 4)
+        struct.pack_into(">i", buf, at, rng.choice([-(2**31), -1, 0, 13, 14, 60, 61, 2**31 - 1, rng.randrange(2**31)]))
+        samples.append(bytes(buf))
+    read = 0
+    for data in samples:
+        out = fn(data)
+        assert out is None or len(out) == 6
+        read += out is not None
+    assert read >= 1 and fn(sound)[4] == 5

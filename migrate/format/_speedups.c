@@ -1,8 +1,9 @@
 /* Hot loops of the format layer in C: the entry walk, CRC-32 and CRC-32C over many ranges, the single-record v2
- * batch encoder, the content-digest serialization, the columnar v2 record decoder, and a small legacy segment's
- * whole conversion. Each has a Python twin in the format modules (the reference, used when this module is not built
- * or is switched off, see accel.py; the whole conversion's twin is migrate.segment.convert's general path); tests
- * check both give identical results. No Python objects per record: arrays in, bytes out.
+ * batch encoder, the content-digest serialization, the columnar v2 record decoder, a small legacy segment's whole
+ * conversion and a small v2 segment's whole read-back. Each has a Python twin in the format modules (the reference,
+ * used when this module is not built or is switched off, see accel.py; the whole conversion's twin is
+ * migrate.segment.convert's general path, the whole read-back's migrate.segment.verify's); tests check both give
+ * identical results. No Python objects per record: arrays in, bytes out.
  *
  * Every argument may come from an untrusted file, or from a caller's mistake: each function checks that its arrays
  * are 1-D, C-contiguous, aligned and of the item type it reads, that parallel arrays have one length, and that every
@@ -15,8 +16,8 @@
  * the GIL another thread could change an argument between the checking pass and the loop, so each loop takes every
  * position and length it uses once, into a local, and checks again that it reads and writes inside its buffers
  * (cheap comparisons); an argument changed under it raises RuntimeError (CHANGED_UNDER_US) instead of reading or
- * writing out of bounds. small_legacy_v2 alone holds the GIL: it takes one small buffer, whose work is short, and so
- * nothing it reads can change under it. */
+ * writing out of bounds. small_legacy_v2 and small_v2_records alone hold the GIL: each takes one small buffer, whose
+ * work is short, and so nothing it reads can change under it. */
 #include "_speedups_base.h"
 
 /* --- the entry walk ------------------------------------------------------------------------------------------ */
@@ -388,6 +389,61 @@ static inline int64_t v2_capacity(const uint8_t *b, int64_t size) {
     return count;
 }
 
+/* The records of the v2 batch of `size` bytes at b (inside src) appended to the columns C (offsets, timestamps,
+ * key_pos, key_len, value_pos, value_len) from row *r, which has room for total - *r more: V2_DECODED (and *r moved
+ * past them), V2_DEFER (compressed, a negative count or a record with headers) or V2_MALFORMED (*r left where it
+ * was). `checked`: the batch's CRC-32C is checked first, and *last_offset and *max_timestamp are read from its
+ * header (0 for a batch too short to have one). */
+static inline int v2_batch_records(const uint8_t *src, const uint8_t *b, int64_t size, int checked, int64_t *C[6],
+                                   Py_ssize_t *r_at, Py_ssize_t total, int64_t *last_offset, int64_t *max_timestamp) {
+    const uint8_t *end = b + size;
+    *last_offset = *max_timestamp = 0;
+    if (size < V2_HEADER) return V2_MALFORMED;
+    if (checked) {
+        /* the batch's own header: last offset (Java long arithmetic) and max timestamp; then its CRC-32C */
+        *last_offset = (int64_t)((uint64_t)be64(b) + (uint64_t)(int64_t)be32(b + 23));
+        *max_timestamp = be64(b + 35);
+        if ((uint32_t)be32(b + 17) != crc32c(b + 21, size - 21)) return V2_MALFORMED;
+    }
+    const uint8_t *p = b + V2_HEADER;
+    int16_t attributes = (int16_t)(b[21] << 8 | b[22]);
+    int32_t count = be32(b + 57), last_delta = be32(b + 23);
+    if ((attributes & 7) != 0 || count < 0) return V2_DEFER;
+    Py_ssize_t r = *r_at;
+    /* the columns hold `total` records, reserved from the counts the checking pass read: no more fit */
+    if (v2_capacity(b, size) < 0 || last_delta < 0 || count > total - r) return V2_MALFORMED;
+    int64_t base = be64(b), base_ts = be64(b + 27), max_ts = be64(b + 35), previous_delta = -1;
+    for (int32_t k = 0; k < count; k++) {
+        int64_t length, tsd, od, kl, vl, hc;
+        if (get_varint(&p, end, &length, 5) || length < 6 || length > end - p) return V2_MALFORMED;
+        const uint8_t *rend = p + length;
+        p++; /* record attributes: unused */
+        if (get_varint(&p, rend, &tsd, 10) || get_varint(&p, rend, &od, 5) || get_varint(&p, rend, &kl, 5) ||
+            kl < -1 || (kl > 0 && kl > rend - p))
+            return V2_MALFORMED;
+        /* the reader's offset rules: inside base..base + lastOffsetDelta, strictly increasing, an int64 */
+        if (od <= previous_delta || od > last_delta || base > INT64_MAX - od) return V2_MALFORMED;
+        previous_delta = od;
+        C[2][r] = p - src;
+        C[3][r] = kl;
+        p += kl > 0 ? kl : 0;
+        if (get_varint(&p, rend, &vl, 5) || vl < -1 || (vl > 0 && vl > rend - p)) return V2_MALFORMED;
+        C[4][r] = p - src;
+        C[5][r] = vl;
+        p += vl > 0 ? vl : 0;
+        if (get_varint(&p, rend, &hc, 5)) return V2_MALFORMED;
+        if (hc != 0) return V2_DEFER;
+        if (p != rend) return V2_MALFORMED;
+        C[0][r] = base + od;
+        /* Java long arithmetic: a timestamp delta may have wrapped on write */
+        C[1][r] = (attributes & 0x08) ? max_ts : (int64_t)((uint64_t)base_ts + (uint64_t)tsd);
+        r++;
+    }
+    if (p != end) return V2_MALFORMED;
+    *r_at = r;
+    return V2_DECODED;
+}
+
 /* v2_records(buffer, positions, sizes) -> (status, counts, offsets, timestamps, key_pos, key_len, value_pos,
  * value_len): the records of uncompressed v2 batches. status per batch: 0 decoded, 1 has headers, is compressed or
  * has a negative count (decode it in Python), 2 malformed (decode it in Python to raise the precise error). The
@@ -441,91 +497,17 @@ static PyObject *v2_decode(PyObject *args, int checked) {
             changed = 1;
             break;
         }
-        const uint8_t *b = src + at, *end = b + size;
+        const uint8_t *b = src + at;
         if (i + 4 < nb) { /* a hint, for a position inside the buffer only (another could overflow the pointer) */
             int64_t ahead = P[i + 4];
             if (ahead >= 0 && ahead < (int64_t)buf.len) __builtin_prefetch(src + ahead);
         }
-        CN[i] = 0;
-        if (checked) LO[i] = MX[i] = 0;
-        if (size < V2_HEADER) {
-            ST[i] = V2_MALFORMED;
-            continue;
-        }
-        if (checked) {
-            /* the batch's own header: last offset (Java long arithmetic) and max timestamp; then its CRC-32C */
-            LO[i] = (int64_t)((uint64_t)be64(b) + (uint64_t)(int64_t)be32(b + 23));
-            MX[i] = be64(b + 35);
-            if ((uint32_t)be32(b + 17) != crc32c(b + 21, size - 21)) {
-                ST[i] = V2_MALFORMED;
-                continue;
-            }
-        }
-        const uint8_t *p = b + V2_HEADER;
-        int16_t attributes = (int16_t)(b[21] << 8 | b[22]);
-        int32_t count = be32(b + 57), last_delta = be32(b + 23);
-        if ((attributes & 7) != 0 || count < 0) {
-            ST[i] = V2_DEFER;
-            continue;
-        }
-        /* the columns hold `total` records, reserved from the counts the checking pass read: no more fit */
-        if (v2_capacity(b, size) < 0 || last_delta < 0 || count > total - r) {
-            ST[i] = V2_MALFORMED;
-            continue;
-        }
-        int64_t base = be64(b), base_ts = be64(b + 27), max_ts = be64(b + 35), previous_delta = -1;
+        int64_t last = 0, max = 0;
         Py_ssize_t r0 = r;
-        ST[i] = V2_DECODED;
-        for (int32_t k = 0; k < count && ST[i] == V2_DECODED; k++) {
-            int64_t length, tsd, od, kl, vl, hc;
-            if (get_varint(&p, end, &length, 5) || length < 6 || length > end - p) {
-                ST[i] = V2_MALFORMED;
-                break;
-            }
-            const uint8_t *rend = p + length;
-            p++; /* record attributes: unused */
-            if (get_varint(&p, rend, &tsd, 10) || get_varint(&p, rend, &od, 5) || get_varint(&p, rend, &kl, 5) ||
-                kl < -1 || (kl > 0 && kl > rend - p)) {
-                ST[i] = V2_MALFORMED;
-                break;
-            }
-            /* the reader's offset rules: inside base..base + lastOffsetDelta, strictly increasing, an int64 */
-            if (od <= previous_delta || od > last_delta || base > INT64_MAX - od) {
-                ST[i] = V2_MALFORMED;
-                break;
-            }
-            previous_delta = od;
-            C[2][r] = p - src;
-            C[3][r] = kl;
-            p += kl > 0 ? kl : 0;
-            if (get_varint(&p, rend, &vl, 5) || vl < -1 || (vl > 0 && vl > rend - p)) {
-                ST[i] = V2_MALFORMED;
-                break;
-            }
-            C[4][r] = p - src;
-            C[5][r] = vl;
-            p += vl > 0 ? vl : 0;
-            if (get_varint(&p, rend, &hc, 5)) {
-                ST[i] = V2_MALFORMED;
-                break;
-            }
-            if (hc != 0) {
-                ST[i] = V2_DEFER;
-                break;
-            }
-            if (p != rend) {
-                ST[i] = V2_MALFORMED;
-                break;
-            }
-            C[0][r] = base + od;
-            /* Java long arithmetic: a timestamp delta may have wrapped on write */
-            C[1][r] = (attributes & 0x08) ? max_ts : (int64_t)((uint64_t)base_ts + (uint64_t)tsd);
-            r++;
-        }
-        if (ST[i] == V2_DECODED && p != end) ST[i] = V2_MALFORMED;
-        if (ST[i] != V2_DECODED) {
-            r = r0;
-            continue;
+        ST[i] = (uint8_t)v2_batch_records(src, b, size, checked, C, &r, total, &last, &max);
+        if (checked) {
+            LO[i] = last;
+            MX[i] = max;
         }
         CN[i] = r - r0;
     }
@@ -947,6 +929,83 @@ done:
     return result;
 }
 
+/* --- a small v2 segment, read back whole --------------------------------------------------------------------- */
+
+/* small_v2_records(buffer)
+ *   -> None, or (positions, sizes, last_offsets, max_timestamps, records, digest_stream): a whole .log of complete,
+ * uncompressed v2 batches without record headers, each CRC-32C checked and decoded as v2_batches decodes it: each
+ * batch's position, size, last offset and max timestamp (bytes of int64), the number of records, and the records'
+ * digest serialization with their timestamps (digest_stream). None (read it the general way, which also names the
+ * problem) for anything else: no complete batch, an incomplete tail, an entry size below 14, magic other than 2, a
+ * batch v2_batches would not decode here (compressed, headers, malformed). Holds the GIL, as small_legacy_v2. */
+static PyObject *small_v2_records(PyObject *self, PyObject *args) {
+    Py_buffer buf;
+    if (!PyArg_ParseTuple(args, "y*:small_v2_records", &buf)) return NULL;
+    const uint8_t *src = buf.buf;
+    Py_ssize_t end = buf.len, nb = 0, total = 0, pos = 0;
+    PyObject *result = NULL, *positions = NULL, *sizes = NULL, *lasts = NULL, *maxes = NULL, *stream = NULL;
+    int64_t *walked = NULL, *cols = NULL;
+    /* batches of at least 61 bytes: at most end / 61 of them; their positions, then their sizes */
+    Py_ssize_t cap = end / V2_HEADER + 1;
+    walked = PyMem_Malloc((size_t)cap * 2 * sizeof(int64_t));
+    if (walked == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    while (end - pos >= 17) {
+        int64_t size = (int64_t)be32(src + pos + 8) + 12;
+        if (size < V2_HEADER || size > end - pos || nb == cap || src[pos + 16] != 2) goto fallback;
+        int64_t capacity = v2_capacity(src + pos, size);
+        if (capacity < 0) goto fallback;
+        walked[nb] = pos;
+        walked[cap + nb] = size;
+        total += capacity; /* at most end / 7 in all */
+        pos += (Py_ssize_t)size;
+        nb++;
+    }
+    if (nb == 0 || pos != end) goto fallback;
+    positions = PyBytes_FromStringAndSize((const char *)walked, nb * 8);
+    sizes = PyBytes_FromStringAndSize((const char *)(walked + cap), nb * 8);
+    lasts = PyBytes_FromStringAndSize(NULL, nb * 8);
+    maxes = PyBytes_FromStringAndSize(NULL, nb * 8);
+    cols = PyMem_Malloc((size_t)(total ? total : 1) * 6 * sizeof(int64_t));
+    if (positions == NULL || sizes == NULL || lasts == NULL || maxes == NULL) goto done;
+    if (cols == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    int64_t *L = (int64_t *)PyBytes_AS_STRING(lasts), *M = (int64_t *)PyBytes_AS_STRING(maxes), *C[6];
+    for (int c = 0; c < 6; c++) C[c] = cols + (Py_ssize_t)c * (total ? total : 1);
+    Py_ssize_t r = 0;
+    int64_t stream_size = 0;
+    for (Py_ssize_t i = 0; i < nb; i++) {
+        Py_ssize_t r0 = r;
+        if (v2_batch_records(src, src + walked[i], walked[cap + i], 1, C, &r, total, &L[i], &M[i]) != V2_DECODED)
+            goto fallback;
+        for (Py_ssize_t k = r0; k < r; k++) stream_size += digest_record_size(1, C[3][k], C[5][k]);
+    }
+    stream = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)stream_size);
+    if (stream == NULL) goto done;
+    uint8_t *o = (uint8_t *)PyBytes_AS_STRING(stream);
+    for (Py_ssize_t k = 0; k < r; k++)
+        o = put_digest_record(o, src, 1, C[0][k], C[1][k], C[2][k], C[3][k], C[4][k], C[5][k]);
+    result = Py_BuildValue("(OOOOnO)", positions, sizes, lasts, maxes, r, stream);
+    goto done;
+fallback:
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:
+    Py_XDECREF(positions);
+    Py_XDECREF(sizes);
+    Py_XDECREF(lasts);
+    Py_XDECREF(maxes);
+    Py_XDECREF(stream);
+    PyMem_Free(walked);
+    PyMem_Free(cols);
+    PyBuffer_Release(&buf);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"index_entries", index_entries, METH_VARARGS, "offset- and time-index entries of batches (LogSegment.recover)"},
     {"v2_records", v2_records, METH_VARARGS, "records of uncompressed v2 batches, as columns"},
@@ -957,6 +1016,7 @@ static PyMethodDef methods[] = {
     {"crc_ranges", crc_ranges, METH_VARARGS, "CRC-32 or CRC-32C of many ranges"},
     {"single_record_batches", single_record_batches, METH_VARARGS, "one v2 batch per record"},
     {"small_legacy_v2", small_legacy_v2, METH_VARARGS, "a small segment of plain legacy messages as v2, whole"},
+    {"small_v2_records", small_v2_records, METH_VARARGS, "a small v2 segment's batches and records, whole"},
     {NULL, NULL, 0, NULL},
 };
 

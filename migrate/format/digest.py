@@ -197,6 +197,16 @@ class LogDigest:
 
     _update = accel.pick(_update_columns, _update_rows)
 
+    def update_timed_stream(self, stream: bytes, records: int) -> bool:
+        """``records`` already serialized with their timestamps (``digest_stream``'s bytes: the accelerator's
+        ``small_v2_records``) into the timestamped digest; False, and nothing taken, where this digest also needs
+        them otherwise (the plain digest, or the pieces of a segment converted in ranges)."""
+        if self.plain is not None or self.timed is None or self._split is not None:
+            return False
+        self.timed.update(stream)
+        self.records += records
+        return True
+
     def hexdigests(self) -> tuple[str, str]:
         """(plain, timestamped) digests in hex; "" for one not computed."""
         if self._split is not None:
