@@ -42,17 +42,16 @@ import array
 import hashlib
 import json
 import os
-import pickle
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, overload
 
 import numpy as np
-import zstandard
 
 from migrate.codec import from_json, to_json
 from migrate.errors import ModelError
+from migrate.model.plan_pack import pack_columns, unpack_columns
 from migrate.model.plan_tree import (
     PLAN_VERSION,
     CompactionPlan,
@@ -145,15 +144,15 @@ class SegmentColumns:
     ints: dict[str, np.ndarray]
     extra: dict[int, str] = field(default_factory=dict)  # row -> SegmentExtra as JSON, where a row has any
     parquet: bytes | None = None  # these columns as Parquet (the plan file they were read from), once made
-    packed: bytes | None = None  # these columns as ``_pack`` sends them to a worker, once made
+    packed: bytes | None = None  # these columns as ``plan_pack`` sends them to a worker, once made
 
     def __reduce__(self) -> tuple[Any, ...]:
         # a Dask scatter sends the plan to every worker: packed (about 9 bytes a segment), not as numpy arrays (about
         # 100); the driver checked them against the plan's id, a worker only unpacks them. Not as Parquet: decoding
         # that would import pyarrow into every worker, 31 MB of each worker's memory for this alone
         if self.packed is None:
-            self.packed = _pack(self)
-        return (_unpack, (self.packed,))
+            self.packed = pack_columns(self.names, self.ints, self.extra, _INT_COLUMNS)
+        return (_columns_from_packed, (self.packed,))
 
     def __len__(self) -> int:
         return len(self.ints["base_offset"])
@@ -739,43 +738,9 @@ def _read_columns(data: bytes, source: str) -> tuple[SegmentColumns, dict[bytes,
     return SegmentColumns(names, ints, extra, data), metadata
 
 
-def _pack(columns: SegmentColumns) -> bytes:
-    """The columns as a pickle of zstd frames, one per column: each int column as the int64 differences of its
-    values (a partition's offsets, inodes and mtimes step by little: they compress to a few bits a row), each name
-    column as its dictionary and codes, the extra rows as they are. A column at a time, so the driver's memory grows
-    by about two columns' arrays while it packs, not by the whole table."""
-    compressor = zstandard.ZstdCompressor(level=3)
-    ints = {}
-    for column, kind in _INT_COLUMNS:
-        values = columns.ints[column]
-        wide = values.view(np.int64) if np.dtype(kind) == np.uint64 else values.astype(np.int64, copy=False)
-        steps = np.empty_like(wide)
-        steps[:1] = wide[:1]
-        np.subtract(wide[1:], wide[:-1], out=steps[1:])  # wraps as the cumulative sum unwraps
-        ints[column] = compressor.compress(memoryview(steps).cast("B"))
-    names = {
-        c: (values, compressor.compress(memoryview(np.ascontiguousarray(codes, np.int32)).cast("B")))
-        for c, (values, codes) in columns.names.items()
-    }
-    return pickle.dumps((len(columns), names, ints, columns.extra), protocol=pickle.HIGHEST_PROTOCOL)
-
-
-def _unpack(packed: bytes) -> SegmentColumns:
-    """``_pack``'s columns (sent by this tool's driver to its own workers: never a file's bytes)."""
-    rows, names, ints, extra = pickle.loads(packed)
-    decompressor = zstandard.ZstdDecompressor()
-    out: dict[str, np.ndarray] = {}
-    for column, kind in _INT_COLUMNS:
-        steps = np.frombuffer(decompressor.decompress(ints[column]), np.int64)
-        wide = np.cumsum(steps, dtype=np.int64)
-        out[column] = wide.view(np.uint64) if np.dtype(kind) == np.uint64 else wide.astype(kind, copy=False)
-    codes = {
-        c: (values, np.frombuffer(decompressor.decompress(raw), np.int32).copy()) for c, (values, raw) in names.items()
-    }
-    columns = SegmentColumns(codes, out, extra, packed=packed)
-    if len(columns) != rows:
-        raise ModelError(f"packed plan columns of {len(columns)} rows, {rows} were sent")
-    return columns
+def _columns_from_packed(packed: bytes) -> SegmentColumns:
+    names, ints, extra = unpack_columns(packed, _INT_COLUMNS)
+    return SegmentColumns(names, ints, extra, packed=packed)
 
 
 def load_plan_parquet(data: bytes, source: str = "plan") -> Plan:
