@@ -205,18 +205,25 @@ def test_damaged_segments_convert_or_are_refused_as_the_general_path_does(tmp_pa
     assert kinds.get("refused", 0) >= 100 and spy.converted >= 20, (kinds, spy.converted)
 
 
+def _hostile(sound: bytes, rng: random.Random, sizes: list[int], garbage_bytes: int) -> list[bytes]:
+    """Empty and zeroed buffers, ``sound`` as it is, cut and stretched, random garbage, and ``sound`` with a 32-bit
+    field anywhere set to an extreme or to one of ``sizes`` (entry sizes around the function's limits)."""
+    samples = [b"", b"\x00" * 61, sound, sound[:-1], sound + b"\x00"]
+    samples += [rng.randbytes(rng.randrange(garbage_bytes)) for _ in range(2000)]
+    for _ in range(2000):
+        buf = bytearray(sound)
+        at = rng.randrange(len(buf) - 4)
+        struct.pack_into(">i", buf, at, rng.choice([-(2**31), -1, 0, *sizes, 2**31 - 1, rng.randrange(2**31)]))
+        samples.append(bytes(buf))
+    return samples
+
+
 def test_the_compiled_function_takes_any_bytes(tmp_path):
     """Garbage, and sound messages cut or stretched anywhere: None or a result, never a crash or a read outside."""
     fn = small._small_legacy_v2
     rng = random.Random(7)
     sound = b"".join(_message(i, i % 2, i % 3 == 0, 1000 + i, b"k" * i, b"v" * (2 * i)) for i in range(6))
-    samples = [b"", b"\x00" * 17, sound, sound[:-1], sound + b"\x00"]
-    samples += [rng.randbytes(rng.randrange(200)) for _ in range(2000)]
-    for _ in range(2000):
-        buf = bytearray(sound)
-        at = rng.randrange(len(buf) - 4)
-        struct.pack_into(">i", buf, at, rng.choice([-(2**31), -1, 0, 13, 14, 25, 26, 2**31 - 1, rng.randrange(2**31)]))
-        samples.append(bytes(buf))
+    samples = [b"\x00" * 17, *_hostile(sound, rng, [13, 14, 25, 26], 200)]
     converted = 0
     for data in samples:
         for base in (0, 3, -1, 2**62):
@@ -287,13 +294,7 @@ def test_the_compiled_read_back_takes_any_bytes():
             0, 1_500_000_000_000, True, 0, False, 4096, 1_000_000, 2**31 - 1,
         )[:1]
     )  # fmt: skip
-    samples = [b"", b"\x00" * 61, sound, sound[:-1], sound + b"\x00"]
-    samples += [rng.randbytes(rng.randrange(300)) for _ in range(2000)]
-    for _ in range(2000):
-        buf = bytearray(sound)
-        at = rng.randrange(len(buf) - 4)
-        struct.pack_into(">i", buf, at, rng.choice([-(2**31), -1, 0, 13, 14, 60, 61, 2**31 - 1, rng.randrange(2**31)]))
-        samples.append(bytes(buf))
+    samples = _hostile(sound, rng, [13, 14, 60, 61], 300)
     read = 0
     for data in samples:
         out = fn(data)
