@@ -30,6 +30,7 @@ import signal
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -37,7 +38,7 @@ from migrate.engines import CallResult, Fold, StageCall
 from migrate.errors import MigrateError
 from migrate.format import accel
 from migrate.model.plan_tree import DigestAlgorithm, Plan
-from migrate.model.run_state import RangeProgress, Stage
+from migrate.model.run_state import Stage
 from migrate.run import faults
 from migrate.watch import events, progress, runlog
 
@@ -256,7 +257,9 @@ class DaskEngine:
         self._topics: list[str] = []
         self._held_events: list[tuple[str, Any]] = []  # from calls run here, until the scheduler is up
         self._held_segments: list[events.SegmentFinished] = []  # of the call running here, batched when it ends
-        self._told_here: set[RangeProgress] = set()  # ranges run here, told to on_segment already
+        # the batches of calls run here carry it: they come back from the scheduler's page to this client's
+        # subscription, told to on_segment already, and are dropped there undecoded
+        self._origin = f"client-{uuid.uuid4().hex}"
         self._plans_run_here: dict[str, Plan] = {}  # announced to the scheduler's page with them
         self._ready = threading.Event()  # the scheduler answers (and, for a remote one, its workers)
         self._workers_up = threading.Event()  # a LocalCluster's workers answer
@@ -569,13 +572,10 @@ class DaskEngine:
             failure.append(exc)
 
     def _segment_events(self, event: tuple[float, Any]) -> None:
-        """Segments or ranges finished on a worker, or here: the page's events come back to this subscription too,
-        and a range told already (``_run_here``) is not told twice (a segment's outcome is counted once anyway)."""
+        """Segments or ranges finished on a worker. The batches of calls run here come back to this subscription
+        from the scheduler's page too; told already (``_run_here``), they are dropped undecoded."""
         assert self._on_segment is not None
-        for o in events.decode_segments(event[1]):
-            if isinstance(o, RangeProgress) and o in self._told_here:
-                self._told_here.discard(o)
-                continue
+        for o in events.decode_segments(event[1], skip_origin=self._origin):
             self._on_segment(o)
 
     def _run_here(self, stage: Stage, fn: Callable[..., Any], call: StageCall) -> CallResult:
@@ -584,8 +584,6 @@ class DaskEngine:
         def sink(o: progress.Event) -> None:
             if self._on_segment is not None:
                 self._on_segment(o)
-                if isinstance(o, RangeProgress):
-                    self._told_here.add(o)
             self._held_segments.append(events.segment_event(o, plan))
 
         if plan is not None:
@@ -607,7 +605,8 @@ class DaskEngine:
     def _hold_segments(self) -> None:
         """The segments finished here since the last call, as one batch among the held events."""
         if self._held_segments:
-            batch, self._held_segments = events.SegmentsFinished(tuple(self._held_segments)), []
+            batch = events.SegmentsFinished(tuple(self._held_segments), self._origin)
+            self._held_segments = []
             self._held_events.append((events.SEGMENTS_TOPIC, events.encode(batch)))
 
     def publish_held_events(self) -> None:
