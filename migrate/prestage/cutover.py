@@ -19,7 +19,6 @@ with other options or another leader epoch than the plan's (``record.judge_stage
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +37,7 @@ from migrate.prestage.record import (
     read_record,
     record_path,
 )
-from migrate.segment.convert import live_stats
+from migrate.segment.convert import live_files
 
 
 def staging_tree(log_dir: str | Path, override: str | None = None) -> Path | None:
@@ -110,9 +109,13 @@ def take_staged(root: Path, partition: str, task: SegmentTask, *, deep: bool = F
     staged = staged_for(root, partition, task.base_offset)
     if staged is None:
         return Taken(Judgement(Verdict.STAGED_CHANGED, f"its pre-stage record under {root / partition} is gone"))
+    try:  # stated once: the judgement's source identity and the live .log's stat the swap compares
+        source_stat: os.stat_result | None = os.stat(task.source)
+    except FileNotFoundError:
+        source_stat = None  # the judgement says so
     # by stat: plan read the source's edges, and nothing can rewrite it in place without changing its ctime but a
     # process writing through a mapping, i.e. a running broker, which execute's prepare refuses (its .lock is held)
-    judgement = judge_staged(staged, task.source, task.options, edges=False, deep=deep)
+    judgement = judge_staged(staged, task.source, task.options, edges=False, deep=deep, source_stat=source_stat)
     if not judgement.usable:
         return Taken(judgement)
     identity = staged.record.source_identity
@@ -120,7 +123,10 @@ def take_staged(root: Path, partition: str, task: SegmentTask, *, deep: bool = F
     if (identity.size, identity.mtime_ns, identity.inode) != planned:
         why = f"staged from {identity}, planned size, mtime_ns, inode {planned}"
         return Taken(Judgement(Verdict.SOURCE_CHANGED, why))
-    result = dataclasses.replace(staged.record.result, source=task.source, outputs={}, output_stats={})
+    # a copy without ``dataclasses.replace``'s per-field work (a cut-over takes up to 10^6): the record has no
+    # ``__post_init__`` to run, and its fields were checked when the record was read
+    result = object.__new__(SegmentResult)
+    result.__dict__.update(staged.record.result.__dict__, source=task.source, outputs={}, output_stats={})
     for sfx, path in staged.paths.items():
         target = os.path.join(task.staging_dir, segment_name(task.base_offset, sfx))
         os.rename(path, target)
@@ -133,7 +139,8 @@ def take_staged(root: Path, partition: str, task: SegmentTask, *, deep: bool = F
             return Taken(Judgement(Verdict.STAGED_CHANGED, f"staged {path} changed while it was taken"))
         result.outputs[sfx] = target
         result.output_stats[sfx] = FileStat.of(st)
-    result.live_before = live_stats(os.path.dirname(task.source), task.base_offset)
+    live = live_files(os.path.dirname(task.source), task.base_offset, log=source_stat)
+    result.live_before = {sfx: FileStat.of(st) for sfx, st in live.items()}
     # no fsync of the work dir here (4 ms a segment, most of a take): convert_task syncs the filesystem before it
     # records any outcome, and a crash before that leaves the segment planned, converted anew by the next execute
     # whichever of these renames and the record's unlink reached the disk

@@ -69,11 +69,14 @@ class StagedSegment:
 
     def __post_init__(self) -> None:
         # plain strings, built once: the plan judges and the cut-over takes up to 10^6 of these, and a Path per file
-        # cost more than the stat that follows
-        parent = os.path.dirname(self.record_path)
-        base = self.record.base_offset
-        paths = {sfx: os.path.join(parent, segment_name(base, sfx)) for sfx in self.record.staged}
-        object.__setattr__(self, "paths", paths)
+        # cost more than the stat that follows; the record's own path names the segment already
+        path = os.fspath(self.record_path)
+        stem = (
+            path[: -len(RECORD_SUFFIX)]
+            if path.endswith(segment_name(self.record.base_offset, RECORD_SUFFIX))
+            else os.path.join(os.path.dirname(path), segment_name(self.record.base_offset))
+        )
+        object.__setattr__(self, "paths", {sfx: stem + sfx for sfx in self.record.staged})
 
     @property
     def files(self) -> dict[str, Path]:
@@ -97,10 +100,10 @@ def read_record(path: Path) -> StagedRecord:
         # otherwise hang the cut-over, and a stat first costs a call per segment
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
                 raise ModelError(f"{path}: not a pre-stage record (not a regular file)")
-            with os.fdopen(fd, "rb", closefd=False) as f:
-                data = json.loads(f.read())
+            data = json.loads(_read_to_end(fd, st.st_size))
         finally:
             os.close(fd)
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -109,6 +112,15 @@ def read_record(path: Path) -> StagedRecord:
     if record.version != RECORD_VERSION:
         raise ModelError(f"{path}: pre-stage record version {record.version}, this tool reads {RECORD_VERSION}")
     return record
+
+
+def _read_to_end(fd: int, size_hint: int) -> bytes:
+    """Every byte of the file open as ``fd``: one read when its stat's size is right (a cut-over reads 10^6 records;
+    a file object around the descriptor cost as much as the read), more when it grew since."""
+    parts = []
+    while chunk := os.read(fd, max(size_hint, 4096) + 1):
+        parts.append(chunk)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 def fsync_dir(path: Path) -> None:
@@ -162,17 +174,24 @@ def comparable(options: ConvertOptions) -> ConvertOptions:
 
 
 def judge_staged(
-    staged: StagedSegment, source: str | Path, options: ConvertOptions, *, edges: bool = True, deep: bool = False
+    staged: StagedSegment,
+    source: str | Path,
+    options: ConvertOptions,
+    *,
+    edges: bool = True,
+    deep: bool = False,
+    source_stat: os.stat_result | None = None,
 ) -> Judgement:
     """Whether ``staged`` may replace the live ``source`` converted with ``options`` (the partition's, leader epoch
     included): the source's five identity fields and its edge digest as recorded, the same options, and every staged
     file's identity as recorded after its fsync. ``deep`` also re-reads the staged files and verifies them against
     the recorded digests (a full read: not for the cut-over's window by default); ``edges=False`` skips reading the
-    source's edges (the passes, which re-stat every segment of a running broker each time, judge by stat alone)."""
+    source's edges (the passes, which re-stat every segment of a running broker each time, judge by stat alone).
+    ``source_stat``: the source stated by the caller just before (who needs the stat too), instead of again."""
     record = staged.record
     if record.options != options and comparable(record.options) != comparable(options):
         return Judgement(Verdict.OPTIONS_DIFFER, f"staged with {record.options}, wanted {options}")
-    now = FileIdentity.at(source)
+    now = FileIdentity.of(source_stat) if source_stat is not None else FileIdentity.at(source)
     if now is None:
         return Judgement(Verdict.SOURCE_GONE, f"{source} is gone")
     if now != record.source_identity:
