@@ -382,18 +382,29 @@ class SegmentRows(_Rows):
 
 
 class SegmentsByBase(Mapping[int, SegmentPlan]):
-    """``PartitionPlan.segment_by_base`` of a columnar plan: a binary search in the partition's base offsets."""
+    """``PartitionPlan.segment_by_base`` of a columnar plan: a binary search in the partition's base offsets, a dict of
+    them from the second lookup on."""
 
-    __slots__ = ("_columns", "_rows")
+    __slots__ = ("_asked", "_columns", "_index", "_rows")
 
     def __init__(self, columns: SegmentColumns, rows: range) -> None:
         self._columns = columns
         self._rows = rows
+        self._index: dict[int, int] | None = None  # base offset -> row, from the second lookup on
+        self._asked = 0
 
     def _row(self, base_offset: object) -> int | None:
         if not isinstance(base_offset, int) or not len(self._rows):
             return None
+        if self._index is not None:
+            return self._index.get(base_offset)
         bases = self._columns.ints["base_offset"][self._rows.start : self._rows.stop]
+        self._asked += 1
+        if self._asked > 1:
+            # a task asks for each of its partition's segments in turn: one dict of the partition's rows (a few us
+            # for 100 segments) instead of a binary search through numpy per segment (about 10 us each)
+            self._index = dict(zip(bases.tolist(), self._rows))
+            return self._index.get(base_offset)
         at = int(np.searchsorted(bases, base_offset))
         return self._rows.start + at if at < len(bases) and int(bases[at]) == base_offset else None
 

@@ -14,7 +14,6 @@ A low layer: stages emit through ``migrate.watch.progress``, and this module imp
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 from dataclasses import dataclass
 from typing import Any
@@ -165,9 +164,13 @@ def segment_event(outcome: SegmentOutcome | RangeProgress, plan: Plan | None = N
     if isinstance(outcome, RangeProgress):
         return SegmentFinished(plan_id, outcome)
     result = outcome.result
+    if result is not None:  # a copy without ``dataclasses.replace``'s per-field work: one per segment of a run
+        stripped = object.__new__(SegmentOutcome)
+        stripped.__dict__.update(outcome.__dict__, result=None)
+        outcome = stripped
     return SegmentFinished(
         plan_id,
-        dataclasses.replace(outcome, result=None),
+        outcome,
         planned_size(plan, outcome.log_dir, outcome.partition, outcome.base_offset),
         converted=result is not None,
         mtime_timestamped_records=result.mtime_timestamped_records if result is not None else 0,
