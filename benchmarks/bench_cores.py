@@ -21,25 +21,39 @@ row's best kept, every ratio between rows of the same run:
   processes) over 1.5 M v0 messages of 100 B values, against aiokafka's bare codec loop converting the same bytes
   in one process (``bench_end_to_end.py``'s rows, reused). Target: >= 1.0x.
 
+Every ``execute`` row also counts the CPU seconds of its whole process tree (``TreeCpu``): the marginal CPU per
+segment is the engine's own cost, and marginal CPU ÷ marginal wall time the cores it kept busy in steady state,
+whatever the host's memory did to the wall time.
+
+``--host-memory quiet`` (root) turns the VM's free page reporting off for the run and touches ``HOST_WARM_BYTES``
+once first (``bench_end_to_end.quiet_host_memory``), then restores the setting. With reporting on, memory a run
+frees goes back to the host within about 2 s, and the next run's first touch of each page costs the host's fault
+(1 GiB touched in one process: 0.8 s; 4 GiB: 5-11 s; two processes of 2 GiB each: 2.6-3.0 s, measured on
+2026-11-28): a row that writes 2 GB of tmpfs output pays seconds by chance and by how many processes touch them,
+which is the host's memory, not the engine. The report's first line says which state the run had.
+
 The plan (``kafka-log-migrate plan``) is made before each timed ``execute`` and is not timed in the first two
 sections. Log dirs are rebuilt for every run from hard links to sources generated once (``gen_legacy``), so a run's
-data is its sources plus its outputs: on /dev/shm 1.5 GB of source and up to 4 GB of output during the two-segment
-run; everything is removed at the end (``--keep-sources`` keeps the generated sources for the next run).
+data is its sources plus its outputs: on /dev/shm 3 GB of sources (the engines' rows link the first into every
+partition, each independent process has its own) and up to 4 GB of output during a two-segment run; everything is
+removed at the end (``--keep-sources`` keeps the generated sources for the next run).
 
     python benchmarks/bench_cores.py [--sections tmpfs,disk,startup] [--rounds 3] [--shm /dev/shm/bench-cores]
            [--disk-dir /tmp/bench-cores] [--tmpfs-records 11029411] [--disk-records 8823529] [--keep-sources]
-           [--json out.json]
+           [--host-memory as-is|quiet] [--json out.json]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -51,6 +65,7 @@ from migrate.demo import legacy_logdir
 
 REPO = Path(__file__).resolve().parents[1]
 TOPIC = "bench"
+HOST_WARM_BYTES = 10 << 30  # more than the two-segment tmpfs run holds at once (1.5 GB source, 4 GB out, processes)
 V2_BYTES_PER_MESSAGE = 180  # a 10 B key and 100 B value as one single-record v2 batch (batch.single_record_batch_sizes)
 
 COPY = r"""
@@ -148,22 +163,84 @@ def drop_cache(paths: list[Path]) -> None:
         os.close(fd)
 
 
-def execute_run(scratch: Path, sources: list[Path], records: int, engine: str, cold: bool) -> float:
-    """Plan (untimed), then ``execute`` in a fresh process, timed from its start to its exit; then remove it all."""
+def execute_run(scratch: Path, sources: list[Path], records: int, engine: str, cold: bool) -> tuple[float, float]:
+    """Plan (untimed), then ``execute`` in a fresh process, timed from its start to its exit, with the CPU seconds
+    of its process tree (``TreeCpu``); then remove it all."""
     log_dir = log_dir_of(scratch / "logdir", sources, records)
     plan = scratch / "plan.json"
-    run = lambda argv: subprocess.run(  # noqa: E731
-        argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env(engine), cwd=tempfile.gettempdir()
+    subprocess.run(
+        cli("plan", "--log-dirs", str(log_dir), "-o", str(plan)),
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=env(engine),
+        cwd=tempfile.gettempdir(),
     )
-    run(cli("plan", "--log-dirs", str(log_dir), "-o", str(plan)))
     if cold:
         drop_cache(sources)
     extra = ["--engine", "serial"] if engine == "serial" else ["--dashboard-address", "127.0.0.1:0"]
     t = time.perf_counter()
-    run(cli("execute", "--plan", str(plan), *extra))
+    with TreeCpu([subprocess.Popen(cli("execute", "--plan", str(plan), *extra), **_quiet(engine))]) as tree:
+        codes = tree.wait()
     seconds = time.perf_counter() - t
+    if any(codes):
+        raise SystemExit(f"execute exited {codes[0]}")
     remove_run(log_dir, plan)
-    return seconds
+    return seconds, tree.cpu_seconds
+
+
+def _quiet(engine: str = "") -> dict:
+    return {
+        "stdout": subprocess.DEVNULL,
+        "stderr": subprocess.DEVNULL,
+        "env": env(engine),
+        "cwd": tempfile.gettempdir(),
+    }
+
+
+class TreeCpu:
+    """The CPU seconds (user + system) of processes and all their descendants (a LocalCluster's workers are the
+    forkserver's children, which ``RUSAGE_CHILDREN`` never sees): each process's counters read from /proc every
+    20 ms, its last reading kept (a process's last 20 ms may be missed). The steady state's cores in use is then the
+    marginal CPU over the marginal wall time: the engine's own use of the cores, whatever the host's memory costs."""
+
+    def __init__(self, procs: list[subprocess.Popen]) -> None:
+        self.procs = procs
+        self._last: dict[int, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._tick = os.sysconf("SC_CLK_TCK")
+
+    def __enter__(self) -> TreeCpu:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def wait(self) -> list[int]:
+        return [p.wait() for p in self.procs]
+
+    @property
+    def cpu_seconds(self) -> float:
+        return sum(self._last.values())
+
+    def _tree(self, pid: int) -> list[int]:
+        out = [pid]
+        with contextlib.suppress(OSError):
+            for task in os.listdir(f"/proc/{pid}/task"):
+                for child in Path(f"/proc/{pid}/task/{task}/children").read_text().split():
+                    out += self._tree(int(child))
+        return out
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.02):
+            for root in self.procs:
+                for pid in self._tree(root.pid):
+                    with contextlib.suppress(OSError, IndexError):
+                        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                        self._last[pid] = (int(fields[11]) + int(fields[12])) / self._tick
 
 
 def remove_run(log_dir: Path, plan: Path) -> None:
@@ -176,7 +253,7 @@ def remove_run(log_dir: Path, plan: Path) -> None:
             leftover.unlink(missing_ok=True)
 
 
-def independent_run(scratch: Path, sources: list[Path], records: int) -> float:
+def independent_run(scratch: Path, sources: list[Path], records: int) -> tuple[float, float]:
     """The machine's ceiling for two cores: one serial ``execute`` per source, each its own process over its own log
     dir and plan, all started together (planned before, untimed); timed from the first start to the last exit."""
     runs = []
@@ -193,22 +270,16 @@ def independent_run(scratch: Path, sources: list[Path], records: int) -> float:
         runs.append((log_dir, plan))
     t = time.perf_counter()
     procs = [
-        subprocess.Popen(
-            cli("execute", "--plan", str(plan), "--engine", "serial"),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            env=env(),
-            cwd=tempfile.gettempdir(),
-        )
-        for _, plan in runs
+        subprocess.Popen(cli("execute", "--plan", str(plan), "--engine", "serial"), **_quiet()) for _, plan in runs
     ]
-    codes = [p.wait() for p in procs]
+    with TreeCpu(procs) as tree:
+        codes = tree.wait()
     seconds = time.perf_counter() - t
     if any(codes):
         raise SystemExit(f"independent serial executes exited {codes}")
     for log_dir, plan in runs:
         remove_run(log_dir, plan)
-    return seconds
+    return seconds, tree.cpu_seconds
 
 
 def copy_run(scratch: Path, sources: list[Path], cold: bool) -> float:
@@ -224,23 +295,33 @@ def copy_run(scratch: Path, sources: list[Path], cold: bool) -> float:
 def marginal_section(
     name: str, scratch: Path, records: int, counts: tuple[int, int], engines: list[str], cold: bool, rounds: int
 ) -> dict:
-    sources = generate(scratch / "sources", records, counts[1] if cold else 1)
+    # tmpfs: the engines' rows link one source into every partition; independent processes each get a source of their
+    # own, as their log dirs would: a link made by one process's swap changes the shared inode's ctime, which the
+    # other's swap rightly refuses as a file changed after conversion
+    separate = "serial-procs" in engines
+    sources = generate(scratch / "sources", records, counts[1] if cold or separate else 1)
     rows: dict[str, list[float]] = {}
+    cpu: dict[str, list[float]] = {}
     for r in range(rounds):
         order = [(e, n) for n in counts for e in [*engines, "copy"]]
         for engine, n in order if r % 2 == 0 else order[::-1]:
-            chosen = sources[:n] if cold else [sources[0]] * n  # tmpfs: one source, linked into every partition
+            chosen = sources[:n] if cold or engine == "serial-procs" else [sources[0]] * n
+            cpu_seconds = None
             if engine == "copy":
                 seconds = copy_run(scratch, chosen, cold)
             elif engine == "serial-procs":
-                seconds = independent_run(scratch, chosen, records)
+                seconds, cpu_seconds = independent_run(scratch, chosen, records)
             else:
-                seconds = execute_run(scratch, chosen, records, engine, cold)
+                seconds, cpu_seconds = execute_run(scratch, chosen, records, engine, cold)
             rows.setdefault(f"{engine}-{n}", []).append(seconds)
-            print(f"{name} round {r + 1}: {engine} x{n}: {seconds:.2f} s", file=sys.stderr, flush=True)
+            if cpu_seconds is not None:
+                cpu.setdefault(f"{engine}-{n}", []).append(cpu_seconds)
+            told = f"{seconds:.2f} s" + (f", CPU {cpu_seconds:.2f} s" if cpu_seconds is not None else "")
+            print(f"{name} round {r + 1}: {engine} x{n}: {told}", file=sys.stderr, flush=True)
     best = {k: min(v) for k, v in rows.items()}
     out: dict = {"records": records, "segment_bytes": records * message_size(10, 100, 0), "counts": counts}
     out["runs"] = rows
+    out["cpu"] = cpu
     for engine in [*engines, "copy"]:
         one, many = best[f"{engine}-{counts[0]}"], best[f"{engine}-{counts[1]}"]
         marginal = many - one
@@ -250,6 +331,11 @@ def marginal_section(
             "marginal": marginal,
             "startup": one - marginal * counts[0] / (counts[1] - counts[0]),
         }
+        if f"{engine}-{counts[0]}" in cpu:
+            # the CPU of the runs whose wall time was kept (each side's best), and the medians' difference
+            med = {n: sorted(cpu[f"{engine}-{n}"])[len(cpu[f"{engine}-{n}"]) // 2] for n in counts}
+            out[engine]["cpu_marginal"] = med[counts[1]] - med[counts[0]]
+
     return out
 
 
@@ -280,7 +366,17 @@ def startup_section(scratch: Path, rounds: int) -> dict:
 
 
 def report(results: dict) -> str:
-    lines = []
+    order = results.get("page_reporting_order")
+    state = (
+        "no free page reporting"
+        if order is None
+        else (
+            "free page reporting off, memory touched once first"
+            if order >= e2e.NO_REPORTING_ORDER
+            else f"free page reporting on (order {order})"
+        )
+    )
+    lines = [f"host memory: {state}"]
     for name in ("tmpfs", "disk"):
         s = results.get(name)
         if not s:
@@ -288,19 +384,30 @@ def report(results: dict) -> str:
         mb = s["segment_bytes"] / 1e6
         a, b = s["counts"]
         lines.append(f"{name}: segments of {mb:,.0f} MB ({s['records']:,} v0 messages, 100 B values), {a} -> {b}")
-        lines.append("| row | best s, one | best s, many | marginal s | start-up s | marginal MB/s |")
-        lines.append("| --- | ---: | ---: | ---: | ---: | ---: |")
+        lines.append(
+            "| row | best s, one | best s, many | marginal s | start-up s | marginal MB/s | marginal CPU s "
+            "(medians) | cores in use (marginal CPU ÷ marginal s) |"
+        )
+        lines.append("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
         for engine in ("dask", "dask-before", "serial", "serial-procs", "copy"):
             if engine in s:
                 r = s[engine]
                 rate = (b - a) * mb / r["marginal"] if r["marginal"] > 0 else float("inf")
+                cpu_s = r.get("cpu_marginal")
+                cores = f"{cpu_s / r['marginal']:.2f}" if cpu_s is not None and r["marginal"] > 0 else "-"
                 lines.append(
                     f"| {engine} | {r['one']:.2f} | {r['many']:.2f} | {r['marginal']:.2f} | {r['startup']:.2f} | "
-                    f"{rate:,.0f} |"
+                    f"{rate:,.0f} | {'-' if cpu_s is None else f'{cpu_s:.2f}'} | {cores} |"
                 )
         dask = s["dask"]["marginal"]
         if "serial" in s:
             lines.append(f"default ÷ serial (marginal): {s['serial']['marginal'] / dask:.2f}x")
+            if "cpu_marginal" in s["dask"] and "cpu_marginal" in s["serial"]:
+                lines.append(
+                    f"CPU per marginal segment: default {s['dask']['cpu_marginal'] / (b - a):.2f} s, serial "
+                    f"{s['serial']['cpu_marginal'] / (b - a):.2f} s (the engine's own cost; the wall time adds the "
+                    "host's)"
+                )
         if "serial-procs" in s and "serial" in s:
             # independent processes have no marginal of their own (the second runs on the idle core): compare whole
             # runs of the larger count, each side's best, start-up included on every side
@@ -326,6 +433,12 @@ def report(results: dict) -> str:
     return "\n".join(lines)
 
 
+def quiet_host(how: str) -> contextlib.AbstractContextManager[int | None]:
+    if how == "quiet":
+        return e2e.quiet_host_memory(HOST_WARM_BYTES)
+    return contextlib.nullcontext(e2e.page_reporting_order())
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sections", default="tmpfs,disk,startup")
@@ -336,6 +449,12 @@ def main() -> None:
     ap.add_argument("--disk-records", type=int, default=8_823_529)
     ap.add_argument("--keep-sources", action="store_true")
     ap.add_argument("--before", type=Path, help="an older tree (accelerator built) whose default engine runs too")
+    ap.add_argument(
+        "--host-memory",
+        choices=["as-is", "quiet"],
+        default="as-is",
+        help="quiet: the VM's free page reporting off for the run, and memory touched once before it (root)",
+    )
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     sections = args.sections.split(",")
@@ -343,7 +462,9 @@ def main() -> None:
     BEFORE = args.before
     befores = ["dask-before"] if args.before else []
     results: dict = {}
+    host = quiet_host(args.host_memory)
     try:
+        results["page_reporting_order"] = host.__enter__()
         if "tmpfs" in sections:
             results["tmpfs"] = marginal_section(
                 "tmpfs",
@@ -361,6 +482,7 @@ def main() -> None:
         if "startup" in sections:
             results["startup"] = startup_section(args.shm / "startup", args.rounds)
     finally:
+        host.__exit__(None, None, None)
         for root in (args.shm, args.disk_dir):
             for sub in ("logdir", "copy", "startup", *([] if args.keep_sources else ["sources"])):
                 shutil.rmtree(root / sub, ignore_errors=True)
