@@ -76,6 +76,7 @@ def test_staged_outputs_are_the_bytes_and_mtimes_execute_writes(tmp_path):
                 live = twin / staged.record.partition / segment_name(staged.record.base_offset, sfx)
                 assert path.read_bytes() == live.read_bytes(), live
                 assert path.stat().st_mtime_ns == live.stat().st_mtime_ns, live
+                assert path.stat().st_mode == live.stat().st_mode, live
                 compared += 1
     assert compared >= 3 * 2 * 3 + 3
 

@@ -182,6 +182,7 @@ def _stage_partitions(
             continue
         options = _options_for(part, request)
         staging = target.root / part.name
+        made = False  # the partition's staging dir, made before its first segment is staged
         for seg in part.segments[:-1]:
             if not seg.size:
                 continue
@@ -191,10 +192,12 @@ def _stage_partitions(
                 continue
             if refused.get(str(seg.path)) == FileIdentity.at(seg.path):
                 continue
-            try:
-                staging.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise StagingWriteError(exc.errno, exc.strerror, str(staging)) from exc
+            if not made:
+                try:
+                    staging.mkdir(parents=True, exist_ok=True)
+                except OSError as exc:
+                    raise StagingWriteError(exc.errno, exc.strerror, str(staging)) from exc
+                made = True
             controls.before_segment(seg.size)
             try:
                 outcome = stage_segment(seg.path, staging, options, controls, target.log_dir)

@@ -36,8 +36,10 @@ from migrate.prestage.record import (
     write_record,
 )
 from migrate.run import faults
-from migrate.segment.convert import check_planned, finish_outputs, live_stats, stream_entries
+from migrate.segment.convert import SMALL_SEGMENT_BYTES, check_planned, finish_outputs, live_stats, stream_entries
 from migrate.segment.indexes import IndexBuilder
+from migrate.segment.reader import read_whole
+from migrate.segment.small import convert_whole
 from migrate.segment.verify import verify_segment
 
 _WRITE_BUFFER = 1 << 20  # as execute's convert_segment
@@ -214,27 +216,43 @@ def convert(task: SegmentTask, src: BinaryIO, st: os.stat_result, controls: Cont
     check_planned(task, st)
     source = Path(task.source)
     live = live_stats(source.parent, task.base_offset)
-    staging = Path(task.staging_dir)
-    staging.mkdir(parents=True, exist_ok=True)
+    staging = Path(task.staging_dir)  # made by the pass, once for its partition
     finals = {sfx: staging / segment_name(task.base_offset, sfx) for sfx in STAGED_SUFFIXES}
-    index = IndexBuilder(task.base_offset, task.options.index_interval_bytes)
     try:
-        with open(finals[".log"], "wb", buffering=_WRITE_BUFFER) as out:
-            writer = _GatedWriter(out, controls)
-            result = stream_entries(task, _GatedReader(src, controls), writer, st, index=index).result  # type: ignore[arg-type]
-            writer.flush()
+        data = _read_small(task, src, st, controls)
+        whole = convert_whole(task, data, st) if data is not None else None
+        if whole is not None:
+            # a tiny plain legacy segment, converted whole in one call (as execute converts it): the same bytes,
+            # indexes and result as the general path below, at a fraction of its cost per segment
+            result = whole.result
+            for sfx, output in zip(STAGED_SUFFIXES, (whole.log, *whole.index_files)):
+                controls.gate(len(output))
+                # the modes the general path creates with (``open(..., "wb")`` for the .log)
+                fd = os.open(finals[sfx], os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, _MODES[sfx])
+                try:
+                    _write_all(fd, output, finals[sfx])
+                finally:
+                    os.close(fd)
+        else:
+            index = IndexBuilder(task.base_offset, task.options.index_interval_bytes)
+            with open(finals[".log"], "wb", buffering=_WRITE_BUFFER) as out:
+                writer = _GatedWriter(out, controls)
+                reader = _GatedReader(src, controls)
+                result = stream_entries(task, reader, writer, st, index=index, data=data).result  # type: ignore[arg-type]
+                writer.flush()
+            if result.status != ConversionStatus.UNCHANGED:
+                for sfx, output in zip((".index", ".timeindex"), index.finish()):
+                    controls.gate(len(output))
+                    fd = os.open(finals[sfx], os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, _MODES[sfx])
+                    try:
+                        _write_all(fd, output, finals[sfx])
+                    finally:
+                        os.close(fd)
         result.live_before = live
         if result.status == ConversionStatus.UNCHANGED:
             finals[".log"].unlink()
             result.output_bytes = 0
         else:
-            for sfx, data in zip((".index", ".timeindex"), index.finish()):
-                controls.gate(len(data))
-                fd = os.open(finals[sfx], os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-                try:
-                    _write_all(fd, data, finals[sfx])
-                finally:
-                    os.close(fd)
             finish_outputs(result, finals, source.parent, task.base_offset, source, st)
     except BaseException:
         for path in finals.values():
@@ -243,6 +261,19 @@ def convert(task: SegmentTask, src: BinaryIO, st: os.stat_result, controls: Cont
     # the conversion's own time, without the throttle's and the pause file's waits: what a cold run would spend
     result.seconds = time.perf_counter() - started - (controls.waited_seconds - waited)
     return result
+
+
+_MODES = {".log": 0o666, ".index": 0o644, ".timeindex": 0o644}
+
+
+def _read_small(task: SegmentTask, src: BinaryIO, st: os.stat_result, controls: Controls) -> bytes | None:
+    """A source below the reader's chunk size (and execute's small-segment bound), read whole with one pread
+    through the controls (its bytes counted once, as the general path's pieces are); None for any other, or for one
+    whose size moved since ``st`` (the general path then reads it in pieces)."""
+    if st.st_size >= min(task.options.chunk_bytes, SMALL_SEGMENT_BYTES):
+        return None
+    controls.gate(st.st_size)
+    return read_whole(src.fileno(), st.st_size)
 
 
 def _write_all(fd: int, data: bytes, path: Path) -> None:
