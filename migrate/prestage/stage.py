@@ -221,18 +221,12 @@ def convert(task: SegmentTask, src: BinaryIO, st: os.stat_result, controls: Cont
     try:
         data = _read_small(task, src, st, controls)
         whole = convert_whole(task, data, st) if data is not None else None
+        index_files: tuple[bytes, bytes] | None = None
         if whole is not None:
             # a tiny plain legacy segment, converted whole in one call (as execute converts it): the same bytes,
             # indexes and result as the general path below, at a fraction of its cost per segment
-            result = whole.result
-            for sfx, output in zip(STAGED_SUFFIXES, (whole.log, *whole.index_files)):
-                controls.gate(len(output))
-                # the modes the general path creates with (``open(..., "wb")`` for the .log)
-                fd = os.open(finals[sfx], os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, _MODES[sfx])
-                try:
-                    _write_all(fd, output, finals[sfx])
-                finally:
-                    os.close(fd)
+            result, index_files = whole.result, whole.index_files
+            _write_new(finals[".log"], whole.log, controls)
         else:
             index = IndexBuilder(task.base_offset, task.options.index_interval_bytes)
             with open(finals[".log"], "wb", buffering=_WRITE_BUFFER) as out:
@@ -241,13 +235,9 @@ def convert(task: SegmentTask, src: BinaryIO, st: os.stat_result, controls: Cont
                 result = stream_entries(task, reader, writer, st, index=index, data=data).result  # type: ignore[arg-type]
                 writer.flush()
             if result.status != ConversionStatus.UNCHANGED:
-                for sfx, output in zip((".index", ".timeindex"), index.finish()):
-                    controls.gate(len(output))
-                    fd = os.open(finals[sfx], os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, _MODES[sfx])
-                    try:
-                        _write_all(fd, output, finals[sfx])
-                    finally:
-                        os.close(fd)
+                index_files = index.finish()
+        for sfx, output in zip((".index", ".timeindex"), index_files or ()):
+            _write_new(finals[sfx], output, controls)
         result.live_before = live
         if result.status == ConversionStatus.UNCHANGED:
             finals[".log"].unlink()
@@ -263,7 +253,16 @@ def convert(task: SegmentTask, src: BinaryIO, st: os.stat_result, controls: Cont
     return result
 
 
-_MODES = {".log": 0o666, ".index": 0o644, ".timeindex": 0o644}
+def _write_new(path: Path, data: bytes, controls: Controls) -> None:
+    """``data`` as the new file ``path``, through the controls, with the mode the general path creates it with
+    (``open(..., "wb")`` for a .log)."""
+    controls.gate(len(data))
+    mode = 0o666 if path.suffix == ".log" else 0o644
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
+    try:
+        _write_all(fd, data, path)
+    finally:
+        os.close(fd)
 
 
 def _read_small(task: SegmentTask, src: BinaryIO, st: os.stat_result, controls: Controls) -> bytes | None:
