@@ -23,7 +23,7 @@ from migrate import __version__
 from migrate.errors import LocatedError, SegmentRefusedError
 from migrate.kafka.names import segment_name
 from migrate.model.plan_tree import ConvertOptions
-from migrate.model.run_state import ConversionStatus, SegmentResult, SegmentTask
+from migrate.model.run_state import ConversionStatus, FileStat, SegmentResult, SegmentTask
 from migrate.prestage import pagecache
 from migrate.prestage.controls import Controls
 from migrate.prestage.identity import EdgeDigest, FileIdentity
@@ -36,7 +36,13 @@ from migrate.prestage.record import (
     write_record,
 )
 from migrate.run import faults
-from migrate.segment.convert import SMALL_SEGMENT_BYTES, check_planned, finish_outputs, live_stats, stream_entries
+from migrate.segment.convert import (
+    SMALL_SEGMENT_BYTES,
+    check_planned,
+    finish_open_output,
+    live_files,
+    stream_entries,
+)
 from migrate.segment.indexes import IndexBuilder
 from migrate.segment.reader import read_whole
 from migrate.segment.small import convert_whole
@@ -206,7 +212,7 @@ def discard(partition_staging: Path, base_offset: int) -> None:
             os.unlink(partition_staging / segment_name(base_offset, sfx))
 
 
-# --- conversion: execute's stream_entries and finish_outputs, with every read and write gated --------------------
+# --- conversion: execute's stream_entries and finish_open_output, with every read and write gated ----------------
 
 
 def convert(task: SegmentTask, src: BinaryIO, st: os.stat_result, controls: Controls) -> SegmentResult:
@@ -215,7 +221,9 @@ def convert(task: SegmentTask, src: BinaryIO, st: os.stat_result, controls: Cont
     started, waited = time.perf_counter(), controls.waited_seconds
     check_planned(task, st)
     source = Path(task.source)
-    live = live_stats(source.parent, task.base_offset)
+    # the live files the outputs will replace, as they are now (the .log: the source as opened), stated once: their
+    # identities for the record, their owner and mode for the outputs
+    live = live_files(str(source.parent), task.base_offset, log=st)
     staging = Path(task.staging_dir)  # made by the pass, once for its partition
     finals = {sfx: staging / segment_name(task.base_offset, sfx) for sfx in STAGED_SUFFIXES}
     try:
@@ -226,7 +234,7 @@ def convert(task: SegmentTask, src: BinaryIO, st: os.stat_result, controls: Cont
             # a tiny plain legacy segment, converted whole in one call (as execute converts it): the same bytes,
             # indexes and result as the general path below, at a fraction of its cost per segment
             result, index_files = whole.result, whole.index_files
-            _write_new(finals[".log"], whole.log, controls)
+            _write_new(finals[".log"], whole.log, controls, result, live, st)
         else:
             index = IndexBuilder(task.base_offset, task.options.index_interval_bytes)
             with open(finals[".log"], "wb", buffering=_WRITE_BUFFER) as out:
@@ -234,16 +242,15 @@ def convert(task: SegmentTask, src: BinaryIO, st: os.stat_result, controls: Cont
                 reader = _GatedReader(src, controls)
                 result = stream_entries(task, reader, writer, st, index=index, data=data).result  # type: ignore[arg-type]
                 writer.flush()
-            if result.status != ConversionStatus.UNCHANGED:
-                index_files = index.finish()
+                if result.status != ConversionStatus.UNCHANGED:
+                    finish_open_output(out.fileno(), str(finals[".log"]), ".log", result, live, st)
+                    index_files = index.finish()
         for sfx, output in zip((".index", ".timeindex"), index_files or ()):
-            _write_new(finals[sfx], output, controls)
-        result.live_before = live
+            _write_new(finals[sfx], output, controls, result, live, st)
+        result.live_before = {sfx: FileStat.of(x) for sfx, x in live.items()}
         if result.status == ConversionStatus.UNCHANGED:
             finals[".log"].unlink()
             result.output_bytes = 0
-        else:
-            finish_outputs(result, finals, source.parent, task.base_offset, source, st)
     except BaseException:
         for path in finals.values():
             path.unlink(missing_ok=True)
@@ -253,14 +260,23 @@ def convert(task: SegmentTask, src: BinaryIO, st: os.stat_result, controls: Cont
     return result
 
 
-def _write_new(path: Path, data: bytes, controls: Controls) -> None:
-    """``data`` as the new file ``path``, through the controls, with the mode the general path creates it with
-    (``open(..., "wb")`` for a .log)."""
+def _write_new(
+    path: Path,
+    data: bytes,
+    controls: Controls,
+    result: SegmentResult,
+    live: dict[str, os.stat_result],
+    source: os.stat_result,
+) -> None:
+    """``data`` as the new staged file ``path``, through the controls, created with the mode the general path
+    creates it with (``open(..., "wb")`` for a .log), then given the owner and mode of the live file it replaces and
+    the source's mtime, and recorded in ``result`` (``finish_open_output``)."""
     controls.gate(len(data))
-    mode = 0o666 if path.suffix == ".log" else 0o644
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, mode)
+    sfx = path.suffix
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666 if sfx == ".log" else 0o644)
     try:
         _write_all(fd, data, path)
+        finish_open_output(fd, str(path), sfx, result, live, source)
     finally:
         os.close(fd)
 

@@ -316,14 +316,14 @@ def convert_segment(task: SegmentTask) -> SegmentResult:
                         result.output_bytes = 0
                     else:
                         out.flush()
-                        _finish(out.fileno(), finals[".log"], ".log", result, live, st)
+                        finish_open_output(out.fileno(), finals[".log"], ".log", result, live, st)
             if result.status != ConversionStatus.UNCHANGED:
                 for sfx, data in zip((".index", ".timeindex"), index_files or index.finish()):
                     fd = os.open(finals[sfx], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
                     try:
                         if data:
                             _write_all(fd, data)
-                        _finish(fd, finals[sfx], sfx, result, live, st)
+                        finish_open_output(fd, finals[sfx], sfx, result, live, st)
                     finally:
                         os.close(fd)
         except BaseException:
@@ -380,7 +380,7 @@ def _convert_small(
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
     try:
         _write_all(fd, output)
-        _finish(fd, path, ".log", result, live, st)
+        finish_open_output(fd, path, ".log", result, live, st)
     finally:
         os.close(fd)
     return result, index_files
@@ -434,7 +434,7 @@ def live_stats(live_dir: str | Path, base_offset: int) -> dict[str, FileStat]:
     return {sfx: FileStat.of(x) for sfx, x in live_files(str(live_dir), base_offset).items()}
 
 
-def _finish(
+def finish_open_output(
     fd: int,
     path: str,
     sfx: str,
@@ -479,7 +479,7 @@ def finish_outputs(
     for sfx in SUFFIXES:
         fd = os.open(finals[sfx], os.O_RDONLY)
         try:
-            _finish(fd, str(finals[sfx]), sfx, result, live, st)
+            finish_open_output(fd, str(finals[sfx]), sfx, result, live, st)
         finally:
             os.close(fd)
 
