@@ -30,7 +30,7 @@ from migrate.model.stage_reports import ExecuteReport
 from migrate.planning.plan import build_plan
 from migrate.planning.request import PlanRequest
 from migrate.stages import convert as convert_stage
-from migrate.watch.events import SegmentFinished
+from migrate.watch.events import LOG_TOPIC, SEGMENTS_TOPIC, SegmentFinished
 
 # one xdist worker: its one watched Dask run serves every test
 pytestmark = pytest.mark.xdist_group("monitor")
@@ -78,11 +78,12 @@ class WatchedRun:
     base: str
     report: ExecuteReport
     finished: list[SegmentOutcome]  # what convert_and_verify returned, in order: the run's own results
-    fed: list[SegmentOutcome]  # what the client's subscription delivered (the progress line's feed)
+    fed: list[SegmentOutcome]  # what the client's on_segment was told (the progress line's feed)
     mid_status: dict
     mid_metrics: dict
     mid_dask_status: str
     after_dask_status: str
+    subscribed: tuple[str, ...]  # the event topics the client subscribed to
 
 
 def corrupt_in_place(path: Path, at: int) -> None:
@@ -148,6 +149,7 @@ def run(tmp_path_factory) -> WatchedRun:
         mid_metrics,
         mid_dask_status,
         after_dask_status,
+        tuple(engine._topics),
     )
     engine.close()
 
@@ -251,9 +253,11 @@ def test_metrics_after_the_run_equal_its_results(run):
     assert not [name for name, _ in m if name.startswith("kafka_log_migrate") and name.endswith("_created")]
 
 
-def test_the_client_subscription_delivered_every_segment_as_it_finished(run):
+def test_the_in_process_scheduler_told_the_client_every_segment_as_it_finished(run):
     key = lambda o: (o.partition, o.base_offset, o.outcome, o.source_bytes, o.output_bytes)  # noqa: E731
     assert sorted(map(key, run.fed)) == sorted(map(key, run.finished))
+    # told by the scheduler's plugin in this process, not sent back to it through a subscription
+    assert SEGMENTS_TOPIC not in run.subscribed and LOG_TOPIC in run.subscribed
 
 
 def test_the_migration_page_renders_the_runs_figures_in_chromium(run, tmp_path):

@@ -13,7 +13,8 @@ they are up, with no two processes on one core. A number of workers given starts
 
 Watching (``migrate.watch``): workers publish each finished segment, and what each stage call changed, to the
 scheduler's event log, where ``MigrationPlugin`` turns them into the /migration page, status.json and Prometheus
-metrics; ``on_segment`` subscribes this client to the same events (the command line's progress lines). Warnings and
+metrics; ``on_segment`` (the command line's progress lines) is told each of them by that plugin where the scheduler
+runs in this process (a LocalCluster), else through a subscription of this client to the same events. Warnings and
 errors of the workers (Dask's "Compute Failed" among them) reach this client as events too and go to its loggers,
 which the command line points at the run log, so a LocalCluster's workers print nothing between the tool's messages.
 """
@@ -368,8 +369,12 @@ class DaskEngine:
             client.subscribe_topic(events.LOG_TOPIC, reemit_worker_log)
             self._topics = [events.LOG_TOPIC]
             if self._on_segment is not None:
-                client.subscribe_topic(events.SEGMENTS_TOPIC, self._segment_events)
-                self._topics.append(events.SEGMENTS_TOPIC)
+                plugin = self._local_plugin()
+                if plugin is not None:  # the scheduler is in this process: its plugin tells on_segment directly
+                    plugin.forward_segments(self._on_segment, skip_origin=self._origin)
+                else:
+                    client.subscribe_topic(events.SEGMENTS_TOPIC, self._segment_events)
+                    self._topics.append(events.SEGMENTS_TOPIC)
             self._client = client
             if not self._workers_on_demand:  # up with the cluster (remote: they are the cluster's business)
                 self._workers_up.set()
@@ -571,6 +576,14 @@ class DaskEngine:
         except BaseException as exc:  # raised by map once the driver has run what it could
             failure.append(exc)
 
+    def _local_plugin(self) -> Any:
+        """The MigrationPlugin of a LocalCluster's scheduler, which runs in this process; None for a remote one."""
+        from migrate.watch.plugin import PLUGIN_NAME
+
+        scheduler = getattr(self.cluster, "scheduler", None)
+        plugins = getattr(scheduler, "plugins", None)
+        return plugins.get(PLUGIN_NAME) if isinstance(plugins, dict) else None
+
     def _segment_events(self, event: tuple[float, Any]) -> None:
         """Segments or ranges finished on a worker. The batches of calls run here come back to this subscription
         from the scheduler's page too; told already (``_run_here``), they are dropped undecoded."""
@@ -681,6 +694,8 @@ class DaskEngine:
         with contextlib.suppress(Exception):  # a scheduler already gone must not keep us from closing
             for topic in self._topics:
                 self.client.unsubscribe_topic(topic)
+            if (plugin := self._local_plugin()) is not None:
+                plugin.forward_segments(None)
             if self.cluster is None:
                 from migrate.watch.worker_logs import ForwardWorkerLogs
 
