@@ -18,6 +18,11 @@ import os
 import sys
 from typing import NoReturn
 
+# numpy's OpenBLAS starts a thread per core as numpy is imported, and each spins about 0.1 s of CPU waiting for work
+# that never comes (the tool does no linear algebra): in the driver, the worker forkserver and every worker, taken
+# from the cores converting at a run's start. Before the first import of numpy (below); an operator's setting stays.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 from migrate import __version__
 from migrate.errors import MigrateError
 from migrate.watch import runlog
