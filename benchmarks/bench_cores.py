@@ -9,10 +9,13 @@ row's best kept, every ratio between rows of the same run:
   The *marginal* time (two segments minus one) cancels each engine's start-up, which is reported beside it (the
   one-segment run minus the marginal time). The machine's floor in the same run: a plain copy of the same bytes
   (every source read, as many bytes written as the conversion writes, on every core), one segment and two.
-  Target: default ÷ serial >= 1.8x. The machine's own ceiling, in the same run (``serial-procs``): the serial
-  engine as independent processes, one per segment, each over its own log dir and plan, started together: what two
-  cores give work that shares nothing (not even a scheduler). It has no marginal time of its own (its second
-  process runs on the idle core), so it is compared on whole runs of two segments, beside the default engine's.
+  Target: default ÷ serial >= 1.8x. The machine's own ceiling, in the same run (``serial-pair``): the serial
+  engine as two independent processes, one per core, each over its own log dir, plan and source, started together:
+  what two cores give work that shares nothing (not even a scheduler). Each process converts one segment, then (the
+  other run) two in two partitions: its marginal time is each core's time for one more segment while the other core
+  does the same, so 2 x the serial marginal ÷ this marginal is the ceiling of the default ÷ serial ratio in steady
+  state (2.0 where a busy core does not slow the other down). The pair's one-segment run is also the ceiling of whole
+  runs of two segments, beside the default engine's.
 * ``disk``: the same on a directory of the real disk (``--disk-dir``): the default engine over 1.2 GB of log dir
   (one partition) and 3.6 GB (three), each run starting with its sources out of the page cache (dropped after the
   plan, which reads them); against the plain copy of the same bytes from the same cache state, ending in syncfs as
@@ -253,12 +256,13 @@ def remove_run(log_dir: Path, plan: Path) -> None:
             leftover.unlink(missing_ok=True)
 
 
-def independent_run(scratch: Path, sources: list[Path], records: int) -> tuple[float, float]:
+def independent_run(scratch: Path, sources: list[Path], records: int, per_process: int) -> tuple[float, float]:
     """The machine's ceiling for two cores: one serial ``execute`` per source, each its own process over its own log
-    dir and plan, all started together (planned before, untimed); timed from the first start to the last exit."""
+    dir (``per_process`` partitions, each a link to that process's source) and plan, all started together (planned
+    before, untimed); timed from the first start to the last exit."""
     runs = []
     for i, src in enumerate(sources):
-        log_dir = log_dir_of(scratch / f"logdir-{i}", [src], records)
+        log_dir = log_dir_of(scratch / f"logdir-{i}", [src] * per_process, records)
         plan = scratch / f"plan-{i}.json"
         subprocess.run(
             cli("plan", "--log-dirs", str(log_dir), "-o", str(plan)),
@@ -298,19 +302,20 @@ def marginal_section(
     # tmpfs: the engines' rows link one source into every partition; independent processes each get a source of their
     # own, as their log dirs would: a link made by one process's swap changes the shared inode's ctime, which the
     # other's swap rightly refuses as a file changed after conversion
-    separate = "serial-procs" in engines
-    sources = generate(scratch / "sources", records, counts[1] if cold or separate else 1)
+    pairs = os.cpu_count() or 1  # serial-pair: one independent process per core
+    separate = "serial-pair" in engines
+    sources = generate(scratch / "sources", records, max(counts[1] if cold else 1, pairs if separate else 1))
     rows: dict[str, list[float]] = {}
     cpu: dict[str, list[float]] = {}
     for r in range(rounds):
         order = [(e, n) for n in counts for e in [*engines, "copy"]]
         for engine, n in order if r % 2 == 0 else order[::-1]:
-            chosen = sources[:n] if cold or engine == "serial-procs" else [sources[0]] * n
+            chosen = sources[:n] if cold else [sources[0]] * n
             cpu_seconds = None
             if engine == "copy":
                 seconds = copy_run(scratch, chosen, cold)
-            elif engine == "serial-procs":
-                seconds, cpu_seconds = independent_run(scratch, chosen, records)
+            elif engine == "serial-pair":  # n segments in each of the processes
+                seconds, cpu_seconds = independent_run(scratch, sources[:pairs], records, n)
             else:
                 seconds, cpu_seconds = execute_run(scratch, chosen, records, engine, cold)
             rows.setdefault(f"{engine}-{n}", []).append(seconds)
@@ -319,7 +324,12 @@ def marginal_section(
             told = f"{seconds:.2f} s" + (f", CPU {cpu_seconds:.2f} s" if cpu_seconds is not None else "")
             print(f"{name} round {r + 1}: {engine} x{n}: {told}", file=sys.stderr, flush=True)
     best = {k: min(v) for k, v in rows.items()}
-    out: dict = {"records": records, "segment_bytes": records * message_size(10, 100, 0), "counts": counts}
+    out: dict = {
+        "records": records,
+        "segment_bytes": records * message_size(10, 100, 0),
+        "counts": counts,
+        "pairs": pairs,
+    }
     out["runs"] = rows
     out["cpu"] = cpu
     for engine in [*engines, "copy"]:
@@ -389,10 +399,11 @@ def report(results: dict) -> str:
             "(medians) | cores in use (marginal CPU ÷ marginal s) |"
         )
         lines.append("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-        for engine in ("dask", "dask-before", "serial", "serial-procs", "copy"):
+        for engine in ("dask", "dask-before", "serial", "serial-pair", "copy"):
             if engine in s:
                 r = s[engine]
-                rate = (b - a) * mb / r["marginal"] if r["marginal"] > 0 else float("inf")
+                each = s.get("pairs", 2) if engine == "serial-pair" else 1  # the pair's marginal: one per process
+                rate = (b - a) * mb * each / r["marginal"] if r["marginal"] > 0 else float("inf")
                 cpu_s = r.get("cpu_marginal")
                 cores = f"{cpu_s / r['marginal']:.2f}" if cpu_s is not None and r["marginal"] > 0 else "-"
                 lines.append(
@@ -408,14 +419,25 @@ def report(results: dict) -> str:
                     f"{s['serial']['cpu_marginal'] / (b - a):.2f} s (the engine's own cost; the wall time adds the "
                     "host's)"
                 )
-        if "serial-procs" in s and "serial" in s:
-            # independent processes have no marginal of their own (the second runs on the idle core): compare whole
-            # runs of the larger count, each side's best, start-up included on every side
-            serial = s["serial"]["many"]
+        if "serial-pair" in s and "serial" in s:
+            pair, pairs = s["serial-pair"], s.get("pairs", 2)
             lines.append(
-                f"whole runs of {b}: default ÷ serial {serial / s['dask']['many']:.2f}x; the machine's ceiling, "
-                f"independent serial processes ÷ serial {serial / s['serial-procs']['many']:.2f}x"
+                f"the machine's ceiling in steady state: {pairs} x serial marginal ÷ serial-pair marginal "
+                f"{pairs * s['serial']['marginal'] / pair['marginal']:.2f}x ({pairs} independent processes, each "
+                f"converting one more segment while the other{'s' if pairs > 2 else ''} did the same)"
             )
+            if "cpu_marginal" in pair:
+                lines.append(
+                    f"CPU per marginal segment with every core busy, serial-pair: "
+                    f"{pair['cpu_marginal'] / ((b - a) * pairs):.2f} s (what a core's sharing costs the same code)"
+                )
+            if b == pairs and a == 1:
+                # whole runs of as many segments as processes, each side's best, start-up included on every side
+                serial = s["serial"]["many"]
+                lines.append(
+                    f"whole runs of {b}: default ÷ serial {serial / s['dask']['many']:.2f}x; the machine's ceiling, "
+                    f"independent serial processes (one segment each) ÷ serial {serial / pair['one']:.2f}x"
+                )
         lines.append(f"default ÷ plain copy (marginal, the floor): {s['copy']['marginal'] / dask:.2f}x")
         if "dask-before" in s:
             before = s["dask-before"]["marginal"]
@@ -471,7 +493,7 @@ def main() -> None:
                 args.shm,
                 args.tmpfs_records,
                 (1, 2),
-                ["dask", *befores, "serial", "serial-procs"],
+                ["dask", *befores, "serial", "serial-pair"],
                 False,
                 args.rounds,
             )
