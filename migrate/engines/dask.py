@@ -79,12 +79,6 @@ LOCAL_CLUSTER_LOGS = {"distributed.admin.low-level-log-length": 16}
 # what a worker of a LocalCluster imports while it starts (every stage, through the pipeline that names them): about
 # 0.15 s of imports that its first task paid otherwise, on both cores at once at the start of a run
 WORKER_PRELOAD = "migrate.pipeline"
-# what the forkserver a LocalCluster's workers fork from imports once, as it starts (when the workers are asked for,
-# before the scheduler they join is up): Dask, and what the package's worker code imports from outside the package.
-# Started bare, the forkserver left every worker to import them itself after the scheduler was up (about 0.6 s of a
-# core before its first task); Dask would set its own preload list, but only when it forks the first worker, after
-# we started the server. Not the package itself: see _worker_preload.
-FORKSERVER_PRELOAD = ["distributed", "crc32c", "sqlite3"]
 # the package's own switches, read by worker code: see _worker_environment
 SWITCHES = (faults.CRASH_ENV, faults.FAIL_ENV, faults.TRACE_ENV, accel.ENV_VAR)
 
@@ -134,7 +128,6 @@ def _forkserver_deaf_to_ctrl_c() -> None:
         return
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        multiprocessing.forkserver.set_forkserver_preload(FORKSERVER_PRELOAD)
         multiprocessing.forkserver.ensure_running()
     finally:
         signal.signal(signal.SIGINT, previous)
