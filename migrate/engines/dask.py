@@ -331,9 +331,13 @@ class DaskEngine:
                 "distributed.scheduler.no-workers-timeout": NO_WORKERS_TIMEOUT,
                 # our /migration page and status.json beside the dashboard of a LocalCluster we start
                 "distributed.scheduler.http.routes": [*routes, *([] if MONITOR in routes else [MONITOR])],
-                # a LocalCluster's workers fork from one server process that has imported Dask once, instead of
-                # each starting a fresh interpreter ("spawn"): their start-up took both cores for about 1.5 s,
-                # while the driver converts; the forkserver is single-threaded, so forking it is safe
+                # a LocalCluster's workers fork from one small server process instead of each starting a fresh
+                # interpreter ("spawn"): their start-up took both cores for about 1.5 s, while the driver converts;
+                # the forkserver is single-threaded, so forking it is safe. It is started bare (by
+                # _forkserver_deaf_to_ctrl_c, before Dask would set its preload), so each worker imports Dask
+                # itself: preloading Dask there saved about 0.1 s of a one-segment run's start-up but kept 50-60 MB
+                # more resident beside the workers, which put a run of 10^5 tiny segments over its 400 MB
+                # (benchmarks/README.md, issue 26's eighth session)
                 "distributed.worker.multiprocessing-method": "forkserver",
             }
         )
