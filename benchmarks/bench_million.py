@@ -23,7 +23,12 @@ their modules compiled (in ``<dir>/pycache``) as an installed package's are.
 
     python benchmarks/bench_million.py [--segments 100000,300000,1000000] [--per-partition 10]
                                        [--dir /dev/shm/bench-million] [--engine dask|serial] [--workers N]
-                                       [--plan-name plan.parquet] [--json out.json]
+                                       [--plan-name plan.parquet] [--host-memory as-is|quiet] [--json out.json]
+
+``--host-memory quiet`` (root) turns the VM's free page reporting off for the run and touches up to
+``HOST_WARM_BYTES`` once first (``bench_end_to_end.quiet_host_memory``, as ``bench_cores.py`` does), then restores
+it: with reporting on, an execute's millions of fresh tmpfs pages fault in from the host by chance of what the run
+before freed (at 10^6 on 2026-11-28: the first execute 387 s, the second, in pages rollback had just freed, 353 s).
 
 The plan's name is a parameter (a columnar plan need not end in .json) and the loader is taken through
 ``plan_loader`` alone: the two places to adapt when the plan format changes.
@@ -55,6 +60,7 @@ from gen_many import TOPIC, write_many  # noqa: E402
 
 MB = 1e6
 SAMPLE_S = 0.05
+HOST_WARM_BYTES = 16 << 30  # at most half the memory available is touched (quiet_host_memory)
 VERB_TIMEOUT_S = 6 * 3600
 
 # issue 26's goals: (size the goal is stated at, row field, limit, what it says)
@@ -507,6 +513,7 @@ def main(argv: list[str] | None = None) -> int:
         help="the plan file's name (default plan.parquet: the columnar form; plan.json for the JSON one)",
     )
     ap.add_argument("--keep", action="store_true", help="keep each size's dir (for a look after a failure)")
+    ap.add_argument("--host-memory", choices=["as-is", "quiet"], default="as-is", help="see the module's doc")
     ap.add_argument("--json", help="also write the figures here")
     args = ap.parse_args(argv)
     sizes = [int(x.replace("_", "")) for x in args.segments.split(",") if x.strip()]
@@ -516,13 +523,24 @@ def main(argv: list[str] | None = None) -> int:
     # untimed: every verb once on a tiny log dir, so the timed ones find their modules compiled
     with contextlib.redirect_stdout(io.StringIO()):
         run_size(args, 2 * args.per_partition)
-    rows = [run_size(args, n) for n in sizes]
+    host: contextlib.AbstractContextManager[int | None] = contextlib.nullcontext(None)
+    quiet = False
+    if args.host_memory == "quiet":
+        import bench_end_to_end
+
+        host = bench_end_to_end.quiet_host_memory(HOST_WARM_BYTES)
+    with host as order:
+        if args.host_memory == "quiet":
+            quiet = order == bench_end_to_end.NO_REPORTING_ORDER
+        print(f"host memory: {'free page reporting off, memory touched once first' if quiet else 'as is'}")
+        rows = [run_size(args, n) for n in sizes]
     print_tables(rows)
     if args.json:
         doc = {
             "engine": args.engine,
             "workers": args.workers,
             "plan_name": args.plan_name,
+            "host_memory_quiet": quiet,
             "rows": [{**asdict(r), **r.summary()} for r in rows],
             "goals": goals(rows),
         }
