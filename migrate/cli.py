@@ -19,8 +19,8 @@ import sys
 from typing import NoReturn
 
 # numpy's OpenBLAS starts a thread per core as numpy is imported, and each spins about 0.1 s of CPU waiting for work
-# that never comes (the tool does no linear algebra): in the driver, the worker forkserver and every worker, taken
-# from the cores converting at a run's start. Before the first import of numpy (below); an operator's setting stays.
+# that never comes (the tool does no linear algebra): in the driver and in every worker, taken from the cores
+# converting at a run's start. Before the first import of numpy (below); an operator's setting stays.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from migrate import __version__
