@@ -24,6 +24,12 @@ row's best kept, every ratio between rows of the same run:
   processes) over 1.5 M v0 messages of 100 B values, against aiokafka's bare codec loop converting the same bytes
   in one process (``bench_end_to_end.py``'s rows, reused). Target: >= 1.0x.
 
+The ``tmpfs`` and ``disk`` sections also measure, in every round, what the conversion itself costs the CPU with
+every core busy, no engine and no disk (``reference_run``, on tmpfs): Apache Kafka's own conversion loop (``oracle
+convert --repeat 5``) and this tool's ``convert_segment`` + ``verify_segment`` in one process, one process per core at
+once over 204 MB each. At those rates the report gives the marginal bytes' time and its ratio to the plain copy: the
+ceiling of default ÷ plain copy where the conversion's CPU, not the disk, binds (``--no-reference`` leaves it out).
+
 Every ``execute`` row also counts the CPU seconds of its whole process tree (``TreeCpu``): the marginal CPU per
 segment is the engine's own cost, and marginal CPU ÷ marginal wall time the cores it kept busy in steady state,
 whatever the host's memory did to the wall time.
@@ -43,7 +49,7 @@ removed at the end (``--keep-sources`` keeps the generated sources for the next 
 
     python benchmarks/bench_cores.py [--sections tmpfs,disk,startup] [--rounds 3] [--shm /dev/shm/bench-cores]
            [--disk-dir /tmp/bench-cores] [--tmpfs-records 11029411] [--disk-records 8823529] [--keep-sources]
-           [--host-memory as-is|quiet] [--json out.json]
+           [--host-memory as-is|quiet] [--no-reference] [--json out.json]
 """
 
 from __future__ import annotations
@@ -296,8 +302,60 @@ def copy_run(scratch: Path, sources: list[Path], cold: bool) -> float:
     return r["seconds"]
 
 
+REFERENCE_RECORDS = 1_500_000  # 204 MB: the oracle holds a segment and its output in its 2 GiB heap
+
+
+def reference_run(scratch: Path, sources: list[Path]) -> dict[str, float]:
+    """The conversion's own cost on every core at once, no engine: one process per core, each over its own
+    ``REFERENCE_RECORDS`` source, all started together. ``kafka``: Apache Kafka's conversion loop (``oracle convert
+    --repeat 5``: in memory, the source read and its CRCs checked before the clock, nothing written or verified);
+    ``ours``: the tool's ``convert_segment`` then ``verify_segment`` of the same file in one process (read, convert,
+    write, read back, check: ``bench_end_to_end.CONVERT_VERIFY``, best of 3), its two parts apart. Each figure is
+    the slowest process's best loop: every core was busy while it ran."""
+    kafka = [
+        subprocess.Popen(
+            [str(e2e.ORACLE), "convert", "--repeat", "5", str(src), str(scratch / f"kafka-{i}.log")],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        for i, src in enumerate(sources)
+    ]
+    lines = [p.communicate()[0] for p in kafka]
+    if any(p.returncode for p in kafka):
+        raise SystemExit(f"oracle convert exited {[p.returncode for p in kafka]}")
+    out = {"kafka": max(float(json.loads(x.strip().splitlines()[-1])["seconds"]) for x in lines)}
+    for i in range(len(sources)):
+        (scratch / f"kafka-{i}.log").unlink(missing_ok=True)
+    ours = [
+        subprocess.Popen(
+            [sys.executable, "-c", e2e.CONVERT_VERIFY, str(src), str(scratch / f"ours-{i}"), "xxh3-128", "3"],
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=tempfile.gettempdir(),
+        )
+        for i, src in enumerate(sources)
+    ]
+    runs = [json.loads(p.communicate()[0].strip().splitlines()[-1]) for p in ours]
+    if any(p.returncode for p in ours):
+        raise SystemExit(f"convert + verify children exited {[p.returncode for p in ours]}")
+    for i in range(len(sources)):
+        shutil.rmtree(scratch / f"ours-{i}", ignore_errors=True)
+    out["ours"] = max(r["seconds"] for r in runs)
+    out["ours-convert"] = max(r["convert"] for r in runs)
+    out["ours-verify"] = max(r["verify"] for r in runs)
+    return out
+
+
 def marginal_section(
-    name: str, scratch: Path, records: int, counts: tuple[int, int], engines: list[str], cold: bool, rounds: int
+    name: str,
+    scratch: Path,
+    records: int,
+    counts: tuple[int, int],
+    engines: list[str],
+    cold: bool,
+    rounds: int,
+    reference: Path | None = None,
 ) -> dict:
     # tmpfs: the engines' rows link one source into every partition; independent processes each get a source of their
     # own, as their log dirs would: a link made by one process's swap changes the shared inode's ctime, which the
@@ -307,7 +365,15 @@ def marginal_section(
     sources = generate(scratch / "sources", records, max(counts[1] if cold else 1, pairs if separate else 1))
     rows: dict[str, list[float]] = {}
     cpu: dict[str, list[float]] = {}
+    references: dict[str, list[float]] = {}
+    if reference is not None:  # on tmpfs whatever the section: what the conversion costs the CPU, apart from the disk
+        ref_sources = generate(reference, REFERENCE_RECORDS, pairs)
     for r in range(rounds):
+        if reference is not None:
+            for k, v in reference_run(reference, ref_sources).items():
+                references.setdefault(k, []).append(v)
+            told = ", ".join(f"{k} {v[-1]:.3f} s" for k, v in references.items())
+            print(f"{name} round {r + 1}: reference, every core: {told}", file=sys.stderr, flush=True)
         order = [(e, n) for n in counts for e in [*engines, "copy"]]
         for engine, n in order if r % 2 == 0 else order[::-1]:
             chosen = sources[:n] if cold else [sources[0]] * n
@@ -332,6 +398,12 @@ def marginal_section(
     }
     out["runs"] = rows
     out["cpu"] = cpu
+    if references:
+        out["reference"] = {
+            "bytes": REFERENCE_RECORDS * message_size(10, 100, 0) * pairs,
+            "runs": references,
+            **{k: min(v) for k, v in references.items()},
+        }
     for engine in [*engines, "copy"]:
         one, many = best[f"{engine}-{counts[0]}"], best[f"{engine}-{counts[1]}"]
         marginal = many - one
@@ -439,6 +511,23 @@ def report(results: dict) -> str:
                     f"independent serial processes (one segment each) ÷ serial {serial / pair['one']:.2f}x"
                 )
         lines.append(f"default ÷ plain copy (marginal, the floor): {s['copy']['marginal'] / dask:.2f}x")
+        ref = s.get("reference")
+        if ref:
+            marginal_mb = (b - a) * mb
+            rate = {k: ref["bytes"] / 1e6 / ref[k] for k in ("kafka", "ours-convert", "ours")}
+            lines.append(
+                f"the conversion alone on every core at once ({ref['bytes'] / 1e6:,.0f} MB, on tmpfs): Apache Kafka's "
+                f"loop (in memory; nothing read, written or verified) {rate['kafka']:,.0f} MB/s; ours "
+                f"{rate['ours-convert']:,.0f} MB/s converting (read, convert, write), {rate['ours']:,.0f} MB/s with "
+                f"the verification (read back, check)"
+            )
+            kafka_s, ours_s = marginal_mb / rate["kafka"], marginal_mb / rate["ours"]
+            lines.append(
+                f"the marginal {marginal_mb:,.0f} MB at those rates: Kafka's loop {kafka_s:.2f} s, ours converted and "
+                f"verified {ours_s:.2f} s; Kafka's loop ÷ plain copy {s['copy']['marginal'] / kafka_s:.2f}x, ours "
+                f"{s['copy']['marginal'] / ours_s:.2f}x (default ÷ plain copy at the pace of the conversion measured "
+                f"apart); default engine ÷ its conversion alone {ours_s / dask:.2f}x"
+            )
         if "dask-before" in s:
             before = s["dask-before"]["marginal"]
             lines.append(f"before ÷ serial: {s['serial']['marginal'] / before:.2f}x" if "serial" in s else "")
@@ -477,6 +566,7 @@ def main() -> None:
         default="as-is",
         help="quiet: the VM's free page reporting off for the run, and memory touched once before it (root)",
     )
+    ap.add_argument("--no-reference", action="store_true", help="leave out the conversion's reference rows")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     sections = args.sections.split(",")
@@ -496,17 +586,25 @@ def main() -> None:
                 ["dask", *befores, "serial", "serial-pair"],
                 False,
                 args.rounds,
+                reference=None if args.no_reference else args.shm / "reference",
             )
         if "disk" in sections:
             results["disk"] = marginal_section(
-                "disk", args.disk_dir, args.disk_records, (1, 3), ["dask", *befores], True, args.rounds
+                "disk",
+                args.disk_dir,
+                args.disk_records,
+                (1, 3),
+                ["dask", *befores],
+                True,
+                args.rounds,
+                reference=None if args.no_reference else args.shm / "reference",
             )
         if "startup" in sections:
             results["startup"] = startup_section(args.shm / "startup", args.rounds)
     finally:
         host.__exit__(None, None, None)
         for root in (args.shm, args.disk_dir):
-            for sub in ("logdir", "copy", "startup", *([] if args.keep_sources else ["sources"])):
+            for sub in ("logdir", "copy", "startup", *([] if args.keep_sources else ["sources", "reference"])):
                 shutil.rmtree(root / sub, ignore_errors=True)
     print(report(results))
     if args.json:
