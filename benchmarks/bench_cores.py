@@ -27,8 +27,8 @@ row's best kept, every ratio between rows of the same run:
 The ``tmpfs`` and ``disk`` sections also measure, in every round, what the conversion itself costs the CPU with
 every core busy, no engine and no disk (``reference_run``, on tmpfs): Apache Kafka's own conversion loop (``oracle
 convert --repeat 5``) and this tool's ``convert_segment`` + ``verify_segment`` in one process, one process per core at
-once over 204 MB each. At those rates the report gives the marginal bytes' time and its ratio to the plain copy: the
-ceiling of default ÷ plain copy where the conversion's CPU, not the disk, binds (``--no-reference`` leaves it out).
+once over 204 MB each. At those rates the report gives the marginal bytes' time and its ratio to the plain copy: what
+default ÷ plain copy would be at the pace of the conversion alone (``--no-reference`` leaves it out).
 
 Every ``execute`` row also counts the CPU seconds of its whole process tree (``TreeCpu``): the marginal CPU per
 segment is the engine's own cost, and marginal CPU ÷ marginal wall time the cores it kept busy in steady state,
@@ -64,6 +64,7 @@ import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -307,44 +308,30 @@ REFERENCE_RECORDS = 1_500_000  # 204 MB: the oracle holds a segment and its outp
 
 def reference_run(scratch: Path, sources: list[Path]) -> dict[str, float]:
     """The conversion's own cost on every core at once, no engine: one process per core, each over its own
-    ``REFERENCE_RECORDS`` source, all started together. ``kafka``: Apache Kafka's conversion loop (``oracle convert
-    --repeat 5``: in memory, the source read and its CRCs checked before the clock, nothing written or verified);
-    ``ours``: the tool's ``convert_segment`` then ``verify_segment`` of the same file in one process (read, convert,
-    write, read back, check: ``bench_end_to_end.CONVERT_VERIFY``, best of 3), its two parts apart. Each figure is
-    the slowest process's best loop: every core was busy while it ran."""
-    kafka = [
-        subprocess.Popen(
-            [str(e2e.ORACLE), "convert", "--repeat", "5", str(src), str(scratch / f"kafka-{i}.log")],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
+    ``REFERENCE_RECORDS`` source, all started together (``bench_end_to_end``'s children, one thread waiting on
+    each). ``kafka``: Apache Kafka's conversion loop (``oracle convert --repeat 5``: in memory, the source read and
+    its CRCs checked before the clock, nothing written or verified); ``ours``: the tool's ``convert_segment`` then
+    ``verify_segment`` of the same file in one process (read, convert, write, read back, check:
+    ``bench_end_to_end.CONVERT_VERIFY``, best of 3), its two parts apart. Each figure is the slowest process's best
+    loop: every core was busy while it ran."""
+    with ThreadPoolExecutor(len(sources)) as pool:
+        kafka = list(pool.map(lambda i: e2e.kafka(sources[i], scratch / f"kafka-{i}.log"), range(len(sources))))
+        if None in kafka:
+            raise SystemExit(f"no oracle at {e2e.ORACLE}: run with --no-reference")
+        ours = list(
+            pool.map(
+                lambda i: e2e.child(e2e.CONVERT_VERIFY, sources[i], scratch / f"ours-{i}", "xxh3-128", 3),
+                range(len(sources)),
+            )
         )
-        for i, src in enumerate(sources)
-    ]
-    lines = [p.communicate()[0] for p in kafka]
-    if any(p.returncode for p in kafka):
-        raise SystemExit(f"oracle convert exited {[p.returncode for p in kafka]}")
-    out = {"kafka": max(float(json.loads(x.strip().splitlines()[-1])["seconds"]) for x in lines)}
-    for i in range(len(sources)):
-        (scratch / f"kafka-{i}.log").unlink(missing_ok=True)
-    ours = [
-        subprocess.Popen(
-            [sys.executable, "-c", e2e.CONVERT_VERIFY, str(src), str(scratch / f"ours-{i}"), "xxh3-128", "3"],
-            stdout=subprocess.PIPE,
-            text=True,
-            cwd=tempfile.gettempdir(),
-        )
-        for i, src in enumerate(sources)
-    ]
-    runs = [json.loads(p.communicate()[0].strip().splitlines()[-1]) for p in ours]
-    if any(p.returncode for p in ours):
-        raise SystemExit(f"convert + verify children exited {[p.returncode for p in ours]}")
     for i in range(len(sources)):
         shutil.rmtree(scratch / f"ours-{i}", ignore_errors=True)
-    out["ours"] = max(r["seconds"] for r in runs)
-    out["ours-convert"] = max(r["convert"] for r in runs)
-    out["ours-verify"] = max(r["verify"] for r in runs)
-    return out
+    return {
+        "kafka": max(k["seconds"] for k in kafka if k is not None),
+        "ours": max(r["seconds"] for r in ours),
+        "ours-convert": max(r["convert"] for r in ours),
+        "ours-verify": max(r["verify"] for r in ours),
+    }
 
 
 def marginal_section(
