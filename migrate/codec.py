@@ -14,11 +14,14 @@ import dataclasses
 import enum
 import functools
 import inspect
+import json
 import keyword
 import sys
 import types
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
+
+import orjson
 
 from migrate.errors import ModelError
 
@@ -471,3 +474,30 @@ def _schema(tp: Any, defs: dict[str, Any]) -> dict[str, Any]:
     if tp is Any:
         return {}
     raise ModelError(f"no schema for {tp}")
+
+
+# --- JSON text ------------------------------------------------------------------------------------------------------
+# The state database holds each segment's result as JSON text, about 1.3 KB: convert writes 10^6 of them on a big
+# broker and the swap reads them all back. The standard library's C encoder and decoder take about 12 and 8 us for
+# one, orjson 1.5 and 2.6; a text either writes parses back to the same value, and a reader never needs to know which
+# wrote it.
+
+
+def dumps_compact(data: Any) -> str:
+    """``json.dumps(data, separators=(",", ":"))`` up to the spelling of non-ASCII characters (orjson writes them as
+    themselves, the standard library escapes them) and of floats (``1e-05`` is ``0.00001``). What orjson refuses (a
+    string with a lone surrogate, as a path that is not UTF-8 decodes to; an int beyond 64 bits; a key that is not a
+    string) goes through the standard library. The records written so hold no NaN (orjson would write null)."""
+    try:
+        return orjson.dumps(data).decode()
+    except TypeError:
+        return json.dumps(data, separators=(",", ":"))
+
+
+def loads_text(text: str | bytes) -> Any:
+    """``json.loads(text)``: orjson where it reads the text, the standard library where it does not (NaN and
+    Infinity, a lone surrogate, malformed text: its error is the one raised)."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return json.loads(text)

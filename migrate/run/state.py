@@ -33,7 +33,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from migrate.codec import from_json, to_json
+from migrate.codec import dumps_compact, from_json, loads_text, to_json
 from migrate.errors import MigrateError, StateWriteError
 from migrate.model.plan_tree import LogDirPlan
 from migrate.model.run_state import (
@@ -102,7 +102,7 @@ class SegmentRow:
 
     @cached_property
     def result(self) -> SegmentResult | None:
-        return from_json(SegmentResult, json.loads(self.result_text)) if self.result_text else None
+        return from_json(SegmentResult, loads_text(self.result_text)) if self.result_text else None
 
     @cached_property
     def problem(self) -> Problem | None:
@@ -132,7 +132,7 @@ class ResultColumns:
 
     @classmethod
     def of(cls, text: str) -> ResultColumns:
-        data = json.loads(text)
+        data = loads_text(text)
         return cls(
             data.get("batches_out", 0),
             data.get("magics_in") or {},
@@ -149,7 +149,7 @@ def _json(value: Any) -> str | None:
 
 
 def _dumps(data: Any) -> str:
-    return json.dumps(data, separators=(",", ":"))
+    return dumps_compact(data)
 
 
 def _write_error(exc: BaseException, path: Path) -> StateWriteError:
@@ -638,7 +638,7 @@ class StateStore:
             (SegmentState.VERIFIED.value, SegmentState.SWAPPED.value),
         )
         for part, base, result in rows:
-            yield part, base, from_json(SegmentResult, json.loads(result))
+            yield part, base, from_json(SegmentResult, loads_text(result))
 
     def verified_result_texts(self) -> Iterator[tuple[str, int, str]]:
         """Every verified segment's result as stored (its JSON), for a reader that needs a few of its fields."""

@@ -16,12 +16,12 @@ Every function here is idempotent: doing it again after a crash finishes the job
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from migrate.codec import loads_text
 from migrate.errors import MigrateError, ModelError, SourceChangedError
 from migrate.kafka.names import segment_name
 from migrate.model.run_state import FileStat, SegmentResult
@@ -126,7 +126,7 @@ class SwapSource:
 
     @classmethod
     def of_json(cls, text: str, where: str) -> SwapSource:
-        data = json.loads(text)
+        data = loads_text(text)
         if type(data) is not dict:
             raise ModelError(f"{where}: expected a SegmentResult object")
         outputs = data.get("outputs") or {}

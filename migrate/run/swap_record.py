@@ -31,7 +31,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from migrate.codec import from_json
+from migrate.codec import from_json, loads_text
 from migrate.errors import MigrateError, ModelError
 from migrate.model.plan_tree import PartitionPlan
 from migrate.model.run_state import SegmentResult
@@ -103,8 +103,8 @@ def record_text(plan_id: str, partition: str, segments: Iterable[tuple[int, tupl
 
 def record_text_of(plan_id: str, partition: str, segments: Iterable[tuple[int, str, str, str]]) -> str:
     """``record_text`` with each segment's files as the state database holds them (``swap_text``). The text is what
-    ``json.dumps(to_json(record))`` of the record gives, spliced rather than encoded again: the swap writes 10^6 of
-    them."""
+    ``json.dumps(to_json(record))`` of the record gives (up to how its results spell non-ASCII text and floats:
+    ``migrate.codec.dumps_compact``), spliced rather than encoded again: the swap writes 10^6 of them."""
     dumps = json.dumps
     items = ",".join(
         f'{{"base_offset":{base},"files":{files},"result":{result},"log_edges":{dumps(edges)}}}'
@@ -249,7 +249,7 @@ def _as_known(
         pos += 66
         try:
             keys = swap_file_keys_of(swap, f"swap record.segments[{i}].files")
-            data = json.loads(result) if results else None
+            data = loads_text(result) if results else None
         except (ValueError, ModelError):
             return None  # the whole text is decoded, and refused as it must be
         out.append((base, keys, swap, edges, data))
