@@ -21,7 +21,7 @@ from migrate.model.run_state import EventKind, LogDirPhase, PartitionState, Prob
 from migrate.model.stage_reports import PartitionProblem, SwapReport
 from migrate.run import faults, fence
 from migrate.run.state import StateStore
-from migrate.run.swap_files import SegmentFiles
+from migrate.run.swap_files import SegmentFiles, partition_dirs
 from migrate.run.swap_keys import SwapFileKey
 from migrate.run.swap_record import record_text_of, write_records
 from migrate.run.workspace import sync_filesystem
@@ -248,8 +248,9 @@ def _swap_batch(
     for name, work_names, segments in batch:
         part = plan.partition(key, name)
         try:
-            for _, files, *_, at in segments:
-                at.swap_in_keys(files, work_names)
+            with partition_dirs(part.dir, plan.plan_id) as dirs:
+                for _, files, *_, at in segments:
+                    at.swap_in_keys(files, work_names, dirs)
             done.append(name)
         except (OSError, LocatedError) as exc:
             problem = Problem.of(exc)
