@@ -92,7 +92,10 @@ def execute(
     accelerator: str = "",
     require_consistent_replicas: bool = False,
     replica_peers: tuple[LogDirPlan, ...] = (),
+    on_swapped: Callable[[], object] | None = None,
 ) -> ExecuteReport:
+    """``on_swapped``: called once the swap stage is over, as the last status (read-only) begins: what only reads the
+    state (the run's summary) can run beside it."""
     stage_seconds: dict[str, float] = {}
     clock = time.perf_counter()
 
@@ -181,6 +184,8 @@ def execute(
             for r in results
             if r.ok and r.value.stopped is not None
         ]
+        if on_swapped is not None:
+            on_swapped()
         final = status(plan, engine)
         errors += final.errors
     migrated_everywhere = final.every_planned_partition_migrated(plan)

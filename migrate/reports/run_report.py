@@ -497,21 +497,44 @@ def summary_part(plan: Plan, key: str) -> SummaryPart | None:
         return SummaryPart.of(store, plan, key)
 
 
-def run_summary(plan: Plan, engine: Engine, plan_path: str | Path | None = None) -> Summary | None:
+def parts_here(plan: Plan) -> dict[str, SummaryPart | None]:
+    """``summary_part`` of each log dir on this host (no host in the plan), read in this process without an engine:
+    ``execute`` reads them while its last status runs. A log dir whose part raised is left out (``run_summary``
+    asks the engine for it, which reports the error as it does)."""
+    out: dict[str, SummaryPart | None] = {}
+    for d in plan.log_dirs:
+        if d.host is None:
+            try:
+                out[d.key] = summary_part(plan, d.key)
+            except Exception:  # asked again through the engine, which reports it
+                continue
+    return out
+
+
+def run_summary(
+    plan: Plan,
+    engine: Engine,
+    plan_path: str | Path | None = None,
+    read: dict[str, SummaryPart | None] | None = None,
+) -> Summary | None:
     """The summary ``summarize`` makes of the report's table, summed per log dir where its state is (the log dir,
     else the archive beside the plan): what ``execute`` prints, in memory independent of the segment count. None
-    when no log dir has state."""
-    calls = [StageCall((d.key,), d.host, plan, d.key) for d in plan.log_dirs]
+    when no log dir has state. ``read``: log dirs' parts read already (``parts_here``), not asked of the engine."""
+    found_in = dict(read or {})
+    calls = [StageCall((d.key,), d.host, plan, d.key) for d in plan.log_dirs if d.key not in found_in]
+    if calls:
+        for call, r in zip(calls, engine.map(Stage.REPORT, summary_part, calls)):
+            found_in[call.log_dir] = r.value if r.ok else None
     parts: list[SummaryPart] = []
-    for call, r in zip(calls, engine.map(Stage.REPORT, summary_part, calls)):
-        found = r.value if r.ok else None
+    for d in plan.log_dirs:
+        found = found_in.get(d.key)
         if found is None and plan_path is not None:
             from migrate.pipeline import archive_path
 
-            path = archive_path(plan_path, call.log_dir)
+            path = archive_path(plan_path, d.key)
             if path.exists():
                 with StateStore.open_file(path) as store:
-                    found = SummaryPart.of(store, plan, call.log_dir)
+                    found = SummaryPart.of(store, plan, d.key)
         if found is not None:
             parts.append(found)
     if not parts:
