@@ -18,7 +18,10 @@ from conftest import chromium_path
 from kafka_layout import make_broker_logdir
 
 from migrate.cli import main
+from migrate.engines import SerialEngine
+from migrate.planning.plan import load_plan
 from migrate.reports import report_page
+from migrate.reports.run_report import parts_here, run_summary
 
 # one xdist worker: its one executed run serves every test
 pytestmark = pytest.mark.xdist_group("report")
@@ -142,6 +145,27 @@ def test_executes_summary_summed_in_the_state_is_the_report_tables_summary(execu
     assert failure["partition"] == CORRUPT[0] and failure["file"].endswith(f"{CORRUPT[1]:020d}.log")
     assert failure["position"] is not None
     assert from_state["mtime_partitions"] == from_table["mtime_partitions"] > 0
+
+
+class _CountingEngine(SerialEngine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[str] = []
+
+    def map(self, stage, fn, calls, fold=None):
+        self.calls += [c.log_dir for c in calls]
+        return super().map(stage, fn, calls, fold)
+
+
+def test_the_summary_read_beside_the_last_status_is_the_one_the_engine_reads(executed):
+    """execute reads this host's summary parts in a thread while its last status runs (``parts_here``); the engine
+    is then asked for none of them, and the sum is what the engine's own reading gives."""
+    plan = load_plan(executed["plan"])
+    read = parts_here(plan)
+    assert set(read) == {d.key for d in plan.log_dirs} and all(p is not None for p in read.values())
+    asked, unasked = _CountingEngine(), _CountingEngine()
+    assert run_summary(plan, unasked, executed["plan"], read) == run_summary(plan, asked, executed["plan"])
+    assert unasked.calls == [] and asked.calls == [d.key for d in plan.log_dirs]
 
 
 def test_the_html_report_in_chromium_shows_the_runs_totals_without_script_errors(executed, tmp_path):
