@@ -88,3 +88,22 @@ def test_planned_size_is_each_segments_size_in_either_plan_form(tmp_path):
             assert planned_size(plan, d.key, name, base) == size
         assert planned_size(plan, d.key, "gzip-v0-0", 10**12) == 0 and planned_size(plan, d.key, "nope-0", 0) == 0
         assert planned_size(None, d.key, "gzip-v0-0", 0) == 0
+
+
+def test_a_task_reads_the_states_of_its_own_partitions_only(tmp_path):
+    """``partition_states(names)``: what the whole table says of those names, each found by its key (a convert task
+    asks for its few partitions, not a log dir's 10^4 once per task); a name the state does not hold is left out."""
+    from migrate.model.run_state import PartitionState, Problem
+    from migrate.run.state import StateStore
+
+    logdir = make_broker_logdir(tmp_path, partitions=["plain-v0-1", "gzip-v0-0", "lz4-v1-1"])
+    plan = build_plan(PlanRequest(log_dirs=(str(logdir),)))
+    d = plan.log_dirs[0]
+    with StateStore.open(d.log_dir, plan.plan_id, create=True) as store:
+        store.initialize(plan.plan_id, d, lock_existed=False)
+        store.fail_partition("gzip-v0-0", Problem("live-changed", "changed"))
+        whole = store.partition_states()
+        asked = store.partition_states(["gzip-v0-0", "lz4-v1-1", "no-such-0"])
+    assert set(whole) == {"plain-v0-1", "gzip-v0-0", "lz4-v1-1"}
+    assert asked == {"gzip-v0-0": PartitionState.FAILED, "lz4-v1-1": whole["lz4-v1-1"]}
+    assert whole["lz4-v1-1"] != PartitionState.FAILED

@@ -568,8 +568,17 @@ class StateStore:
         value = self.get_meta("lock_existed")
         return None if value is None else value == "1"
 
-    def partition_states(self) -> dict[str, PartitionState]:
-        return {n: PartitionState(s) for n, s in self.conn.execute("SELECT name, state FROM partitions")}
+    def partition_states(self, names: Iterable[str] | None = None) -> dict[str, PartitionState]:
+        """Every partition's state, or those of ``names`` (each found by its key): a convert task asks for its few
+        partitions, not the log dir's 10^4 once per task (at 10^6 segments that read 39 M rows in all)."""
+        if names is None:
+            return {n: PartitionState(s) for n, s in self.conn.execute("SELECT name, state FROM partitions")}
+        out: dict[str, PartitionState] = {}
+        for name in names:
+            row = self.conn.execute("SELECT state FROM partitions WHERE name=?", (name,)).fetchone()
+            if row is not None:
+                out[name] = PartitionState(row[0])
+        return out
 
     def partitions_in(self, *states: PartitionState) -> list[str]:
         marks = ",".join("?" * len(states))

@@ -90,7 +90,7 @@ def compact_partition(plan: Plan, log_dir: str, partition: str) -> CompactionRep
         return CompactionReport(log_dir, partition, Outcome.SKIPPED)
     started = time.perf_counter()
     with StateStore.open(path, plan.plan_id) as store:
-        state = store.partition_states().get(partition)
+        state = store.partition_states([partition]).get(partition)
         planned = [
             base for (_, base), s in sorted(store.segment_states([partition]).items()) if s == SegmentState.PLANNED
         ]

@@ -144,7 +144,7 @@ def convert_task(plan: Plan, task_id: str, run: str = "") -> ConvertTaskResult:
     with StateStore.open(path, plan.plan_id) as store:
         partitions = {ref.partition for ref in task.segments}
         segment_states = store.segment_states(partitions)
-        partition_states = {n: s for n, s in store.partition_states().items() if n in partitions}
+        partition_states = store.partition_states(partitions)
         outcomes = _run(plan, task, segment_states, partition_states)
         converted = [o for o in outcomes if o.outcome == Outcome.VERIFIED]
         if converted:
@@ -207,7 +207,7 @@ def convert_range_task(plan: Plan, task: TaskPlan, run: str = "") -> RangePart:
     _, path = locate(plan, task.log_dir)
     with StateStore.open(path, plan.plan_id) as store:
         state = store.segment_states({ref.partition}).get((ref.partition, ref.base_offset))
-        partition_state = store.partition_states().get(ref.partition)
+        partition_state = store.partition_states([ref.partition]).get(ref.partition)
     if state != SegmentState.PLANNED or partition_state not in WORKABLE:
         part.outcome = Outcome.SKIPPED
         return part

@@ -33,7 +33,7 @@ def join_segment(
     _, path = locate(plan, log_dir)
     with StateStore.open(path, plan.plan_id) as store:
         state = store.segment_states({partition}).get((partition, base_offset))
-        workable = store.partition_states().get(partition) in WORKABLE
+        workable = store.partition_states([partition]).get(partition) in WORKABLE
         if state != SegmentState.PLANNED or not workable or any(p.outcome == Outcome.SKIPPED for p in parts):
             discard(parts)
             remove_range_files(segment_task(plan, log_dir, partition, base_offset))

@@ -60,7 +60,7 @@ def prepare_log_dir(plan: Plan, key: str) -> PrepareReport:
             ]
             reset = store.reset_for_retry(keep) if not new else 0
             for problem in reconciled.unresolved:
-                if store.partition_states().get(problem.partition) not in LIVE:
+                if store.partition_states([problem.partition]).get(problem.partition) not in LIVE:
                     store.fail_partition(problem.partition, problem.problem)
             if fence.raise_fence(log_dir, plan.plan_id):
                 store.record_event(EventKind.FENCE_UP)
