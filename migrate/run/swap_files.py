@@ -61,6 +61,16 @@ def _link_backup(live: str, kept: str, original: StatKey) -> None:
         faults.point("after:backup-link")
 
 
+def _changed_during_swap(
+    live: str, current: StatKey | None, original: StatKey | None, output: StatKey
+) -> SourceChangedError:
+    return SourceChangedError(
+        f"{live} changed during the swap: {_describe_key(current)}, expected the original "
+        f"({_describe_key(original)}) or the output ({_describe_key(output)})",
+        path=live,
+    )
+
+
 def _describe_key(st: StatKey | None) -> str:
     return "missing" if st is None else f"inode {st[0]}, {st[1]} bytes, mtime_ns {st[2]}"
 
@@ -342,11 +352,7 @@ class SegmentFiles:
             if current == output:
                 continue  # renamed before a crash
             if current != original:
-                raise SourceChangedError(
-                    f"{live} changed during the swap: {_describe_key(current)}, expected the original "
-                    f"({_describe_key(original)}) or the output ({_describe_key(output)})",
-                    path=str(live),
-                )
+                raise _changed_during_swap(live, current, original, output)
             if original is not None:
                 if work_names is not None and os.path.basename(kept) not in work_names:
                     try:
@@ -382,11 +388,7 @@ class SegmentFiles:
         if current == output:
             return  # renamed before a crash
         if current != original:
-            raise SourceChangedError(
-                f"{self.live(suffix)} changed during the swap: {_describe_key(current)}, expected the original "
-                f"({_describe_key(original)}) or the output ({_describe_key(output)})",
-                path=self.live(suffix),
-            )
+            raise _changed_during_swap(self.live(suffix), current, original, output)
         if original is not None:
             kept = name + BACKUP_SUFFIX
             if work_names is not None and kept not in work_names:
