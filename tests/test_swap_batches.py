@@ -5,6 +5,7 @@ helper process plans each batch while the one before is renamed."""
 from __future__ import annotations
 
 import io
+import os
 import pickle
 
 import pytest
@@ -15,7 +16,10 @@ from migrate import pipeline
 from migrate.engines import SerialEngine
 from migrate.errors import MigrateError
 from migrate.model.run_state import PartitionState
-from migrate.stages import swap, swap_plan
+from migrate.run import fence
+from migrate.run.state import StateStore
+from migrate.run.swap_files import SegmentFiles
+from migrate.stages import reconcile, swap, swap_plan
 from migrate.stages.swap_plan import PlanHelper, serve
 
 PARTITIONS = ["plain-v0-0", "gzip-v0-0", "lz4-v1-1", "snappy-v0-0"]
@@ -163,3 +167,34 @@ def test_an_error_that_does_not_pickle_comes_back_as_its_type_and_message(monkey
     assert kind == "error" and isinstance(error, MigrateError)
     assert str(error).startswith("Unloadable: disk says no at byte 7 (")
     assert pickle.load(replies) == ("ok", ([], []))
+
+
+def test_the_fence_check_trusts_only_the_partitions_this_swap_renamed(planned, monkeypatch):
+    """After the swap, the fence comes down only if no partition's files are mixed. The partitions the same call
+    has just swapped whole are not proved again; any other partition is, whatever the state database says."""
+    assert pipeline.execute(planned, SerialEngine()).ok
+    key = planned.log_dirs[0].key
+    log_dir = planned.log_dir(key).log_dir
+    part = planned.partition(key, "gzip-v0-0")
+    files = SegmentFiles(part.dir, planned.plan_id, part.segments[0].base_offset)
+    os.replace(files.backup(".log"), files.live(".log"))  # by hand: one original back, the state still "migrated"
+    proved: list[str] = []
+    proof = reconcile.settled_truth
+    monkeypatch.setattr(
+        reconcile,
+        "settled_truth",
+        lambda d, plan_id, name, known: proved.append(name) or proof(d, plan_id, name, known),
+    )
+    with StateStore.open(log_dir, planned.plan_id) as store:
+        assert reconcile.files_mixed(planned, key, store) == ["gzip-v0-0"]
+        assert sorted(proved) == sorted(PARTITIONS)
+        proved.clear()
+        assert reconcile.files_mixed(planned, key, store, swapped_now=PARTITIONS) == []
+        assert proved == []
+        others = [n for n in PARTITIONS if n != "gzip-v0-0"]
+        assert reconcile.files_mixed(planned, key, store, swapped_now=others) == ["gzip-v0-0"]
+        assert proved == ["gzip-v0-0"]
+    # a second execute swaps nothing (every partition is migrated in the state), so it trusts nothing: the mixed
+    # partition keeps the fence up
+    pipeline.execute(planned, SerialEngine())
+    assert fence.is_up(log_dir)

@@ -21,7 +21,7 @@ import contextlib
 import logging
 import os
 from collections import deque
-from collections.abc import Generator, Mapping
+from collections.abc import Collection, Generator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -253,11 +253,14 @@ def _segments(partition_dir: str, plan_id: str, truth: PartitionTruth) -> list:
     return [(s.base_offset, s.files, s.result) for s in record.segments]
 
 
-def _settled_truths(plan: Plan, key: str, store: StateStore) -> Generator[PartitionTruth | None, str, None]:
+def _settled_truths(
+    plan: Plan, key: str, store: StateStore, asked: Collection[str] | None = None
+) -> Generator[PartitionTruth | None, str, None]:
     """Sent each partition name in sorted order (the first ``send`` after ``next``), yields ``settled_truth`` of
     it from the database's swap texts (``StateStore.swap_pieces``), streamed by one query in the same order; None
     where that cannot settle it (the caller then asks ``partition_truth``). The proof of the next partitions runs on
-    a thread while this one reads their rows and the caller judges: its stat calls run without the GIL."""
+    a thread while this one reads their rows and the caller judges: its stat calls run without the GIL. ``asked``:
+    the only names that will be sent, if known (no proof runs ahead for the others)."""
     rows = store.swap_pieces()
     ahead: deque[tuple[str, Future[PartitionTruth | None]]] = deque()
     pool = ThreadPoolExecutor(1, thread_name_prefix="settled-proof")
@@ -265,6 +268,8 @@ def _settled_truths(plan: Plan, key: str, store: StateStore) -> Generator[Partit
     def read_ahead() -> None:
         while len(ahead) < SETTLED_AHEAD and (row := next(rows, None)) is not None:
             name, known = row
+            if asked is not None and name not in asked:
+                continue
             ahead.append((name, pool.submit(settled_truth, plan.partition(key, name).dir, plan.plan_id, name, known)))
 
     try:
@@ -308,22 +313,39 @@ def _name(part: PartitionPlan) -> str:
 
 
 def files_mixed(
-    plan: Plan, key: str, store: StateStore | None = None, truths: Mapping[str, PartitionTruth] | None = None
+    plan: Plan,
+    key: str,
+    store: StateStore | None = None,
+    truths: Mapping[str, PartitionTruth] | None = None,
+    swapped_now: Collection[str] = (),
 ) -> list[str]:
     """Partitions of the log dir whose live files are partly original and partly converted, by their swap records:
     asked before the fence comes down, whatever the state database says (``store``: its rows only spare decoding
     a record that is exactly what they say). ``truths``: what a reconciliation of this same verb said of them, with
-    no file renamed since (finalize), not asked again."""
+    no file renamed since (finalize), not asked again. ``swapped_now``: partitions this same call has just swapped
+    whole under Kafka's lock (every output's identity checked when its batch was planned, every live original's at
+    its rename): converted, not proved again (at 10^6 segments that proof is about 20 s of the swap; the final
+    status still proves every partition)."""
     mixed = []
+    swapped = frozenset(swapped_now)
+    asked = [
+        part
+        for part in sorted(plan.log_dir(key).partitions, key=_name)
+        if part.name not in swapped and os.path.exists(record_file(part.dir, plan.plan_id))
+    ]
+    if not asked:
+        return mixed
     # with the database, the usual partition (every file the output, or every one the original) is settled by the
     # cheap proof that status uses (``_settled_truths``), asked in name order; ``partition_truth`` judges the rest
-    settled = _settled_truths(plan, key, store) if store is not None and truths is None else None
+    settled = (
+        _settled_truths(plan, key, store, frozenset(part.name for part in asked))
+        if store is not None and truths is None
+        else None
+    )
     if settled is not None:
         next(settled)
     with gc_paused(), contextlib.closing(settled) if settled is not None else contextlib.nullcontext():
-        for part in sorted(plan.log_dir(key).partitions, key=_name):
-            if not os.path.exists(record_file(part.dir, plan.plan_id)):
-                continue
+        for part in asked:
             try:
                 if truths is not None and (known_truth := truths.get(part.name)) is not None:
                     truth = known_truth.truth

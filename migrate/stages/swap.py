@@ -71,8 +71,8 @@ def swap_log_dir(plan: Plan, key: str, swap_ready: bool = True) -> SwapReport:
             mixed = store.partitions_in(PartitionState.SWAPPING, PartitionState.ROLLING_BACK)
             try:
                 # the fence is up exactly while a partition is mixed, whatever stopped the stage; the files are
-                # asked too, not only the state
-                mixed = sorted({*mixed, *files_mixed(plan, key, store)})
+                # asked too, not only the state (but not of the partitions this call has just swapped whole)
+                mixed = sorted({*mixed, *files_mixed(plan, key, store, swapped_now=migrated)})
                 if not mixed and fence.lower_fence(log_dir):
                     store.record_event(EventKind.FENCE_DOWN)
                 if stopped is None and not store.partitions_in(
