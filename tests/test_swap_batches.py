@@ -128,21 +128,36 @@ def test_a_helper_that_dies_leaves_the_rest_of_the_swap_to_the_swapping_process(
     monkeypatch.setattr(CountingHelper, "result", killed_first)
     report = pipeline.execute(planned, SerialEngine())
     assert report.ok and not report.unmigrated
-    assert helper.submitted == 1  # asked once, died, never asked again
+    assert helper.submitted == swap.SWAP_PLAN_AHEAD  # asked for the batches ahead, died, never asked again
     assert_scan_agrees(planned, report)
 
 
 def test_the_helper_relays_the_error_of_a_batch_and_serves_the_next():
     helper = PlanHelper()
     try:
+        # both asked for before either result is taken: they come back in the order asked
         helper.submit("0123456789abcdef", [("p-0", "/nonexistent", [(0, "not a result")])])
+        helper.submit("0123456789abcdef", [("p-1", "/nonexistent", [])])
         with pytest.raises(ValueError, match="Expecting value"):
             helper.result()  # raised here as if this process had planned the batch
-        helper.submit("0123456789abcdef", [("p-0", "/nonexistent", [])])
-        assert helper.result() == ([("p-0", frozenset(), [])], [])
+        assert helper.result() == ([("p-1", frozenset(), [])], [])
+        assert helper.pending == 0
     finally:
         helper.close()
     assert helper._proc.returncode == 0
+
+
+def test_closing_the_helper_with_batches_not_taken_ends_it_at_once(planned):
+    """A swap that stops (an I/O error) with batches still asked for: the child is killed, nobody waits for it."""
+    key = planned.log_dirs[0].key
+    parts = planned.log_dir(key).partitions
+    texts = [(p.name, p.dir, [(s.base_offset, None) for s in p.segments]) for p in parts]
+    helper = PlanHelper()
+    helper.submit(planned.plan_id, texts)
+    helper.submit(planned.plan_id, texts)
+    assert helper.pending == 2
+    helper.close()
+    assert helper._proc.returncode is not None and not helper._pump.is_alive()
 
 
 class Unloadable(Exception):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import pickle
+from collections import deque
 from collections.abc import Iterator
 
 from migrate.errors import LocatedError, MigrateError, StateWriteError
@@ -143,18 +144,19 @@ def _finish_swapping(plan: Plan, key: str, store: StateStore) -> tuple[list[str]
 _Planned = tuple[str, frozenset[str], list[tuple[int, tuple[SwapFileKey, ...], str, str, str, SegmentFiles]]]
 
 
-# a swap of at least this many segments plans its batches in a helper process, one batch ahead of the renames: the
-# plan is half of a tiny segment's swap, and the second core is otherwise idle (below, the helper's start costs more)
+# a swap of at least this many segments plans its batches in a helper process, ahead of the renames: the plan is half
+# of a tiny segment's swap, and the second core is otherwise idle (below, the helper's start costs more)
 SWAP_HELPER_MIN_SEGMENTS = 16384
+SWAP_PLAN_AHEAD = 2  # batches the helper is asked for ahead of the one being renamed
 
 
 def _planned_ahead(
     plan: Plan, key: str, store: StateStore, batches: list[list[str]]
 ) -> Iterator[tuple[list[_Planned], list[PartitionProblem]]]:
     """Each batch planned (``plan_batch``), in order. A large swap plans its first batch here while a helper process
-    (``swap_plan``) starts and plans the second, then every later batch in the helper while the caller renames the
-    one before: the state is read here (its connection is this process's), the helper only reads files. A helper
-    that cannot start or dies leaves the rest to this process."""
+    (``swap_plan``) starts and plans the next ones, then every later batch in the helper, ``SWAP_PLAN_AHEAD`` ahead
+    of the one the caller renames: the state is read here (its connection is this process's), the helper only reads
+    files. A helper that cannot start or dies leaves the rest to this process."""
 
     def read(names: list[str]) -> Texts:
         return [(name, plan.partition(key, name).dir, store.verified_texts_of(name)) for name in names]
@@ -187,26 +189,30 @@ def _planned_ahead(
         helper: PlanHelper | None = PlanHelper()
     except OSError:  # no process can start here: this one plans every batch
         helper = None
+    asked: deque[Texts] = deque()  # batches after the current one, read and submitted, oldest first
     try:
-        asked: Texts | None = None  # the batch the helper plans now
         for i, names in enumerate(batches):
-            texts = asked if asked is not None else read(names)
-            planned = None
-            if asked is not None and helper is not None:
+            if asked:
+                texts = asked.popleft()
+                planned = None
+                if helper is not None:
+                    try:
+                        planned = helper.result()
+                    except (EOFError, OSError, pickle.UnpicklingError):
+                        # the helper died, or met an I/O error: this process plans the rest (and meets that error
+                        # again, if the disk gives it)
+                        helper = _closed(helper)
+            else:
+                texts, planned = read(names), None
+            # the next batches, planned there while this one is renamed: a few ahead, so that one batch slower to
+            # plan than to rename does not hold the swap
+            while helper is not None and i + len(asked) + 1 < min(len(batches), i + 1 + SWAP_PLAN_AHEAD):
+                ahead = read(batches[i + len(asked) + 1])
+                asked.append(ahead)
                 try:
-                    planned = helper.result()
-                except (EOFError, OSError, pickle.UnpicklingError):
-                    # the helper died, or met an I/O error: this process plans the rest (and meets that error again,
-                    # if the disk gives it)
-                    helper = _closed(helper)
-            asked = None
-            if helper is not None and i + 1 < len(batches):  # the next batch, planned while this one is renamed
-                asked = read(batches[i + 1])
-                try:
-                    helper.submit(plan.plan_id, asked)
+                    helper.submit(plan.plan_id, ahead)
                 except OSError:
                     helper = _closed(helper)
-                    asked = None
             yield joined(texts, planned if planned is not None else plan_batch(plan.plan_id, texts))
     finally:
         _closed(helper)

@@ -7,14 +7,16 @@ multiprocessing: the swap runs on a Dask worker, a daemonic process, which multi
 The protocol is pickles over the child's stdin and stdout, one request at a time: the parent writes ``(plan_id,
 count)`` then each partition only when the child waits for a request (the child plans each as it reads it), and reads
 ``("ok", planned)`` or ``("error", exception)`` before it writes again, so neither side ever blocks on a full pipe
-while the other does. The state, every rename and every
-decision stay with the parent. The child's pickles come from this parent alone.
+while the other does. The parent may ask for several batches ahead: its pump thread queues them and keeps to that
+order. The state, every rename and every decision stay with the parent. The child's pickles come from this parent
+alone.
 """
 
 from __future__ import annotations
 
 import os
 import pickle
+import queue
 import subprocess
 import sys
 import threading
@@ -76,7 +78,10 @@ def _listing(path: str) -> frozenset[str]:
 
 
 class PlanHelper:
-    """The parent's end: ``submit`` a batch, then ``result`` before the next ``submit``."""
+    """The parent's end: ``submit`` batches, as many ahead as the caller likes, then ``result`` of each in the order
+    submitted. A thread of this process (the pump) writes one request at a time and reads its reply before it writes
+    the next (the protocol above), so the child plans the next batch as soon as it has answered the one before,
+    whether or not the swap has taken that answer yet."""
 
     def __init__(self) -> None:
         env = dict(os.environ)
@@ -90,48 +95,58 @@ class PlanHelper:
             env=env,
             close_fds=True,
         )
-        self._writer: threading.Thread | None = None
-        self._write_error: OSError | None = None
+        self._requests: queue.SimpleQueue[tuple[str, Texts] | None] = queue.SimpleQueue()
+        self._replies: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+        self._pending = 0  # submitted, result not taken yet
+        self._pump = threading.Thread(target=self._run, name="swap-plan-pump", daemon=True)
+        self._pump.start()
 
     def submit(self, plan_id: str, partitions: Texts) -> None:
-        """A partition at a time (the child plans each as it reads it, so it holds one partition's texts, not the
-        batch's: its memory counts with the run's), written by a thread: the child reads only as fast as it plans,
-        and this process swaps meanwhile."""
-        assert self._writer is None, "one request at a time: read its result first"
-        self._writer = threading.Thread(target=self._write, args=(plan_id, partitions), name="swap-plan-request")
-        self._writer.start()
+        """A batch to plan after those submitted before. Written a partition at a time (the child plans each as it
+        reads it, so it holds one partition's texts, not the batch's: its memory counts with the run's)."""
+        self._pending += 1
+        self._requests.put((plan_id, partitions))
 
-    def _write(self, plan_id: str, partitions: Texts) -> None:
-        stdin = self._proc.stdin
-        assert stdin is not None
-        try:
-            pickle.dump((plan_id, len(partitions)), stdin, protocol=pickle.HIGHEST_PROTOCOL)
-            for partition in partitions:
-                pickle.dump(partition, stdin, protocol=pickle.HIGHEST_PROTOCOL)
-            stdin.flush()
-        except OSError as exc:  # the child is gone: ``result`` says so
-            self._write_error = exc
+    def _run(self) -> None:
+        stdin, stdout = self._proc.stdin, self._proc.stdout
+        assert stdin is not None and stdout is not None
+        while (request := self._requests.get()) is not None:
+            plan_id, partitions = request
+            try:
+                pickle.dump((plan_id, len(partitions)), stdin, protocol=pickle.HIGHEST_PROTOCOL)
+                for partition in partitions:
+                    pickle.dump(partition, stdin, protocol=pickle.HIGHEST_PROTOCOL)
+                stdin.flush()
+                reply = pickle.load(stdout)
+            except (OSError, EOFError, pickle.UnpicklingError) as exc:  # the child is gone: ``result`` says so
+                self._replies.put(("gone", exc))
+                return
+            self._replies.put(reply)
+
+    @property
+    def pending(self) -> int:
+        return self._pending
 
     def result(self) -> Any:
-        """The planned batch; the error ``plan_batch`` raised there, raised here; EOFError when the child is gone."""
-        assert self._writer is not None
-        self._writer.join()
-        self._writer = None
-        if self._write_error is not None:
-            raise EOFError(f"the swap's plan helper is gone: {self._write_error}")
-        stdout = self._proc.stdout
-        assert stdout is not None
-        kind, value = pickle.load(stdout)
+        """The first batch submitted whose result was not taken, planned; the error ``plan_batch`` raised there,
+        raised here; EOFError when the child is gone (for this batch and every later one)."""
+        assert self._pending > 0, "nothing submitted"
+        kind, value = self._replies.get()
+        if kind == "gone":
+            self._replies.put((kind, value))  # every later result is gone too
+            raise EOFError(f"the swap's plan helper is gone: {value}")
+        self._pending -= 1
         if kind == "error":
             raise value
         return value
 
     def close(self) -> None:
-        """End the child: both pipes closed (a reply it is still writing fails, its next read ends), it exits; killed
-        if it does not within a few seconds."""
-        if self._writer is not None:  # a request still being written ends when the child does: kill it first
+        """End the child: a request it is still planning is cut short (killed: nobody will take its result), the
+        pump ends, both pipes closed, it exits; killed if it does not within a few seconds."""
+        if self._pending:
             self._proc.kill()
-            self._writer.join()
+        self._requests.put(None)
+        self._pump.join()
         for pipe in (self._proc.stdout, self._proc.stdin):
             try:
                 if pipe is not None:
