@@ -100,6 +100,23 @@ class VerbRun:
     wall_s: float
     peaks: Peaks
     log: str
+    steal_share: float = 0.0  # of every core's time during the verb, taken by the hypervisor (cpu_steal_ticks)
+
+
+def cpu_ticks() -> tuple[int, int]:
+    """(steal, all) clock ticks of every core since boot, from /proc/stat's ``cpu`` line; (0, 0) where there is none.
+    On a VM the host takes its share (steal) when it likes: a verb's wall time is read beside it."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:9]]  # user nice system idle iowait irq softirq steal
+    except (OSError, ValueError):
+        return 0, 0
+    return fields[7], sum(fields)
+
+
+def steal_between(before: tuple[int, int], after: tuple[int, int]) -> float:
+    total = after[1] - before[1]
+    return (after[0] - before[0]) / total if total > 0 else 0.0
 
 
 @dataclass
@@ -127,6 +144,7 @@ class SizeRow:
         execute = self.wall("execute")
         return {
             "execute_s": round(execute, 2),
+            "execute_steal_share": next(v.steal_share for v in self.verbs if v.verb == "execute"),
             "execute_ms_per_segment": round(1000 * execute / self.segments, 4),
             "execute_overhead_ms_per_segment": round(1000 * (execute - self.floor_copy_s) / self.segments, 4),
             "floor_ms_per_segment": round(1000 * self.floor_copy_s / self.segments, 4),
@@ -200,18 +218,20 @@ def run_verb(verb: str, args: list[str], logs: Path, ok_codes: tuple[int, ...] =
     n = sum(1 for _ in logs.glob(f"{verb}*.out"))
     log = logs / (f"{verb}.out" if n == 0 else f"{verb}-{n + 1}.out")
     with open(log, "wb") as out:
+        ticks = cpu_ticks()
         start = time.perf_counter()
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=child_env(), cwd=REPO)
         sampler = TreeSampler(proc.pid)
         sampler.start()
         code = proc.wait(timeout=VERB_TIMEOUT_S)
         wall = time.perf_counter() - start
+        steal = steal_between(ticks, cpu_ticks())
         sampler.done.set()
         sampler.join()
     if code not in ok_codes:
         tail = log.read_bytes()[-3000:].decode(errors="replace")
         raise SystemExit(f"{' '.join(argv)} exited {code} (output in {log}); its last lines:\n{tail}")
-    return VerbRun(verb, argv[3:], code, wall, sampler.peaks, str(log))
+    return VerbRun(verb, argv[3:], code, wall, sampler.peaks, str(log), round(steal, 4))
 
 
 def source_logs(log_dir: Path) -> list[tuple[str, list[str]]]:
@@ -388,7 +408,7 @@ def run_size(args: argparse.Namespace, segments: int) -> SizeRow:
             print(
                 f"  {name:<9} {run.wall_s:8.2f} s  exit {run.exit_code}  driver {p.driver / MB:7.1f} MB  "
                 f"largest child {p.descendant / MB:7.1f} MB  tree {p.tree / MB:7.1f} MB "
-                f"({p.descendants_seen} children)",
+                f"({p.descendants_seen} children)  steal {100 * run.steal_share:.1f}%",
                 flush=True,
             )
 
@@ -469,13 +489,14 @@ def print_tables(rows: list[SizeRow]) -> None:
             f"{s['max_driver_peak_mb']} | {s['max_descendant_peak_mb']} | {s['max_tree_peak_mb']} |"
         )
     print()
-    print("| segments | verb | wall s | ms/segment | driver peak MB | largest child MB | tree peak MB |")
-    print("|---:|---|---:|---:|---:|---:|---:|")
+    print("| segments | verb | wall s | ms/segment | driver peak MB | largest child MB | tree peak MB | steal % |")
+    print("|---:|---|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         for v in r.verbs:
             print(
                 f"| {r.segments:,} | {v.verb} | {v.wall_s:.2f} | {1000 * v.wall_s / r.segments:.3f} | "
-                f"{v.peaks.driver / MB:.0f} | {v.peaks.descendant / MB:.0f} | {v.peaks.tree / MB:.0f} |"
+                f"{v.peaks.driver / MB:.0f} | {v.peaks.descendant / MB:.0f} | {v.peaks.tree / MB:.0f} | "
+                f"{100 * v.steal_share:.1f} |"
             )
     if len(rows) > 1:
         base = rows[0]
