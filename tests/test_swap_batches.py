@@ -160,6 +160,26 @@ def test_closing_the_helper_with_batches_not_taken_ends_it_at_once(planned):
     assert helper._proc.returncode is not None and not helper._pump.is_alive()
 
 
+def test_a_reply_that_cannot_be_read_ends_the_helper_instead_of_hanging_the_swap(monkeypatch):
+    """Whatever goes wrong reading a reply (here a class the parent cannot find) makes the helper gone: the swap then
+    plans the rest itself; it never waits for a reply that will not come."""
+    helper = PlanHelper()
+
+    def unreadable(stream):
+        raise AttributeError("Can't get attribute 'Planned' on <module 'migrate.stages.swap_plan'>")
+
+    try:
+        monkeypatch.setattr(swap_plan.pickle, "load", unreadable)
+        helper.submit("0123456789abcdef", [("p-0", "/nonexistent", [])])
+        helper.submit("0123456789abcdef", [("p-1", "/nonexistent", [])])
+        for _ in range(2):  # this batch and every later one
+            with pytest.raises(EOFError, match="Can't get attribute"):
+                helper.result()
+    finally:
+        monkeypatch.undo()
+        helper.close()
+
+
 class Unloadable(Exception):
     def __init__(self, message, where):
         super().__init__(f"{message} at {where}")

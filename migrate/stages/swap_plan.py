@@ -118,7 +118,9 @@ class PlanHelper:
                     pickle.dump(partition, stdin, protocol=pickle.HIGHEST_PROTOCOL)
                 stdin.flush()
                 reply = pickle.load(stdout)
-            except (OSError, EOFError, pickle.UnpicklingError) as exc:  # the child is gone: ``result`` says so
+            except Exception as exc:
+                # the child is gone, or its stream is unreadable: ``result`` says so (an error this thread let
+                # escape would leave the swap waiting for a reply forever)
                 self._replies.put(("gone", exc))
                 return
             self._replies.put(reply)
