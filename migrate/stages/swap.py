@@ -209,10 +209,7 @@ def _planned_ahead(
             while helper is not None and i + len(asked) + 1 < min(len(batches), i + 1 + SWAP_PLAN_AHEAD):
                 ahead = read(batches[i + len(asked) + 1])
                 asked.append(ahead)
-                try:
-                    helper.submit(plan.plan_id, ahead)
-                except OSError:
-                    helper = _closed(helper)
+                helper.submit(plan.plan_id, ahead)  # queued: a helper gone by then says so at its ``result``
             yield joined(texts, planned if planned is not None else plan_batch(plan.plan_id, texts))
     finally:
         _closed(helper)
