@@ -299,7 +299,7 @@ def test_truncated_tail_is_refused_with_file_and_position(legacy_logdir, tmp_pat
     assert err.value.position == 621 and err.value.path == str(src)
     assert "621" in str(err.value) and str(src) in str(err.value) and "--truncate-tail" in str(err.value)
     assert "which the plan does not list to drop" in str(err.value)
-    assert list((tmp_path / "s").iterdir()) == []
+    assert list((tmp_path / "s").glob("*")) == []  # nothing staged (the dir is made for a first output only)
 
 
 def test_a_tail_the_plan_lists_is_dropped_and_no_other(legacy_logdir, tmp_path):
@@ -323,7 +323,7 @@ def test_crc_mismatch_is_refused_with_file_and_position(legacy_logdir, tmp_path)
         convert_segment(SegmentTask(str(src), str(tmp_path / "s"), 0, ConvertOptions(chunk_bytes=64)))
     assert err.value.position == second and err.value.offset == 1
     assert "CRC" in str(err.value) and str(src) in str(err.value)
-    assert list((tmp_path / "s").iterdir()) == []
+    assert list((tmp_path / "s").glob("*")) == []  # nothing staged (the dir is made for a first output only)
 
 
 def test_changed_source_is_refused(legacy_logdir, tmp_path):

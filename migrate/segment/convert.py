@@ -41,7 +41,7 @@ from migrate.segment.compacted import load_survivors, retained
 from migrate.segment.identity import edges_digest_of, edges_digest_of_bytes
 from migrate.segment.indexes import IndexBuilder
 from migrate.segment.profile import check_offsets
-from migrate.segment.reader import Chunk, decode_whole, open_unbuffered, read_chunks, read_whole
+from migrate.segment.reader import Chunk, decode_whole, read_chunks, read_whole
 from migrate.segment.small import convert_whole
 
 SUFFIXES = SEGMENT_SUFFIXES
@@ -290,13 +290,14 @@ def convert_segment(task: SegmentTask) -> SegmentResult:
     read-write), and the source's mtime (retention of untimestamped data depends on it).
     """
     started = time.perf_counter()
-    src, st = open_unbuffered(task.source)
+    # a descriptor, not a file object: a tiny segment is read whole with pread, and a file object costs a stat and
+    # its own layers per segment; the general path wraps the descriptor when it needs one
+    source = os.open(task.source, os.O_RDONLY | os.O_CLOEXEC)
     try:
+        st = os.fstat(source)
         check_planned(task, st)
         live = live_files(os.path.dirname(task.source), task.base_offset, log=st)
         staging = task.staging_dir
-        if not os.path.isdir(staging):  # one stat where it exists (the usual case) instead of a refused mkdir
-            os.makedirs(staging, exist_ok=True)
         # staged files are written under their final names: the staging dir is private, and a staged file is trusted
         # only once its identity is recorded with the verified outcome, so a crash mid-write leaves nothing trusted
         stem = os.path.join(staging, segment_name(task.base_offset))
@@ -305,12 +306,13 @@ def convert_segment(task: SegmentTask) -> SegmentResult:
         index_files: tuple[bytes, bytes] | None = None
         try:
             if st.st_size <= SMALL_SEGMENT_BYTES:
-                result, index_files = _convert_small(task, src, st, finals[".log"], index, live)
+                result, index_files = _convert_small(task, source, st, finals[".log"], index, live)
             else:
-                with open(finals[".log"], "wb", buffering=_WRITE_BUFFER) as out:
+                src = open(source, "rb", buffering=0, closefd=False)  # noqa: SIM115 - the descriptor is closed below
+                with open(_create(finals[".log"]), "wb", buffering=_WRITE_BUFFER) as out:
                     run = stream_entries(task, src, out, st, index=index)
                     result = run.result
-                    _record_source(result, run.whole, src, st, live)
+                    _record_source(result, run.whole, source, st, live)
                     if result.status == ConversionStatus.UNCHANGED:
                         os.unlink(finals[".log"])
                         result.output_bytes = 0
@@ -332,7 +334,7 @@ def convert_segment(task: SegmentTask) -> SegmentResult:
                     os.unlink(path)
             raise
     finally:
-        src.close()
+        os.close(source)
     result.seconds = time.perf_counter() - started
     return result
 
@@ -352,7 +354,7 @@ class _Parts(list):
 
 def _convert_small(
     task: SegmentTask,
-    src: BinaryIO,
+    fd: int,
     st: os.stat_result,
     path: str,
     index: IndexBuilder,
@@ -362,34 +364,46 @@ def _convert_small(
     unchanged); the index files too when it was converted whole (``migrate.segment.small``), else None: ``index``
     then holds them."""
     # below the chunk size the reader would read the file in one chunk: read it so directly, without its buffers
-    data = read_whole(src.fileno(), st.st_size) if st.st_size < task.options.chunk_bytes else None
+    data = read_whole(fd, st.st_size) if st.st_size < task.options.chunk_bytes else None
     whole = convert_whole(task, data, st) if data is not None else None
     if whole is not None:
         result, output, index_files = whole.result, whole.log, whole.index_files
-        _record_source(result, data, src, st, live)
+        _record_source(result, data, fd, st, live)
     else:
         parts = _Parts()
+        src = open(fd, "rb", buffering=0, closefd=False)  # noqa: SIM115 - the caller closes the descriptor
         run = stream_entries(task, src, parts, st, index=index, data=data)  # type: ignore[arg-type]
         result, index_files = run.result, None
-        _record_source(result, run.whole, src, st, live)
+        _record_source(result, run.whole, fd, st, live)
         if result.status == ConversionStatus.UNCHANGED:
             result.output_bytes = 0
             return result, None
         output = parts[0] if len(parts) == 1 else b"".join(parts)
-    # the mode ``open(path, "wb")`` creates with, so a staged file's bits do not depend on the path taken
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
+    out = _create(path)
     try:
-        _write_all(fd, output)
-        finish_open_output(fd, path, ".log", result, live, st)
+        _write_all(out, output)
+        finish_open_output(out, path, ".log", result, live, st)
     finally:
-        os.close(fd)
+        os.close(out)
     return result, index_files
+
+
+def _create(path: str) -> int:
+    """``path`` created (or truncated) for writing, with the mode ``open(path, "wb")`` creates with, so a staged file's
+    bits do not depend on the path taken; the staging dir made first if it is not there. A segment's first output
+    finds it there but for the first of its partition in a run: asked on ENOENT, not by a stat per segment."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
+    try:
+        return os.open(path, flags, 0o666)
+    except FileNotFoundError:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        return os.open(path, flags, 0o666)
 
 
 def _record_source(
     result: SegmentResult,
     whole: memoryview | bytes | None,
-    src: BinaryIO,
+    fd: int,
     st: os.stat_result,
     live: dict[str, os.stat_result],
 ) -> None:
@@ -401,7 +415,7 @@ def _record_source(
     if whole is not None:
         result.source_edges = edges_digest_of_bytes(whole, st.st_size)
     else:
-        result.source_edges = edges_digest_of(src.fileno(), st.st_size)
+        result.source_edges = edges_digest_of(fd, st.st_size)
     result.live_before = {sfx: FileStat.of(x) for sfx, x in live.items()}
 
 
