@@ -67,7 +67,7 @@ key = plan.log_dirs[0].key
 prepare_log_dir(plan, key)
 ids = [t.id for t in plan.tasks]
 convert_task(plan, ids[0])
-print("SEGMENTS", sum(len(plan.tasks_by_id[i].segments) for i in ids[1:]), len(plan.tasks_by_id[ids[0]].segments))
+print("SEGMENTS", sum(len(plan.tasks_by_id[i].segments) for i in ids[1:]))
 sys.stdout.flush()
 control("-i", "on")
 mark("convert")
@@ -104,38 +104,26 @@ def fresh_log_dir(orig: Path, work: Path, tree: Path) -> Path:
     return plan
 
 
-def counted_segments(stdout: str) -> tuple[int, int]:
-    m = re.search(r"SEGMENTS (\d+) (\d+)", stdout)
+def run_child(plan: Path, tree: Path, scratch: Path, tool: list[str], mode: str) -> int:
+    """``CHILD`` over ``plan`` with ``tree``'s code, under ``tool`` (valgrind or strace); the segments it counted."""
+    child = scratch / "child.py"
+    child.write_text(CHILD)
+    env = dict(os.environ, PYTHONPATH=str(tree))
+    run = subprocess.run([*tool, python(), str(child), str(plan), mode], env=env, capture_output=True, text=True)
+    if run.returncode != 0:
+        raise RuntimeError(f"the child under {tool[0]} failed ({run.returncode}):\n{run.stderr[-3000:]}")
+    m = re.search(r"SEGMENTS (\d+)", run.stdout)
     if m is None:
-        raise RuntimeError(f"the child did not say how many segments it converted:\n{stdout}")
-    return int(m.group(1)), int(m.group(2))
+        raise RuntimeError(f"the child did not say how many segments it converted:\n{run.stdout}")
+    return int(m.group(1))
 
 
 def instructions(plan: Path, tree: Path, scratch: Path) -> dict[str, float]:
     """Ir per segment of convert and swap for ``plan``, run by ``tree``'s code."""
     for old in scratch.glob("cg.out*"):
         old.unlink()
-    child = scratch / "child.py"
-    child.write_text(CHILD)
-    env = dict(os.environ, PYTHONPATH=str(tree))
-    run = subprocess.run(
-        [
-            "valgrind",
-            "--tool=callgrind",
-            "--instr-atstart=no",
-            f"--callgrind-out-file={scratch}/cg.out",
-            python(),
-            str(child),
-            str(plan),
-            "callgrind",
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    if run.returncode != 0:
-        raise RuntimeError(f"the child under callgrind failed ({run.returncode}):\n{run.stderr[-3000:]}")
-    converted, _ = counted_segments(run.stdout)
+    tool = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={scratch}/cg.out"]
+    converted = run_child(plan, tree, scratch, tool, "callgrind")
     dumps = {}
     for dump in scratch.glob("cg.out*"):
         text = dump.read_text(errors="replace")
@@ -151,19 +139,8 @@ def instructions(plan: Path, tree: Path, scratch: Path) -> dict[str, float]:
 
 def syscalls(plan: Path, tree: Path, scratch: Path) -> dict[str, float]:
     """System calls per segment of convert and swap (``strace -f``: the stages' own calls between two marks)."""
-    child = scratch / "child.py"
-    child.write_text(CHILD)
     trace = scratch / "strace.out"
-    env = dict(os.environ, PYTHONPATH=str(tree))
-    run = subprocess.run(
-        ["strace", "-f", "-o", str(trace), python(), str(child), str(plan), "strace"],
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    if run.returncode != 0:
-        raise RuntimeError(f"the child under strace failed ({run.returncode}):\n{run.stderr[-3000:]}")
-    converted, _ = counted_segments(run.stdout)
+    converted = run_child(plan, tree, scratch, ["strace", "-f", "-o", str(trace)], "strace")
     counts = {"convert": 0, "swap": 0}
     stage = None
     for line in trace.read_text(errors="replace").splitlines():
