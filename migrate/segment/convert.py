@@ -390,8 +390,8 @@ def _convert_small(
 
 def _create(path: str) -> int:
     """``path`` created (or truncated) for writing, with the mode ``open(path, "wb")`` creates with, so a staged file's
-    bits do not depend on the path taken; the staging dir made first if it is not there. A segment's first output
-    finds it there but for the first of its partition in a run: asked on ENOENT, not by a stat per segment."""
+    bits do not depend on the path taken; the staging dir made first if it is not there. The convert stage made it
+    with the partition's facts, so it is asked for on ENOENT, not by a stat per segment."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
     try:
         return os.open(path, flags, 0o666)
