@@ -67,7 +67,7 @@ key = plan.log_dirs[0].key
 prepare_log_dir(plan, key)
 ids = [t.id for t in plan.tasks]
 convert_task(plan, ids[0])
-print("SEGMENTS", sum(len(plan.tasks_by_id[i].segments) for i in ids[1:]))
+print("SEGMENTS", sum(len(plan.tasks_by_id[i].segments) for i in ids[1:]), sum(len(t.segments) for t in plan.tasks))
 sys.stdout.flush()
 control("-i", "on")
 mark("convert")
@@ -87,8 +87,8 @@ def python() -> str:
     return os.path.realpath(sys.executable)
 
 
-def fresh_log_dir(orig: Path, work: Path, tree: Path) -> Path:
-    """A copy of ``orig`` planned by ``tree``'s CLI; the plan's path."""
+def fresh_log_dir(orig: Path, work: Path, tree: Path, task_segments: int | None = None) -> Path:
+    """A copy of ``orig`` planned by ``tree``'s CLI (with ``--task-segments`` where given); the plan's path."""
     shutil.rmtree(work, ignore_errors=True)
     for stale in work.parent.glob(work.name + ".plan*"):
         shutil.rmtree(stale) if stale.is_dir() else stale.unlink()
@@ -96,7 +96,8 @@ def fresh_log_dir(orig: Path, work: Path, tree: Path) -> Path:
     plan = work.parent / (work.name + ".plan.parquet")
     env = dict(os.environ, PYTHONPATH=str(tree))
     subprocess.run(
-        [python(), "-c", CLI, "plan", "--log-dirs", str(work), "-o", str(plan)],
+        [python(), "-c", CLI, "plan", "--log-dirs", str(work), "-o", str(plan)]
+        + ([] if task_segments is None else ["--task-segments", str(task_segments)]),
         check=True,
         env=env,
         capture_output=True,
@@ -104,18 +105,19 @@ def fresh_log_dir(orig: Path, work: Path, tree: Path) -> Path:
     return plan
 
 
-def run_child(plan: Path, tree: Path, scratch: Path, tool: list[str], mode: str) -> int:
-    """``CHILD`` over ``plan`` with ``tree``'s code, under ``tool`` (valgrind or strace); the segments it counted."""
+def run_child(plan: Path, tree: Path, scratch: Path, tool: list[str], mode: str) -> dict[str, int]:
+    """``CHILD`` over ``plan`` with ``tree``'s code, under ``tool`` (valgrind or strace); the segments each stage
+    counted (the swap's are all the plan's, the conversion's all but its first task's)."""
     child = scratch / "child.py"
     child.write_text(CHILD)
     env = dict(os.environ, PYTHONPATH=str(tree))
     run = subprocess.run([*tool, python(), str(child), str(plan), mode], env=env, capture_output=True, text=True)
     if run.returncode != 0:
         raise RuntimeError(f"the child under {tool[0]} failed ({run.returncode}):\n{run.stderr[-3000:]}")
-    m = re.search(r"SEGMENTS (\d+)", run.stdout)
+    m = re.search(r"SEGMENTS (\d+) (\d+)", run.stdout)
     if m is None:
         raise RuntimeError(f"the child did not say how many segments it converted:\n{run.stdout}")
-    return int(m.group(1))
+    return {"convert": int(m.group(1)), "swap": int(m.group(2))}
 
 
 def instructions(plan: Path, tree: Path, scratch: Path) -> dict[str, float]:
@@ -123,7 +125,7 @@ def instructions(plan: Path, tree: Path, scratch: Path) -> dict[str, float]:
     for old in scratch.glob("cg.out*"):
         old.unlink()
     tool = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={scratch}/cg.out"]
-    converted = run_child(plan, tree, scratch, tool, "callgrind")
+    counted = run_child(plan, tree, scratch, tool, "callgrind")
     dumps = {}
     for dump in scratch.glob("cg.out*"):
         text = dump.read_text(errors="replace")
@@ -134,13 +136,13 @@ def instructions(plan: Path, tree: Path, scratch: Path) -> dict[str, float]:
     missing = {"convert", "swap"} - dumps.keys()
     if missing:
         raise RuntimeError(f"no callgrind dump for {sorted(missing)} in {scratch}")
-    return {stage: count / converted for stage, count in dumps.items()} | {"segments": converted}
+    return {stage: count / counted[stage] for stage, count in dumps.items()} | {"segments": counted["convert"]}
 
 
 def syscalls(plan: Path, tree: Path, scratch: Path) -> dict[str, float]:
     """System calls per segment of convert and swap (``strace -f``: the stages' own calls between two marks)."""
     trace = scratch / "strace.out"
-    converted = run_child(plan, tree, scratch, ["strace", "-f", "-o", str(trace)], "strace")
+    counted = run_child(plan, tree, scratch, ["strace", "-f", "-o", str(trace)], "strace")
     counts = {"convert": 0, "swap": 0}
     stage = None
     for line in trace.read_text(errors="replace").splitlines():
@@ -150,7 +152,7 @@ def syscalls(plan: Path, tree: Path, scratch: Path) -> dict[str, float]:
             continue
         if stage is not None and re.match(r"^\d+\s+\w+\(", line):
             counts[stage] += 1
-    return {stage: n / converted for stage, n in counts.items()}
+    return {stage: n / counted[stage] for stage, n in counts.items()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -161,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=1, help="interleaved rounds (the counts barely move between them)")
     ap.add_argument("--dir", default="/dev/shm/bench-instructions", help="scratch dir (removed at the end)")
     ap.add_argument("--syscalls", action="store_true", help="also count system calls per segment (strace)")
+    ap.add_argument("--task-segments", type=int, help="plan with at most this many segments a task")
     ap.add_argument("--json", help="also write the figures here")
     args = ap.parse_args(argv)
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
@@ -177,10 +180,10 @@ def main(argv: list[str] | None = None) -> int:
         for r in range(args.rounds):
             order = list(trees.items()) if r % 2 == 0 else list(trees.items())[::-1]
             for name, tree in order:
-                plan = fresh_log_dir(orig, scratch / f"ld-{name}", tree)
+                plan = fresh_log_dir(orig, scratch / f"ld-{name}", tree, args.task_segments)
                 row = instructions(plan, tree, scratch)
                 if args.syscalls:
-                    plan = fresh_log_dir(orig, scratch / f"ld-{name}", tree)
+                    plan = fresh_log_dir(orig, scratch / f"ld-{name}", tree, args.task_segments)
                     row |= {f"{stage}_syscalls": n for stage, n in syscalls(plan, tree, scratch).items()}
                 rows[name].append(row)
                 calls = (
