@@ -20,6 +20,7 @@ from migrate.model.cluster_manifest import Verb
 from migrate.model.plan_columns import plan_id_of
 from migrate.model.plan_tree import (
     DEFAULT_RANGE_BYTES,
+    DEFAULT_TASK_SEGMENTS,
     LogDirPlan,
     Plan,
     PlanForm,
@@ -175,7 +176,12 @@ def add_plan_options(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--allow-unclean", action="store_true", help="plan even without a clean-shutdown marker")
     g.add_argument("--task-bytes", type=int, default=64 << 20, help="segment bytes per engine task (default 64 MiB)")
-    g.add_argument("--task-segments", type=int, default=256, help="segments per engine task at most (default 256)")
+    g.add_argument(
+        "--task-segments",
+        type=int,
+        default=DEFAULT_TASK_SEGMENTS,
+        help=f"segments per engine task at most (default {DEFAULT_TASK_SEGMENTS})",
+    )
     g.add_argument(
         "--range-bytes",
         type=int,

@@ -26,7 +26,14 @@ MAX_SEGMENT_BYTES = 2**31 - 1  # FileRecords cannot open a larger .log
 # fresh-page faults, a working set that stays in cache); an entry up to Kafka's default 1 MiB limit fits in one
 DEFAULT_CHUNK_BYTES = 2 << 20
 DEFAULT_TASK_BYTES = 64 << 20
-DEFAULT_TASK_SEGMENTS = 256
+# each task costs the engine about 3 ms of the driver's CPU (its scheduler and client, which share the GIL with the
+# driver's own conversions) and 2 ms of a worker's event loop: at 256 tiny segments a task that was 8% of the work,
+# at 1024 2% (10^5 segments: the convert stage 13.4-16.1 s against 15.8-18.7, benchmarks/README.md, issue 26's
+# thirteenth session); 4096 left a core idle at the start and the end of the stage. A log dir of fewer segments
+# keeps tasks of 256, or smaller ones of at least 32 tasks: its tasks must still spread over the workers
+DEFAULT_TASK_SEGMENTS = 1024
+SMALL_TASK_SEGMENTS = 256
+MIN_TASKS_PER_LOG_DIR = 32
 DEFAULT_RANGE_BYTES = 64 << 20  # a segment larger than this is converted in ranges of about this size, in parallel
 SEGMENT_SUFFIXES = (".log", ".index", ".timeindex")
 

@@ -43,7 +43,9 @@ from migrate.kafka.properties import leader_epoch_entries, read_meta_properties
 from migrate.model.plan_columns import ColumnBuilder, SegmentRows, TaskRows, number_tasks, plan_id_of
 from migrate.model.plan_tree import (
     DEFAULT_RANGE_BYTES,
+    MIN_TASKS_PER_LOG_DIR,
     PLAN_VERSION,
+    SMALL_TASK_SEGMENTS,
     ByteRange,
     CompactionPlan,
     ConvertOptions,
@@ -368,15 +370,16 @@ def make_tasks(
     range_bytes: int | None = DEFAULT_RANGE_BYTES,
     options: ConvertOptions | None = None,
 ) -> tuple[TaskPlan, ...]:
-    """Group segments into tasks of about ``task_bytes`` and at most ``task_segments``: a task per tiny file would
-    drown the scheduler, one task per log dir would leave workers idle. A segment larger than ``range_bytes`` gets a
-    task per range of about that size instead (``ByteRange``), so that one large partition keeps every worker busy;
-    not in a compacted partition (its survivors are checked record by record, segment by segment) nor under
-    ``--pack-bytes`` (packing follows the entries a reader groups, so ranges would move batch boundaries). A segment
-    planned from staging costs a few renames, not its bytes."""
+    """Group segments into tasks of about ``task_bytes`` and at most ``task_segments`` (``segments_per_task``): a
+    task per tiny file would drown the scheduler, one task per log dir would leave workers idle. A segment larger
+    than ``range_bytes`` gets a task per range of about that size instead (``ByteRange``), so that one large
+    partition keeps every worker busy; not in a compacted partition (its survivors are checked record by record,
+    segment by segment) nor under ``--pack-bytes`` (packing follows the entries a reader groups, so ranges would
+    move batch boundaries). A segment planned from staging costs a few renames, not its bytes."""
     split = range_bytes is not None and range_bytes > 0 and (options is None or options.pack_bytes is None)
     tasks: list[TaskPlan] = []
     for d in log_dirs:
+        per_task = segments_per_task(sum(len(p.segments) for p in d.partitions), task_segments)
         # a columnar plan's tasks hold rows of its columns, not a SegmentRef a segment
         current: list[Any] = []
         size = 0
@@ -386,7 +389,7 @@ def make_tasks(
                 ref = SegmentRef(p.name, s.base_offset) if rows is None else rows[i]
                 if s.staged:  # taking staged outputs renames three files: as light as a tiny segment
                     current.append(ref)
-                    if len(current) >= task_segments:
+                    if len(current) >= per_task:
                         tasks.append(TaskPlan(f"t{len(tasks):05d}", d.key, _held(current, d), size))
                         current, size = [], 0
                     continue
@@ -399,12 +402,19 @@ def make_tasks(
                     continue
                 current.append(ref)
                 size += s.size
-                if size >= task_bytes or len(current) >= task_segments:
+                if size >= task_bytes or len(current) >= per_task:
                     tasks.append(TaskPlan(f"t{len(tasks):05d}", d.key, _held(current, d), size))
                     current, size = [], 0
         if current:
             tasks.append(TaskPlan(f"t{len(tasks):05d}", d.key, _held(current, d), size))
     return tuple(tasks)
+
+
+def segments_per_task(segments: int, task_segments: int) -> int:
+    """The most segments a task of a log dir of ``segments`` holds: ``task_segments``, but for a log dir too small
+    to give each worker several tasks of that many (``MIN_TASKS_PER_LOG_DIR``), where tasks hold
+    ``SMALL_TASK_SEGMENTS``, or as many as make that many tasks."""
+    return min(task_segments, max(SMALL_TASK_SEGMENTS, -(-segments // MIN_TASKS_PER_LOG_DIR)))
 
 
 def _held(current: list[Any], d: LogDirPlan) -> Sequence[SegmentRef]:

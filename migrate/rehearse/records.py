@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from migrate.compaction.rules import CompactionRule
 from migrate.errors import PlanProblem
-from migrate.model.plan_tree import DEFAULT_RANGE_BYTES, ConvertOptions
+from migrate.model.plan_tree import DEFAULT_RANGE_BYTES, DEFAULT_TASK_SEGMENTS, ConvertOptions
 from migrate.model.run_state import PartitionStatus, Problem
 from migrate.model.stage_reports import LeaveReport, SegmentTotals, StageError
 
@@ -228,7 +228,7 @@ class RehearsalConfig:
     leader_epoch: int | None = None
     allow_unclean: bool = False
     task_bytes: int = 64 << 20
-    task_segments: int = 256
+    task_segments: int = DEFAULT_TASK_SEGMENTS
     free_bytes_cap: int | None = None
     compact: tuple[CompactionRule, ...] = ()  # plan --compact, as for `plan`
     drop_tombstones_older_than_ms: int | None = None
