@@ -21,6 +21,8 @@ from migrate.model.plan_columns import plan_id_of
 from migrate.model.plan_tree import (
     DEFAULT_RANGE_BYTES,
     DEFAULT_TASK_SEGMENTS,
+    MIN_TASKS_PER_LOG_DIR,
+    SMALL_TASK_SEGMENTS,
     LogDirPlan,
     Plan,
     PlanForm,
@@ -180,7 +182,8 @@ def add_plan_options(p: argparse.ArgumentParser) -> None:
         "--task-segments",
         type=int,
         default=DEFAULT_TASK_SEGMENTS,
-        help=f"segments per engine task at most (default {DEFAULT_TASK_SEGMENTS})",
+        help=f"segments per engine task at most (default {DEFAULT_TASK_SEGMENTS}; a smaller log dir gets as many as "
+        f"make {MIN_TASKS_PER_LOG_DIR} tasks, at least {SMALL_TASK_SEGMENTS})",
     )
     g.add_argument(
         "--range-bytes",
