@@ -7,7 +7,8 @@ plan, execute, status, verify, rollback, execute again, finalize, and an indepen
 the log dir v2-only (exit 0). Every verb's wall time is taken from outside, and a thread samples the RSS of the
 verb's process and of every descendant (Dask nanny and workers) every ~50 ms: the driver's peak, the largest peak of
 any one descendant, and the peak of the sum over the tree (RSS counts shared pages once per process, so the sum is
-an upper bound).
+an upper bound). The same sampler sums the CPU (user + system) each process of the tree used, as last sampled: the
+verb's work, beside a wall time the hypervisor's steal inflates (each verb's steal share is printed too).
 
 Also per size: the plan's bytes on disk per segment; the time the project's loader takes to load it (in a fresh
 ``python -c``, timed around the call only, best of 3); execute's ms per segment; and execute's overhead per
@@ -84,12 +85,15 @@ def plan_loader() -> Callable[[str], object]:
 
 @dataclass
 class Peaks:
-    """Peak RSS in bytes seen while a process tree ran."""
+    """Peak RSS in bytes seen while a process tree ran, and the CPU its processes used."""
 
     driver: int = 0
     descendant: int = 0
     tree: int = 0
     descendants_seen: int = 0
+    # user + system seconds of every process of the tree, each as last sampled (up to SAMPLE_S of each process's
+    # last moments missed): the work, which the hypervisor's steal does not inflate as it does the wall time
+    cpu_s: float = 0.0
 
 
 @dataclass
@@ -145,6 +149,9 @@ class SizeRow:
         return {
             "execute_s": round(execute, 2),
             "execute_steal_share": next(v.steal_share for v in self.verbs if v.verb == "execute"),
+            "execute_cpu_ms_per_segment": round(
+                1000 * next(v.peaks.cpu_s for v in self.verbs if v.verb == "execute") / self.segments, 4
+            ),
             "execute_ms_per_segment": round(1000 * execute / self.segments, 4),
             "execute_overhead_ms_per_segment": round(1000 * (execute - self.floor_copy_s) / self.segments, 4),
             "floor_ms_per_segment": round(1000 * self.floor_copy_s / self.segments, 4),
@@ -168,6 +175,7 @@ class TreeSampler(threading.Thread):
         self.root = psutil.Process(pid)
         self.peaks = Peaks()
         self.seen: set[int] = set()
+        self.cpu: dict[int, float] = {}  # pid -> its user + system seconds, as last sampled
         self.done = threading.Event()
 
     def run(self) -> None:
@@ -178,6 +186,7 @@ class TreeSampler(threading.Thread):
     def sample(self) -> None:
         try:
             driver = self.root.memory_info().rss
+            self._cpu(self.root)
             children = self.root.children(recursive=True)
         except psutil.Error:
             return  # the verb has exited between two samples
@@ -185,6 +194,7 @@ class TreeSampler(threading.Thread):
         for child in children:
             try:
                 rss = child.memory_info().rss
+                self._cpu(child)
             except psutil.Error:
                 continue  # a worker that exited since children() listed it
             self.seen.add(child.pid)
@@ -193,6 +203,11 @@ class TreeSampler(threading.Thread):
         self.peaks.driver = max(self.peaks.driver, driver)
         self.peaks.tree = max(self.peaks.tree, total)
         self.peaks.descendants_seen = len(self.seen)
+        self.peaks.cpu_s = sum(self.cpu.values())
+
+    def _cpu(self, process: psutil.Process) -> None:
+        times = process.cpu_times()  # its own: a child's are its own entry, not counted twice
+        self.cpu[process.pid] = times.user + times.system
 
 
 # where the verbs keep compiled modules, under --dir: set by main
@@ -408,7 +423,7 @@ def run_size(args: argparse.Namespace, segments: int) -> SizeRow:
             print(
                 f"  {name:<9} {run.wall_s:8.2f} s  exit {run.exit_code}  driver {p.driver / MB:7.1f} MB  "
                 f"largest child {p.descendant / MB:7.1f} MB  tree {p.tree / MB:7.1f} MB "
-                f"({p.descendants_seen} children)  steal {100 * run.steal_share:.1f}%",
+                f"({p.descendants_seen} children)  CPU {p.cpu_s:.1f} s  steal {100 * run.steal_share:.1f}%",
                 flush=True,
             )
 
@@ -489,14 +504,17 @@ def print_tables(rows: list[SizeRow]) -> None:
             f"{s['max_driver_peak_mb']} | {s['max_descendant_peak_mb']} | {s['max_tree_peak_mb']} |"
         )
     print()
-    print("| segments | verb | wall s | ms/segment | driver peak MB | largest child MB | tree peak MB | steal % |")
-    print("|---:|---|---:|---:|---:|---:|---:|---:|")
+    print(
+        "| segments | verb | wall s | ms/segment | CPU s | CPU ms/segment | driver peak MB | largest child MB | "
+        "tree peak MB | steal % |"
+    )
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         for v in r.verbs:
             print(
                 f"| {r.segments:,} | {v.verb} | {v.wall_s:.2f} | {1000 * v.wall_s / r.segments:.3f} | "
-                f"{v.peaks.driver / MB:.0f} | {v.peaks.descendant / MB:.0f} | {v.peaks.tree / MB:.0f} | "
-                f"{100 * v.steal_share:.1f} |"
+                f"{v.peaks.cpu_s:.1f} | {1000 * v.peaks.cpu_s / r.segments:.3f} | {v.peaks.driver / MB:.0f} | "
+                f"{v.peaks.descendant / MB:.0f} | {v.peaks.tree / MB:.0f} | {100 * v.steal_share:.1f} |"
             )
     if len(rows) > 1:
         base = rows[0]
