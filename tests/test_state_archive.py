@@ -144,7 +144,7 @@ def test_verify_after_finalize_reads_the_archive_in_place_or_sent_whole_alike(mi
     monkeypatch.setattr(pipeline, "verify_live_log_dir", recorded)
     in_place = pipeline.verify_live(plan, SerialEngine(), plan_path)
     whole = pipeline.verify_live(plan, SendsArchives(), plan_path)
-    assert sent == [("NoneType", "str"), ("ArchiveCopy",)]
+    assert sent == [("NoneType", "str", "tuple"), ("ArchiveCopy",)]  # in place: the shard (one, of 10 segments)
     assert in_place == whole and in_place.ok
     assert archive.read_bytes() == archived_bytes  # read where it is, not changed
     (check,) = in_place.log_dirs

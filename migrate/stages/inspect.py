@@ -54,22 +54,28 @@ def status_from(
 
 
 def verify_live_log_dir(
-    plan: Plan, key: str, archived: ArchiveCopy | None = None, archive_file: str | None = None
+    plan: Plan,
+    key: str,
+    archived: ArchiveCopy | None = None,
+    archive_file: str | None = None,
+    shard: tuple[int, int] = (0, 1),
 ) -> LiveCheck:
     """Re-read every migrated segment's live files: they must still be what was swapped in (identity, digests, CRCs,
     indexes). Partitions not migrated are listed, not checked. After finalize or rollback the state has left the log
     dir: the copy beside the plan tells what was done, and the live files are checked against it: ``archive_file``,
     its path where this host reads it, or ``archived``, the copy ``receive_archive_piece`` put together on this host
-    (removed once read, whatever the outcome)."""
+    (removed once read, whatever the outcome). ``shard`` (i, n): only the i-th of n runs of the log dir's partitions
+    by name (``shard_names``), so that n calls check a big log dir on every core; ``join_live_checks`` puts their
+    results back together."""
     entry, log_dir = locate(plan, key)
     if StateStore.exists(log_dir, plan.plan_id):
         if archived is not None:
             _remove_copy(plan.plan_id, archived.token)
         with StateStore.open(log_dir, plan.plan_id) as store:
-            return _check_live(plan, key, store)
+            return _check_live(plan, key, store, shard)
     if archive_file is not None:
         with StateStore.open_file(Path(archive_file)) as store:
-            return _check_archived(plan, key, store)
+            return _check_archived(plan, key, store, shard)
     if archived is None:
         return LiveCheck(key, LogDirPhase.NEW, 0, (), tuple(p.name for p in entry.partitions))
     path = received_copy_path(plan.plan_id, archived.token)
@@ -133,16 +139,41 @@ def _remove_copy(plan_id: str, token: str) -> None:
         os.unlink(received_copy_path(plan_id, token))
 
 
-def _check_archived(plan: Plan, key: str, store: StateStore) -> LiveCheck:
+def _check_archived(plan: Plan, key: str, store: StateStore, shard: tuple[int, int] = (0, 1)) -> LiveCheck:
     if store.phase == LogDirPhase.ROLLED_BACK:  # the originals are live again: nothing migrated to check
         return LiveCheck(key, store.phase, 0, (), (), tuple(store.history()))
-    return _check_live(plan, key, store)
+    return _check_live(plan, key, store, shard)
 
 
-def _check_live(plan: Plan, key: str, store: StateStore) -> LiveCheck:
+def shard_names(names: list[str], shard: tuple[int, int]) -> list[str]:
+    """The i-th of n runs of ``names`` in name order (i, n = ``shard``): every name in exactly one run, and the runs
+    in order make the whole sorted list, so that their checks joined read as one call's."""
+    i, n = shard
+    if not 0 <= i < n:
+        raise MigrateError(f"verify: shard {i} of {n} does not exist (a client of another version of the tool?)")
+    ordered = sorted(names)
+    return ordered[i * len(ordered) // n : (i + 1) * len(ordered) // n]
+
+
+def join_live_checks(checks: list[LiveCheck]) -> LiveCheck:
+    """One log dir's check from its shards' (in shard order): their segments, problems and unmigrated partitions,
+    each in the order one call would have listed them."""
+    first = checks[0]
+    return LiveCheck(
+        first.log_dir,
+        first.phase,
+        sum(c.checked_segments for c in checks),
+        tuple(p for c in checks for p in c.problems),
+        tuple(n for c in checks for n in c.unmigrated),
+        first.history,
+    )
+
+
+def _check_live(plan: Plan, key: str, store: StateStore, shard: tuple[int, int] = (0, 1)) -> LiveCheck:
     problems: list[str] = []
     checked = 0
-    states = store.partition_states()
+    every = store.partition_states()
+    states = {n: every[n] for n in shard_names(list(every), shard)}
     unmigrated = sorted(n for n, s in states.items() if s != PartitionState.MIGRATED)
     for name in sorted(n for n, s in states.items() if s == PartitionState.MIGRATED):
         part = plan.partition(key, name)
