@@ -7,8 +7,8 @@ plan, execute, status, verify, rollback, execute again, finalize, and an indepen
 the log dir v2-only (exit 0). Every verb's wall time is taken from outside, and a thread samples the RSS of the
 verb's process and of every descendant (Dask nanny and workers) every ~50 ms: the driver's peak, the largest peak of
 any one descendant, and the peak of the sum over the tree (RSS counts shared pages once per process, so the sum is
-an upper bound). The same sampler sums the CPU (user + system) each process of the tree used, as last sampled: the
-verb's work, beside a wall time the hypervisor's steal inflates (each verb's steal share is printed too).
+an upper bound). The same sampler sums the CPU (user + system) each process of the tree used, as last sampled, and
+each verb's steal share is printed beside its time (on a VM neither is steady: both move with what the host takes).
 
 Also per size: the plan's bytes on disk per segment; the time the project's loader takes to load it (in a fresh
 ``python -c``, timed around the call only, best of 3); execute's ms per segment; and execute's overhead per
@@ -92,7 +92,8 @@ class Peaks:
     tree: int = 0
     descendants_seen: int = 0
     # user + system seconds of every process of the tree, each as last sampled (up to SAMPLE_S of each process's
-    # last moments missed): the work, which the hypervisor's steal does not inflate as it does the wall time
+    # last moments missed): what the verb's processes were charged, beside its wall time (on this VM it drifts
+    # with the machine too: an execute of 10^5 took 40.7 and 57.4 s of CPU ten minutes apart)
     cpu_s: float = 0.0
 
 
