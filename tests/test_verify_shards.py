@@ -28,6 +28,16 @@ def test_the_runs_of_names_cover_each_name_once_in_order():
         shard_names(names, (2, 2))
 
 
+def test_a_log_dir_no_run_has_touched_lists_each_partition_once(tmp_path, monkeypatch):
+    broker = make_broker_logdir(tmp_path, partitions=PARTITIONS)
+    plan, plan_path = make_plan(tmp_path, broker)
+    whole, _ = _verify(plan, plan_path, monkeypatch, per_shard=10**9)
+    runs, asked = _verify(plan, plan_path, monkeypatch, per_shard=2)
+    assert len(asked) == 6 and runs == whole and not runs.ok
+    (check,) = runs.log_dirs
+    assert check.unmigrated == tuple(sorted(PARTITIONS)) and check.checked_segments == 0
+
+
 @pytest.fixture
 def migrated(tmp_path: Path):
     broker = make_broker_logdir(tmp_path, partitions=PARTITIONS)

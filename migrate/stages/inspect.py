@@ -76,8 +76,8 @@ def verify_live_log_dir(
     if archive_file is not None:
         with StateStore.open_file(Path(archive_file)) as store:
             return _check_archived(plan, key, store, shard)
-    if archived is None:
-        return LiveCheck(key, LogDirPhase.NEW, 0, (), tuple(p.name for p in entry.partitions))
+    if archived is None:  # no run of the plan has started here: every partition of this run of them is unmigrated
+        return LiveCheck(key, LogDirPhase.NEW, 0, (), tuple(shard_names([p.name for p in entry.partitions], shard)))
     path = received_copy_path(plan.plan_id, archived.token)
     try:
         _check_copy(path, archived)
