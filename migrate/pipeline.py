@@ -56,6 +56,7 @@ from migrate.stages.finalize import (
 )
 from migrate.stages.inspect import (
     join_live_checks,
+    join_statuses,
     receive_archive_piece,
     status_from,
     status_log_dir,
@@ -76,10 +77,13 @@ from migrate.stages.replicas import (
 from migrate.stages.rollback import rollback_check_log_dir, rollback_log_dir
 from migrate.stages.swap import swap_log_dir
 
-# verify's calls a log dir: one per this many planned segments, up to VERIFY_SHARDS (more than a host's cores, so
-# that a run of big partitions does not hold the others back)
-VERIFY_SHARD_SEGMENTS = 4096
-VERIFY_SHARDS = 8
+# the calls status and verify make of a log dir (each a run of its partitions): one per this many planned segments,
+# up to MAX_SHARDS (more than a host's cores, so that a run of big partitions does not hold the others back)
+SHARD_SEGMENTS = 4096
+MAX_SHARDS = 8
+# a status on its own starts a LocalCluster's workers as it begins (~2 s of both cores): its call of 10^5 tiny
+# segments took 1.6-2.3 s, cut in 8 no less, so only a log dir whose one call would outlast their start is cut
+STATUS_SHARD_SEGMENTS = 65536
 
 
 def _per_log_dir(plan: Plan, keys: list[str] | None = None, *extra: Any) -> list[StageCall]:
@@ -198,7 +202,7 @@ def execute(
         ]
         if on_swapped is not None:
             on_swapped()
-        final = status(plan, engine)
+        final = status(plan, engine, shard_segments=SHARD_SEGMENTS)  # the workers are up: every core reads
         errors += final.errors
     migrated_everywhere = final.every_planned_partition_migrated(plan)
     return ExecuteReport(
@@ -589,18 +593,36 @@ def finalize(plan: Plan, engine: Engine, plan_path: str | Path | None = None, pa
     )
 
 
-def status(plan: Plan, engine: Engine, plan_path: str | Path | None = None) -> StatusReport:
-    """Every log dir's state: from the log dir while a run has state there, else from the archive beside the plan."""
-    calls = _per_log_dir(plan)
+def status(
+    plan: Plan, engine: Engine, plan_path: str | Path | None = None, shard_segments: int | None = None
+) -> StatusReport:
+    """Every log dir's state: from the log dir while a run has state there, else from the archive beside the plan.
+    A big log dir is read by several calls, each a run of its partitions (``log_dir_shards``), joined here;
+    ``shard_segments``: ``SHARD_SEGMENTS`` where the engine's workers are up already (execute's last status)."""
+    calls = [
+        StageCall((d.key, (i, n)), d.host, plan, d.key)
+        for d in plan.log_dirs
+        for n in [log_dir_shards(d, shard_segments or STATUS_SHARD_SEGMENTS)]
+        for i in range(n)
+    ]
     results = engine.map(Stage.STATUS, status_log_dir, calls)
+    shards: dict[str, list[LogDirStatus | None]] = {}
+    failed: set[str] = set()
+    errors: list[StageError] = []
+    for call, r in zip(calls, results, strict=True):
+        if r.ok:
+            shards.setdefault(call.log_dir, []).append(r.value)
+        elif call.log_dir not in failed:  # a log dir's shards fail alike: its error once
+            failed.add(call.log_dir)
+            errors += _errors(Stage.STATUS, [call], [r])
     statuses: list[LogDirStatus] = []
     not_started: list[str] = []
-    for call, r in zip(calls, results):
-        log_dir = call.log_dir
-        if not r.ok:
+    for log_dir, parts in shards.items():
+        if log_dir in failed:  # a part of it unknown: its error is reported, not half a status
             continue
-        if r.value is not None:
-            statuses.append(r.value)
+        joined = join_statuses(parts)
+        if joined is not None:
+            statuses.append(joined)
             continue
         archived = archive_path(plan_path, log_dir) if plan_path is not None else None
         if archived is not None and archived.exists():
@@ -608,7 +630,7 @@ def status(plan: Plan, engine: Engine, plan_path: str | Path | None = None) -> S
                 statuses.append(status_from(store, log_dir, fence_up=False))
         else:
             not_started.append(log_dir)
-    return StatusReport(plan.plan_id, tuple(statuses), tuple(not_started), tuple(_errors(Stage.STATUS, calls, results)))
+    return StatusReport(plan.plan_id, tuple(statuses), tuple(not_started), tuple(errors))
 
 
 def _send_archive(plan: Plan, engine: Engine, d: LogDirPlan, archived: Path) -> ArchiveCopy | StageError:
@@ -636,22 +658,23 @@ def _send_archive(plan: Plan, engine: Engine, d: LogDirPlan, archived: Path) -> 
     return ArchiveCopy(token, offset, digest.hexdigest())
 
 
-def verify_shards(d: LogDirPlan) -> int:
-    """Calls a log dir's verify is cut into: one up to ``VERIFY_SHARD_SEGMENTS`` planned segments, then one more
-    per as many, up to ``VERIFY_SHARDS``: a broker's one log dir is re-read on every core (one call re-read 10^5 tiny
-    segments in 15 s on one of two), and the engine balances the runs of unequal partitions."""
+def log_dir_shards(d: LogDirPlan, shard_segments: int | None = None) -> int:
+    """Calls a log dir's status and verify are cut into: one up to ``shard_segments`` (``SHARD_SEGMENTS``) planned
+    segments, then one more per as many, up to ``MAX_SHARDS``: a broker's one log dir is read on every core (one
+    call of verify re-read 10^5 tiny segments in 15 s on one of two), and the engine balances the runs of unequal
+    partitions."""
     segments = sum(len(p.segments) for p in d.partitions)
-    return max(1, min(VERIFY_SHARDS, segments // VERIFY_SHARD_SEGMENTS))
+    return max(1, min(MAX_SHARDS, segments // (shard_segments or SHARD_SEGMENTS)))
 
 
 def verify_live(plan: Plan, engine: Engine, plan_path: str | Path | None = None) -> VerifyReport:
     """Re-check every log dir's live files; after finalize or rollback, against the state archived beside the plan.
-    A big log dir is checked by several calls, each a run of its partitions (``verify_shards``), joined here."""
+    A big log dir is checked by several calls, each a run of its partitions (``log_dir_shards``), joined here."""
     calls = []
     errors: list[StageError] = []
     for d in plan.log_dirs:
         archived = archive_path(plan_path, d.key) if plan_path is not None else None
-        n = verify_shards(d)
+        n = log_dir_shards(d)
         if archived is None or not archived.exists():
             calls += [StageCall((d.key, None, None, (i, n)), d.host, plan, d.key) for i in range(n)]
         elif engine.shares_files:  # opened where it is: a copy is ~2 KB a segment, 2 GB at 10^6, held twice

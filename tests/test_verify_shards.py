@@ -49,7 +49,7 @@ def migrated(tmp_path: Path):
 
 def _verify(plan, plan_path, monkeypatch, per_shard: int, engine=None):
     """verify_live with a shard per ``per_shard`` planned segments; the report and the shards each call asked for."""
-    monkeypatch.setattr(pipeline, "VERIFY_SHARD_SEGMENTS", per_shard)
+    monkeypatch.setattr(pipeline, "SHARD_SEGMENTS", per_shard)
     asked: list[tuple[int, int]] = []
     real = pipeline.verify_live_log_dir
 
@@ -99,7 +99,7 @@ def test_the_runs_on_dask_workers_join_to_the_serial_report(migrated, monkeypatc
 
     plan, plan_path, _ = migrated
     serial, _ = _verify(plan, plan_path, monkeypatch, per_shard=2)
-    monkeypatch.setattr(pipeline, "VERIFY_SHARD_SEGMENTS", 2)
+    monkeypatch.setattr(pipeline, "SHARD_SEGMENTS", 2)
     engine = DaskEngine(n_workers=2, dashboard_address="127.0.0.1:0", processes=True, progress=False)
     try:
         on_dask = pipeline.verify_live(plan, engine, plan_path)

@@ -299,6 +299,26 @@ class RangeProgress:
 
 
 @dataclass(frozen=True)
+class PartitionRange:
+    """The partitions named from ``first`` (inclusive) up to ``end`` (exclusive), in name order; None: unbounded.
+    A log dir's read-only verbs cut its partitions into such runs, one per call, so that every core checks a part:
+    bounds rather than a list of names, so that every name the state holds falls in exactly one run."""
+
+    first: str | None = None
+    end: str | None = None
+
+    def __contains__(self, name: str) -> bool:
+        return (self.first is None or self.first <= name) and (self.end is None or name < self.end)
+
+    @property
+    def whole(self) -> bool:
+        return self.first is None and self.end is None
+
+
+EVERY_PARTITION = PartitionRange()
+
+
+@dataclass(frozen=True)
 class PartitionStatus:
     log_dir: str
     partition: str

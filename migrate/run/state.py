@@ -37,8 +37,10 @@ from migrate.codec import dumps_compact, from_json, loads_text, to_json
 from migrate.errors import MigrateError, StateWriteError
 from migrate.model.plan_tree import LogDirPlan
 from migrate.model.run_state import (
+    EVERY_PARTITION,
     EventKind,
     LogDirPhase,
+    PartitionRange,
     PartitionState,
     PartitionStatus,
     Problem,
@@ -84,6 +86,18 @@ CREATE TABLE IF NOT EXISTS events(
 CREATE INDEX IF NOT EXISTS partitions_by_state ON partitions(state);
 CREATE INDEX IF NOT EXISTS segments_by_state ON segments(state);
 """
+
+
+def _within(column: str, within: PartitionRange) -> tuple[str, tuple[str, ...]]:
+    """The SQL condition (to append after a WHERE) and its parameters for ``column`` in ``within``: SQLite orders
+    TEXT by its UTF-8 bytes, which is Python's order of the names."""
+    where, bounds = "", ()
+    if within.first is not None:
+        where, bounds = f" AND {column} >= ?", (within.first,)
+    if within.end is not None:
+        where, bounds = where + f" AND {column} < ?", (*bounds, within.end)
+    return where, bounds
+
 
 BUSY_TIMEOUT_MS = 120_000  # workers of one host commit task results into one database, one at a time
 
@@ -613,14 +627,20 @@ class StateStore:
             (partition,),
         ).fetchall()
 
-    def swap_pieces(self) -> Iterator[tuple[str, list[tuple[int, str, str | None]]]]:
-        """(partition, [(base, swap JSON, piece)]) of every partition with a recorded swap, by name and base offset,
-        where a piece is the segment's text in the swap record up to its log edges, spliced by SQLite from the same
-        texts ``record_text`` splices (None where there is no result). One query for the log
+    def swap_pieces(
+        self, within: PartitionRange = EVERY_PARTITION
+    ) -> Iterator[tuple[str, list[tuple[int, str, str | None]]]]:
+        """(partition, [(base, swap JSON, piece)]) of every partition ``within`` with a recorded swap, by name and
+        base offset, where a piece is the segment's text in the swap record up to its log edges, spliced by SQLite
+        from the same texts ``record_text`` splices (None where there is no result). One query for the log
         dir, not one per partition (status asks it of 10^4-10^5), read as it goes, not every text at once."""
+        where, bounds = _within("partition", within)
         rows = self.conn.execute(
             """SELECT partition, base, swap, '{"base_offset":' || base || ',"files":' || swap || ',"result":' || result
-            || ',"log_edges":"' FROM segments WHERE swap IS NOT NULL ORDER BY partition, base"""
+            || ',"log_edges":"' FROM segments WHERE swap IS NOT NULL"""
+            + where
+            + " ORDER BY partition, base",
+            bounds,
         )
         for name, group in itertools.groupby(rows, key=operator.itemgetter(0)):
             yield name, [(base, swap, piece) for _, base, swap, piece in group]
@@ -658,13 +678,17 @@ class StateStore:
         part, base, state, result, problem, swap = r
         return SegmentRow(part, base, SegmentState(state), result, problem, swap)
 
-    def partition_statuses(self, log_dir: str) -> list[PartitionStatus]:
+    def partition_statuses(self, log_dir: str, within: PartitionRange = EVERY_PARTITION) -> list[PartitionStatus]:
         counts: dict[str, dict[str, int]] = {}
-        for part, state, n in self.conn.execute("SELECT partition, state, count(*) FROM segments GROUP BY 1, 2"):
+        where, bounds = _within("partition", within)
+        for part, state, n in self.conn.execute(
+            "SELECT partition, state, count(*) FROM segments WHERE 1" + where + " GROUP BY 1, 2", bounds
+        ):
             counts.setdefault(part, {})[state] = n
         out = []
+        where, bounds = _within("name", within)
         for name, state, problem, updated in self.conn.execute(
-            "SELECT name, state, problem, updated FROM partitions ORDER BY name"
+            "SELECT name, state, problem, updated FROM partitions WHERE 1" + where + " ORDER BY name", bounds
         ):
             out.append(
                 PartitionStatus(

@@ -12,7 +12,14 @@ from pathlib import Path
 
 from migrate.errors import LocatedError, MigrateError
 from migrate.model.plan_tree import Plan
-from migrate.model.run_state import LogDirPhase, LogDirStatus, PartitionState, SegmentState
+from migrate.model.run_state import (
+    EVERY_PARTITION,
+    LogDirPhase,
+    LogDirStatus,
+    PartitionRange,
+    PartitionState,
+    SegmentState,
+)
 from migrate.model.stage_reports import ArchiveCopy, LiveCheck
 from migrate.run import fence
 from migrate.run.run_lock import running
@@ -24,32 +31,75 @@ from migrate.stages.common import locate
 from migrate.stages.reconcile import open_reconciled
 
 
-def status_log_dir(plan: Plan, key: str) -> LogDirStatus | None:
+def status_log_dir(plan: Plan, key: str, shard: tuple[int, int] = (0, 1)) -> LogDirStatus | None:
     """Where every planned partition stands, by the state database checked against the files (read-only: what
     the files say otherwise is reported, and corrected by the next execute or rollback); None when no run of the
-    plan ever changed this log dir."""
+    plan ever changed this log dir. ``shard`` (i, n): only the partitions of the i-th of n runs of the planned names
+    (``shard_range``), so that n calls check a big log dir on every core; ``join_statuses`` puts them together."""
     entry, log_dir = locate(plan, key)
-    store, reconciled = open_reconciled(plan, key, entry, log_dir, write=False)
+    within = shard_range([p.name for p in entry.partitions], shard)
+    store, reconciled = open_reconciled(plan, key, entry, log_dir, write=False, within=within)
     live = running(log_dir, plan.plan_id)
     if store is None:
         if not reconciled.lines:
             return None
         return LogDirStatus(key, LogDirPhase.EXECUTING, fence.is_up(log_dir), (), (), reconciled.lines, live)
     with store:
-        return status_from(store, key, fence.is_up(log_dir), reconciled.lines, live)
+        return status_from(store, key, fence.is_up(log_dir), reconciled.lines, live, within)
 
 
 def status_from(
-    store: StateStore, log_dir: str, fence_up: bool, reconciled: tuple[str, ...] = (), live: str | None = None
+    store: StateStore,
+    log_dir: str,
+    fence_up: bool,
+    reconciled: tuple[str, ...] = (),
+    live: str | None = None,
+    within: PartitionRange = EVERY_PARTITION,
 ) -> LogDirStatus:
     return LogDirStatus(
         log_dir,
         store.phase,
         fence_up,
-        tuple(store.partition_statuses(log_dir)),
+        tuple(store.partition_statuses(log_dir, within)),
         tuple(store.history()),
         reconciled,
         live,
+    )
+
+
+def shard_range(names: list[str], shard: tuple[int, int]) -> PartitionRange:
+    """The names from the first of ``shard_names(names, shard)`` up to the first of the next run: the runs cover
+    every name, planned or not, exactly once (a run with no planned name covers none)."""
+    i, n = shard
+    if not 0 <= i < n:
+        raise MigrateError(f"status: shard {i} of {n} does not exist (a client of another version of the tool?)")
+    if n == 1:
+        return EVERY_PARTITION
+    ordered = sorted(names)
+    if not ordered:
+        return EVERY_PARTITION if i == 0 else PartitionRange("", "")  # the second: no name is both >= "" and < ""
+
+    def start(j: int) -> str:
+        return ordered[j * len(ordered) // n]
+
+    return PartitionRange(start(i) if i > 0 else None, start(i + 1) if i + 1 < n else None)
+
+
+def join_statuses(shards: list[LogDirStatus | None]) -> LogDirStatus | None:
+    """One log dir's status from its shards' (in shard order): their partitions in name order, and what the files
+    said otherwise (a line of the whole log dir, such as a database to be rebuilt, once)."""
+    found = [s for s in shards if s is not None]
+    if not found:
+        return None
+    first = found[0]
+    return LogDirStatus(
+        first.log_dir,
+        first.phase,
+        first.fence_up,
+        tuple(p for s in found for p in s.partitions),
+        first.history,
+        tuple(dict.fromkeys(line for s in found for line in s.reconciled)),
+        first.running,
     )
 
 

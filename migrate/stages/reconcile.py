@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from migrate.errors import MigrateError
 from migrate.model.plan_tree import LogDirPlan, PartitionPlan, Plan
-from migrate.model.run_state import EventKind, PartitionState, Problem
+from migrate.model.run_state import EVERY_PARTITION, EventKind, PartitionRange, PartitionState, Problem
 from migrate.model.stage_reports import PartitionProblem
 from migrate.run import fence
 from migrate.run.state import StateHealth, StateStore, remove_state_files
@@ -93,12 +93,14 @@ def open_reconciled(
     write: bool,
     tidy: bool = True,
     keep_truths: bool = False,
+    within: PartitionRange = EVERY_PARTITION,
 ) -> tuple[StateStore | None, Reconciliation]:
     """The log dir's state store, checked against the files (None: no run of this plan ever changed the log dir).
     With ``write``, an unusable database is moved aside and rebuilt, and disagreements are corrected in it; with
     ``tidy`` too, a database a crash left empty (nothing was changed) is removed, which the verb then reports.
     ``keep_truths``: the reconciliation keeps what the files said of each partition (``Reconciliation.truths``: the
-    verdicts and log edges, ``PartitionTruth.edges_only``)."""
+    verdicts and log edges, ``PartitionTruth.edges_only``). ``within``: only those partitions are checked (read-only
+    verbs cut a big log dir into runs, one per call)."""
     health = StateStore.health(log_dir, plan.plan_id)
     rebuilt = None
     if health == StateHealth.OTHER_PLAN:
@@ -131,7 +133,7 @@ def open_reconciled(
         store = StateStore.open(log_dir, plan.plan_id)
     try:
         with gc_paused():
-            corrected, unresolved, truths, settled = _reconcile_partitions(plan, key, store, write, keep_truths)
+            corrected, unresolved, truths, settled = _reconcile_partitions(plan, key, store, write, keep_truths, within)
     except BaseException:
         store.close()
         raise
@@ -151,16 +153,18 @@ def db_swap_record(plan: Plan, store: StateStore, name: str) -> PartitionSwapRec
 
 
 def _reconcile_partitions(
-    plan: Plan, key: str, store: StateStore, write: bool, keep_truths: bool
+    plan: Plan, key: str, store: StateStore, write: bool, keep_truths: bool, within: PartitionRange
 ) -> tuple[list[str], list[PartitionProblem], dict[str, PartitionTruth], set[str]]:
     corrected: list[str] = []
     unresolved: list[PartitionProblem] = []
     truths: dict[str, PartitionTruth] = {}
     settled_names: set[str] = set()
     states = store.partition_states()
+    if not within.whole:
+        states = {name: state for name, state in states.items() if name in within}
     # the usual partition, every live file the swap's output, is settled from one query of the whole log dir's
     # swap texts, streamed in this loop's order (``migrate.run.swap_status``); ``partition_truth`` judges the rest
-    settled = _settled_truths(plan, key, store)
+    settled = _settled_truths(plan, key, store, within=within)
     next(settled)
     with contextlib.closing(settled):  # its query ends with the loop, not when the generator is collected
         _judge_partitions(
@@ -254,14 +258,19 @@ def _segments(partition_dir: str, plan_id: str, truth: PartitionTruth) -> list:
 
 
 def _settled_truths(
-    plan: Plan, key: str, store: StateStore, asked: Collection[str] | None = None
+    plan: Plan,
+    key: str,
+    store: StateStore,
+    asked: Collection[str] | None = None,
+    within: PartitionRange = EVERY_PARTITION,
 ) -> Generator[PartitionTruth | None, str, None]:
     """Sent each partition name in sorted order (the first ``send`` after ``next``), yields ``settled_truth`` of
     it from the database's swap texts (``StateStore.swap_pieces``), streamed by one query in the same order; None
     where that cannot settle it (the caller then asks ``partition_truth``). The proof of the next partitions runs on
     a thread while this one reads their rows and the caller judges: its stat calls run without the GIL. ``asked``:
-    the only names that will be sent, if known (no proof runs ahead for the others)."""
-    rows = store.swap_pieces()
+    the only names that will be sent, if known (no proof runs ahead for the others); ``within``: no row outside it
+    is read."""
+    rows = store.swap_pieces(within)
     ahead: deque[tuple[str, Future[PartitionTruth | None]]] = deque()
     pool = ThreadPoolExecutor(1, thread_name_prefix="settled-proof")
 
