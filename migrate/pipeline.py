@@ -81,9 +81,6 @@ from migrate.stages.swap import swap_log_dir
 # up to MAX_SHARDS (more than a host's cores, so that a run of big partitions does not hold the others back)
 SHARD_SEGMENTS = 4096
 MAX_SHARDS = 8
-# a status on its own starts a LocalCluster's workers as it begins (~2 s of both cores): its call of 10^5 tiny
-# segments took 1.6-2.3 s, cut in 8 no less, so only a log dir whose one call would outlast their start is cut
-STATUS_SHARD_SEGMENTS = 65536
 
 
 def _per_log_dir(plan: Plan, keys: list[str] | None = None, *extra: Any) -> list[StageCall]:
@@ -597,12 +594,13 @@ def status(
     plan: Plan, engine: Engine, plan_path: str | Path | None = None, shard_segments: int | None = None
 ) -> StatusReport:
     """Every log dir's state: from the log dir while a run has state there, else from the archive beside the plan.
-    A big log dir is read by several calls, each a run of its partitions (``log_dir_shards``), joined here;
-    ``shard_segments``: ``SHARD_SEGMENTS`` where the engine's workers are up already (execute's last status)."""
+    With ``shard_segments``, a big log dir is read by several calls, each a run of its partitions
+    (``log_dir_shards``), joined here: execute's last status, whose engine has its workers up and whose driver reads
+    the run's summary meanwhile. Without, one call a log dir: the verb on its own runs in one process."""
     calls = [
         StageCall((d.key, (i, n)), d.host, plan, d.key)
         for d in plan.log_dirs
-        for n in [log_dir_shards(d, shard_segments or STATUS_SHARD_SEGMENTS)]
+        for n in [log_dir_shards(d, shard_segments) if shard_segments else 1]
         for i in range(n)
     ]
     results = engine.map(Stage.STATUS, status_log_dir, calls)

@@ -80,7 +80,9 @@ def test_a_migrated_log_dir_read_in_runs_has_one_calls_status(migrated, monkeypa
         every = list(store.swap_pieces())
         ranges = [shard_range(PARTITIONS, (i, 3)) for i in range(3)]
         assert [row for within in ranges for row in store.swap_pieces(within)] == every
-        assert [s for within in ranges for s in store.partition_statuses(plan.log_dirs[0].key, within)] == list(d.partitions)
+        assert [s for within in ranges for s in store.partition_statuses(plan.log_dirs[0].key, within)] == list(
+            d.partitions
+        )
 
 
 def _roll_back_by_hand(part, plan_id: str) -> None:
