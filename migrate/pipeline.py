@@ -30,7 +30,6 @@ from migrate.model.stage_reports import (
     ExecuteReport,
     FinalizeReport,
     LeaveReport,
-    LiveCheck,
     RangePart,
     ReplicaDigest,
     ReplicaRange,
@@ -603,21 +602,10 @@ def status(
         for n in [log_dir_shards(d, shard_segments) if shard_segments else 1]
         for i in range(n)
     ]
-    results = engine.map(Stage.STATUS, status_log_dir, calls)
-    shards: dict[str, list[LogDirStatus | None]] = {}
-    failed: set[str] = set()
-    errors: list[StageError] = []
-    for call, r in zip(calls, results, strict=True):
-        if r.ok:
-            shards.setdefault(call.log_dir, []).append(r.value)
-        elif call.log_dir not in failed:  # a log dir's shards fail alike: its error once
-            failed.add(call.log_dir)
-            errors += _errors(Stage.STATUS, [call], [r])
+    shards, errors = _shards_by_log_dir(Stage.STATUS, calls, engine.map(Stage.STATUS, status_log_dir, calls))
     statuses: list[LogDirStatus] = []
     not_started: list[str] = []
     for log_dir, parts in shards.items():
-        if log_dir in failed:  # a part of it unknown: its error is reported, not half a status
-            continue
         joined = join_statuses(parts)
         if joined is not None:
             statuses.append(joined)
@@ -656,6 +644,21 @@ def _send_archive(plan: Plan, engine: Engine, d: LogDirPlan, archived: Path) -> 
     return ArchiveCopy(token, offset, digest.hexdigest())
 
 
+def _shards_by_log_dir(
+    stage: Stage, calls: list[StageCall], results: list[CallResult]
+) -> tuple[dict[str, list[Any]], list[StageError]]:
+    """The values of a log dir's runs (``log_dir_shards``) in call order, by log dir, leaving out a log dir of which
+    a run failed (half a report would read as the whole), and the errors, one a log dir (its runs fail alike)."""
+    shards: dict[str, list[Any]] = {}
+    failed: dict[str, StageError] = {}
+    for call, r in zip(calls, results, strict=True):
+        if r.ok:
+            shards.setdefault(call.log_dir, []).append(r.value)
+        elif call.log_dir not in failed:
+            (failed[call.log_dir],) = _errors(stage, [call], [r])
+    return {key: parts for key, parts in shards.items() if key not in failed}, list(failed.values())
+
+
 def log_dir_shards(d: LogDirPlan, shard_segments: int | None = None) -> int:
     """Calls a log dir's status and verify are cut into: one up to ``shard_segments`` (``SHARD_SEGMENTS``) planned
     segments, then one more per as many, up to ``MAX_SHARDS``: a broker's one log dir is read on every core (one
@@ -683,15 +686,8 @@ def verify_live(plan: Plan, engine: Engine, plan_path: str | Path | None = None)
                 errors.append(sent)
             else:
                 calls.append(StageCall((d.key, sent), d.host, plan, d.key))
-    results = engine.map(Stage.VERIFY, verify_live_log_dir, calls)
-    shards: dict[str, list[LiveCheck]] = {}
-    failed: set[str] = set()
-    for call, r in zip(calls, results, strict=True):
-        if r.ok:
-            shards.setdefault(call.log_dir, []).append(r.value)
-        elif call.log_dir not in failed:  # a log dir's shards fail alike: its error once
-            failed.add(call.log_dir)
-            errors += _errors(Stage.VERIFY, [call], [r])
-    checks = [join_live_checks(parts) for key, parts in shards.items() if key not in failed]
+    shards, failed = _shards_by_log_dir(Stage.VERIFY, calls, engine.map(Stage.VERIFY, verify_live_log_dir, calls))
+    errors += failed
+    checks = [join_live_checks(parts) for parts in shards.values()]
     ok = not errors and all(not c.problems and not c.unmigrated for c in checks)
     return VerifyReport(ok, tuple(checks), tuple(errors))

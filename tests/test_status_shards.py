@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from kafka_layout import make_broker_logdir
 from runs import make_plan
+from test_verify_shards import PARTITIONS
 
 from migrate import pipeline
 from migrate.engines import SerialEngine
@@ -19,8 +20,6 @@ from migrate.run.state import StateStore
 from migrate.run.swap_record import record_file
 from migrate.run.workspace import state_path
 from migrate.stages.inspect import shard_names, shard_range
-
-PARTITIONS = ["plain-v0-0", "gzip-v0-0", "lz4-v1-1", "compacted-v0-0", "mixed-v0-v1-0"]
 
 
 def test_the_ranges_hold_the_runs_of_names_and_every_other_name_once():
@@ -57,8 +56,7 @@ def _status(plan, plan_path, monkeypatch, per_shard: int, engine=None):
 def migrated(tmp_path: Path):
     broker = make_broker_logdir(tmp_path, partitions=PARTITIONS)
     plan, plan_path = make_plan(tmp_path, broker)
-    report = pipeline.execute(plan, SerialEngine())
-    assert report.ok, report
+    assert pipeline.execute(plan, SerialEngine()).ok
     return plan, plan_path, broker
 
 
