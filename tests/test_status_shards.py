@@ -161,3 +161,17 @@ def test_the_runs_on_dask_workers_join_to_the_serial_status(migrated, monkeypatc
     finally:
         engine.close()
     assert on_dask == serial and len(on_dask.log_dirs[0].partitions) == len(PARTITIONS)
+
+
+def test_only_a_whole_log_dir_may_correct_its_state(migrated):
+    from migrate.stages.reconcile import open_reconciled
+
+    plan, _, broker = migrated
+    entry = plan.log_dirs[0]
+    with pytest.raises(Exception, match="a run of its partitions was asked to correct the state"):
+        open_reconciled(plan, entry.key, entry, str(broker), write=True, within=shard_range(PARTITIONS, (1, 2)))
+    store, reconciled = open_reconciled(
+        plan, entry.key, entry, str(broker), write=False, within=shard_range(PARTITIONS, (1, 2))
+    )
+    assert store is not None and not reconciled.lines
+    store.close()

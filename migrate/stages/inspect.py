@@ -87,7 +87,8 @@ def shard_range(names: list[str], shard: tuple[int, int]) -> PartitionRange:
 
 def join_statuses(shards: list[LogDirStatus | None]) -> LogDirStatus | None:
     """One log dir's status from its shards' (in shard order): their partitions in name order, and what the files
-    said otherwise (a line of the whole log dir, such as a database to be rebuilt, once)."""
+    said otherwise, each run's lines with its partitions (one call tells every correction before the changed files)
+    and a line of the whole log dir, such as a database to be rebuilt, once."""
     found = [s for s in shards if s is not None]
     if not found:
         return None

@@ -101,6 +101,8 @@ def open_reconciled(
     ``keep_truths``: the reconciliation keeps what the files said of each partition (``Reconciliation.truths``: the
     verdicts and log edges, ``PartitionTruth.edges_only``). ``within``: only those partitions are checked (read-only
     verbs cut a big log dir into runs, one per call)."""
+    if write and not within.whole:  # a rebuilt or corrected state must hold every partition: one call does it
+        raise MigrateError(f"{log_dir}: a run of its partitions was asked to correct the state (a bug: report it)")
     health = StateStore.health(log_dir, plan.plan_id)
     rebuilt = None
     if health == StateHealth.OTHER_PLAN:
