@@ -41,6 +41,7 @@ from migrate.model.stage_reports import (
     UncheckedReplica,
     VerifyReport,
 )
+from migrate.prestage.cutover import staging_held
 from migrate.run.run_lock import RunLock
 from migrate.run.state import StateStore
 from migrate.run.workspace import durable_file, write_durably
@@ -98,6 +99,12 @@ def _local_log_dirs(plan: Plan) -> list[str]:
     return [d.log_dir for d in plan.log_dirs if d.host is None and os.path.isdir(d.log_dir)]
 
 
+def _local_staging(plan: Plan) -> list[tuple[str, str]]:
+    """The staging trees of this host's log dirs that a cut-over takes from: (log dir, staging dir) each."""
+    local = set(_local_log_dirs(plan))
+    return [(d.log_dir, d.staging_dir) for d in plan.log_dirs if d.staging_dir is not None and d.log_dir in local]
+
+
 def execute(
     plan: Plan,
     engine: Engine,
@@ -118,7 +125,10 @@ def execute(
         clock = now
 
     errors: list[StageError] = []
-    with RunLock(_local_log_dirs(plan), plan.plan_id, "execute"):
+    with (
+        RunLock(_local_log_dirs(plan), plan.plan_id, "execute"),
+        staging_held(_local_staging(plan), "cut-over (execute)"),
+    ):
         calls = _per_log_dir(plan)
         results = engine.map(Stage.PREPARE, prepare_log_dir, calls)
         lap(Stage.PREPARE)

@@ -18,6 +18,10 @@ from conftest import REPO
 
 from migrate.demo.legacy_logdir import PartitionFiles, write_broker_files
 from migrate.kafka.names import segment_name
+from migrate.model.plan_tree import ConvertOptions
+from migrate.prestage.location import default_staging_root
+from migrate.prestage.record import Judgement, StagedSegment, judge_staged
+from migrate.prestage.tree import StagingTree
 
 MTIME_NS = 1_600_000_000_000_000_000
 
@@ -106,3 +110,23 @@ def cleaner_merge(partition_dir: Path, bases: list[int]) -> Path:
     for path in doomed:
         path.unlink()
     return first
+
+
+def staging_root(log_dir: Path, override: Path | None = None) -> Path:
+    """The staging tree's root as the tool checks it (StagingPlaceError where refused); nothing is made."""
+    tree = StagingTree.open(log_dir, override, create=False)
+    if tree is None:
+        return Path(os.path.realpath(override)) if override is not None else default_staging_root(log_dir)
+    with tree:
+        return tree.root
+
+
+def judge(staged: StagedSegment, source: Path, options: ConvertOptions, **kwargs) -> Judgement:
+    """``judge_staged`` of a record found by ``staged_segments``, its partition's staging dir opened for it."""
+    tree = StagingTree.open(staged.record.log_dir, staged.root, create=False)
+    assert tree is not None
+    with tree:
+        staging = tree.partition(staged.partition)
+        assert staging is not None
+        with staging:
+            return judge_staged(staged, source, options, staging, **kwargs)

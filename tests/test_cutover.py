@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from kafka_layout import lock_held_by_other_process
-from prestage_layout import add_segment, broker_log_dir, cleaner_merge, gen, retention_delete, snapshot
+from prestage_layout import add_segment, broker_log_dir, cleaner_merge, gen, judge, retention_delete, snapshot
 from runs import assert_scan_agrees, run_verb
 
 from migrate import pipeline
@@ -33,7 +33,8 @@ from migrate.planning.request import PlanRequest
 from migrate.prestage.controls import Controls
 from migrate.prestage.location import default_staging_root
 from migrate.prestage.passes import PrestageRequest, run_prestage
-from migrate.prestage.record import judge_staged, staged_segments
+from migrate.prestage.record import staged_segments
+from migrate.prestage.tree import LOCK_FILE
 from migrate.run.faults import CRASH_ENV, CRASH_EXIT, TRACE_ENV
 
 
@@ -121,7 +122,7 @@ def test_the_cut_over_takes_what_was_staged_and_converts_only_what_rolled_since(
     (default_staging_root(log_dir) / "t-9").mkdir()
     (default_staging_root(log_dir) / "t-9" / "keep.txt").write_text("not ours")
     assert main(["finalize", "--plan", str(plan_path)]) == 0
-    assert sorted(os.listdir(default_staging_root(log_dir))) == ["t-9"]
+    assert sorted(os.listdir(default_staging_root(log_dir))) == sorted([LOCK_FILE, "t-9"])
 
 
 def test_the_window_is_told_beside_a_cold_run(tmp_path, capsys):
@@ -359,7 +360,7 @@ def test_a_crash_anywhere_in_a_pass_leaves_the_log_dir_alone_and_the_next_pass_r
     options = ConvertOptions().for_partition(3)
     for staged in staged_segments(log_dir):  # a record is there only with its whole, verified files
         source = log_dir / staged.record.partition / segment_name(staged.record.base_offset, ".log")
-        assert judge_staged(staged, source, options, deep=True).usable
+        assert judge(staged, source, options, deep=True).usable
     resumed = subprocess.run(command, capture_output=True)
     assert resumed.returncode == 0, resumed.stderr.decode()[-2000:]
     assert snapshot(log_dir) == before

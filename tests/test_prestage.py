@@ -11,15 +11,24 @@ from pathlib import Path
 
 import pytest
 from kafka_layout import lock_held_by_other_process, make_broker_logdir
-from prestage_layout import add_segment, broker_log_dir, cleaner_merge, gen, retention_delete, snapshot
+from prestage_layout import (
+    add_segment,
+    broker_log_dir,
+    cleaner_merge,
+    gen,
+    judge,
+    retention_delete,
+    snapshot,
+    staging_root,
+)
 
 from migrate.cli import main
 from migrate.kafka.names import segment_name
 from migrate.model.plan_tree import ConvertOptions
 from migrate.prestage.controls import Controls
-from migrate.prestage.location import StagingPlaceError, default_staging_root, staging_root
+from migrate.prestage.location import StagingPlaceError, default_staging_root
 from migrate.prestage.passes import PrestageRequest, run_prestage
-from migrate.prestage.record import Verdict, is_usable, judge_staged, staged_segments
+from migrate.prestage.record import Verdict, staged_segments
 
 FIXTURE_PARTITIONS = ["plain-v0-0", "plain-v1-0", "mixed-v0-v1-0", "gzip-v0-0", "lz4-v1-0", "already-v2-0"]
 
@@ -149,7 +158,7 @@ def test_a_cleaner_merge_with_the_same_mtime_is_detected(tmp_path):
     (before,) = [s for s in staged_segments(log_dir) if s.record.base_offset == 0]
     merged = cleaner_merge(part, [0, 100, 200])
     assert merged.stat().st_mtime_ns == before.record.source_identity.mtime_ns + 200  # the last source's mtime
-    assert judge_staged(before, merged, options_of()).verdict == Verdict.SOURCE_CHANGED
+    assert judge(before, merged, options_of()).verdict == Verdict.SOURCE_CHANGED
     _, done = prestage(log_dir)
     assert done.removed == 2 and done.staged == 1
     (after,) = staged_segments(log_dir)
@@ -169,7 +178,7 @@ def test_a_file_recreated_with_the_same_name_size_and_mtime_is_caught_by_ctime(t
     os.utime(seg, ns=(st.st_atime_ns, st.st_mtime_ns))
     now = seg.stat()
     assert (now.st_size, now.st_mtime_ns) == (st.st_size, st.st_mtime_ns)
-    judged = judge_staged(staged, seg, options_of())
+    judged = judge(staged, seg, options_of())
     assert judged.verdict == Verdict.SOURCE_CHANGED and "ctime_ns" in judged.reason
     _, done = prestage(log_dir)
     assert done.staged == 1 and done.kept == 0
@@ -234,12 +243,12 @@ def test_a_damaged_staged_output_is_staged_again(tmp_path, damage):
             f.seek(st.st_size // 2)
             f.write(bytes([byte[0] ^ 0x10]))
         os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))  # the mtime put back: ctime still tells
-    judged = judge_staged(staged, log_dir / "t-0" / segment_name(0, ".log"), options_of())
+    judged = judge(staged, log_dir / "t-0" / segment_name(0, ".log"), options_of())
     assert judged.verdict == Verdict.STAGED_CHANGED
     _, done = prestage(log_dir)
     assert done.staged == 1
     (again,) = staged_segments(log_dir)
-    assert judge_staged(again, log_dir / "t-0" / segment_name(0, ".log"), options_of(), deep=True).usable
+    assert judge(again, log_dir / "t-0" / segment_name(0, ".log"), options_of(), deep=True).usable
 
 
 def test_what_the_cut_over_is_handed(tmp_path):
@@ -252,13 +261,13 @@ def test_what_the_cut_over_is_handed(tmp_path):
     assert set(record["source_identity"]) == {"device", "inode", "size", "mtime_ns", "ctime_ns"}
     assert record["options"]["partition_leader_epoch"] == 3  # the checkpoint's first epoch, as plan takes it
     options = options_of()
-    assert judge_staged(staged, source, options).usable
-    assert judge_staged(staged, source, options, deep=True).usable and is_usable(staged, source, options)
-    assert judge_staged(staged, source, options.for_partition(4)).verdict == Verdict.OPTIONS_DIFFER
+    assert judge(staged, source, options).usable
+    assert judge(staged, source, options, deep=True).usable and judge(staged, source, options).usable
+    assert judge(staged, source, options.for_partition(4)).verdict == Verdict.OPTIONS_DIFFER
     os.utime(source, ns=(1, 1))
-    assert judge_staged(staged, source, options).verdict == Verdict.SOURCE_CHANGED
+    assert judge(staged, source, options).verdict == Verdict.SOURCE_CHANGED
     source.unlink()
-    assert judge_staged(staged, source, options).verdict == Verdict.SOURCE_GONE
+    assert judge(staged, source, options).verdict == Verdict.SOURCE_GONE
     explicit = list(staged_segments(log_dir, default_staging_root(log_dir)))
     assert len(explicit) == 2
 

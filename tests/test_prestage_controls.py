@@ -14,16 +14,16 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, needs_root_power
-from prestage_layout import broker_log_dir, snapshot
+from prestage_layout import broker_log_dir, judge, snapshot, staging_root
 
 from migrate.cli import main
 from migrate.kafka.names import segment_name
 from migrate.model.plan_tree import ConvertOptions
 from migrate.prestage import pagecache
 from migrate.prestage.controls import MAX_PIECE, Controls, SpaceFloor
-from migrate.prestage.location import StagingPlaceError, default_staging_root, staging_root
+from migrate.prestage.location import StagingPlaceError, default_staging_root
 from migrate.prestage.passes import PrestageRequest, run_prestage
-from migrate.prestage.record import RECORD_RE, judge_staged, staged_segments
+from migrate.prestage.record import RECORD_RE, staged_segments
 
 RATE = 2_000_000
 
@@ -31,13 +31,13 @@ RATE = 2_000_000
 def _assert_whole(log_dir: Path) -> None:
     """Every staged file has its record beside it, and every record's files are as recorded."""
     root = default_staging_root(log_dir)
-    for part in root.iterdir():
+    for part in (p for p in root.iterdir() if p.is_dir()):  # the partitions' staging dirs, not the lock file
         names = os.listdir(part)
         bases = {int(RECORD_RE.match(n).group(1)) for n in names if RECORD_RE.match(n)}
         assert all(n.endswith(".prestaged.json") or int(n[:20]) in bases for n in names), names
     for staged in staged_segments(log_dir):
         source = log_dir / staged.record.partition / segment_name(staged.record.base_offset, ".log")
-        assert judge_staged(staged, source, ConvertOptions().for_partition(3), deep=True).usable
+        assert judge(staged, source, ConvertOptions().for_partition(3), deep=True).usable
 
 
 def test_the_throttle_holds_reads_and_writes_to_the_rate_over_every_window(tmp_path):
@@ -217,7 +217,7 @@ def test_the_floor_is_watched_while_a_segment_is_written(sixteen_mb_disk, monkey
     assert snapshot(log_dir) == before
     assert list(staged_segments(log_dir)) == []
     root = default_staging_root(log_dir)
-    assert not root.exists() or all(not os.listdir(p) for p in root.iterdir())  # no partial output left
+    assert not root.exists() or all(not os.listdir(p) for p in root.iterdir() if p.is_dir())  # no partial output
 
 
 def test_the_rate_file_changes_the_rate_while_running(tmp_path):

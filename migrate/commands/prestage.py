@@ -244,6 +244,9 @@ def pass_text(done: PassReport, controls: Controls) -> str:
         )
         lines += [f"  rejected: {why}" for why in d.rejected[:20]]
         lines += [f"  REFUSED: {why}" for why in d.refused[:20]]
+        lines += [f"  left alone: {why}" for why in d.left_alone[:20]]
+        if len(d.left_alone) > 20:
+            lines.append(f"  left alone: and {len(d.left_alone) - 20} more (--json lists them all)")
     rate = done.io_bytes / done.seconds if done.seconds else 0.0
     lines.append(
         f"pass {done.number}: {human_bytes(done.io_bytes)} read and written in {done.seconds:.1f} s "

@@ -27,6 +27,7 @@ JSON in the Parquet file's metadata and one row per planned segment in columns, 
         output_bytes           int64                SegmentPlan.estimated_output_bytes
         task                   int32                the number of the task holding it (t00042 -> 42); -1: ranges
         staged                 int8                 SegmentPlan.staged: -1 None, 0 false, 1 true
+        staged_record          uint64               SegmentPlan.staged_record as a number, 0 where None
         extra                  string, nullable     JSON of tail_drop, range_cuts, split where any is set
 
 A partition's ``dir`` is not stored: ``LogDirPlan.check_paths`` requires it to be ``<log dir>/<name>``.
@@ -132,6 +133,7 @@ _INT_COLUMNS: tuple[tuple[str, Any], ...] = (
     ("output_bytes", np.int64),
     ("task", np.int32),
     ("staged", np.int8),
+    ("staged_record", np.uint64),
 )
 _NAME_COLUMNS = ("log_dir", "partition", "topic")
 
@@ -165,6 +167,7 @@ class SegmentColumns:
         c = self.ints
         counts = (int(c["entries_v0"][row]), int(c["entries_v1"][row]), int(c["entries_v2"][row]))
         staged = int(c["staged"][row])
+        record = int(c["staged_record"][row])
         extra = SegmentExtra()
         if row in self.extra:
             extra = from_json(SegmentExtra, json.loads(self.extra[row]), f"plan segment row {row}")
@@ -178,6 +181,7 @@ class SegmentColumns:
             tail_drop=extra.tail_drop,
             range_cuts=extra.range_cuts,
             staged=None if staged < 0 else bool(staged),
+            staged_record=f"{record:016x}" if record else None,
             split=extra.split,
         )
 
@@ -262,6 +266,7 @@ class ColumnBuilder:
             s.estimated_output_bytes,
             task,
             -1 if s.staged is None else int(s.staged),
+            int(s.staged_record, 16) if s.staged_record else 0,
         )
         for (column, _), value in zip(_INT_COLUMNS, values, strict=True):
             ints[column].append(value)  # type: ignore[attr-defined]

@@ -218,6 +218,8 @@ class SegmentPlan:
     # a pre-stage pass converted this segment and its source is provably the file it read (migrate.prestage.cutover):
     # execute takes the staged outputs instead of converting; left out of the JSON when None (nothing staged)
     staged: bool | None = field(default=None, metadata=OMIT_IF_NONE)
+    # the head of the sha256 of the pre-stage record planned from (hex): execute takes no record edited since
+    staged_record: str | None = field(default=None, metadata=OMIT_IF_NONE)
     # a source converted into several segments (never in ranges); left out of the JSON when None
     split: SegmentSplit | None = field(default=None, metadata=OMIT_IF_NONE)
 

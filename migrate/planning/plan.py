@@ -62,7 +62,8 @@ from migrate.model.plan_tree import (
 )
 from migrate.planning.checks import CompactionAttempt, LogDirSubject, Scope, SegmentSubject, judge
 from migrate.planning.request import PlanRequest
-from migrate.prestage.cutover import plan_staged, staged_for, staging_tree, stopped_at_ns
+from migrate.prestage.cutover import plan_staged, staged_for, stopped_at_ns
+from migrate.prestage.tree import PartitionStaging, StagingTree, TreeRef
 from migrate.run.workspace import write_durably
 from migrate.segment.profile import SegmentProfile, profile_segment
 from migrate.segment.split import predict_split
@@ -107,13 +108,18 @@ def build_plan(request: PlanRequest) -> Plan:
         meta = read_meta_properties(log_dir)
         wanted = [p for p in layout.partitions if not topic_re or topic_re.fullmatch(p.topic)]
         override = request.staging_dir_of(raw, log_dir)
-        staging = staging_tree(log_dir, override) if request.use_staged else None
+        tree = _staging_tree(log_dir, override, request) if request.use_staged else None
         partitions = []
-        for planned, refusals, warnings in _plan_partitions(wanted, request, staging):
-            found.refusals += refusals
-            found.warnings += warnings
-            if planned is not None:
-                partitions.append(planned if builder is None else builder.absorb(str(log_dir), planned))
+        try:
+            for planned, refusals, warnings in _plan_partitions(wanted, request, tree):
+                found.refusals += refusals
+                found.warnings += warnings
+                if planned is not None:
+                    partitions.append(planned if builder is None else builder.absorb(str(log_dir), planned))
+        finally:
+            if tree is not None:
+                tree.close()
+        staging = tree.root if tree is not None else None
         log_dir_plans.append(
             LogDirPlan(
                 key=str(log_dir),
@@ -173,21 +179,47 @@ PARALLEL_CHUNK = 64
 PartitionFindings = tuple[PartitionPlan | None, list[PlanProblem], list[str]]
 
 
-def _plan_one(part: Partition, request: PlanRequest, staging: Path | None) -> PartitionFindings:
+def _staging_tree(log_dir: Path, override: str | None, request: PlanRequest) -> StagingTree | None:
+    """The log dir's staging tree, if there is one: held against a pass for as long as the plan reads it, and
+    scanned first (a link or a hard link in it refuses the plan, naming it: `--no-staged` plans cold)."""
+    tree = StagingTree.open(log_dir, override, create=False, other_log_dirs=tuple(request.log_dirs))
+    if tree is None:
+        return None
+    try:
+        tree.lock("plan")
+        tree.scan()
+    except BaseException:
+        tree.close()
+        raise
+    return tree
+
+
+def _plan_one(part: Partition, request: PlanRequest, tree: StagingTree | None) -> PartitionFindings:
     found = _Findings()
-    planned = _plan_partition(part, request, found, staging)
+    planned = _plan_partition(part, request, found, tree)
     return planned, found.refusals, found.warnings
 
 
-def _plan_chunk(parts: list[Partition], request: PlanRequest, staging: Path | None) -> list[PartitionFindings]:
-    return [_plan_one(p, request, staging) for p in parts]
+def _plan_chunk(parts: list[Partition], request: PlanRequest, tree: StagingTree | None) -> list[PartitionFindings]:
+    return [_plan_one(p, request, tree) for p in parts]
 
 
-def _plan_partitions(parts: list[Partition], request: PlanRequest, staging: Path | None) -> Iterator[PartitionFindings]:
+def _plan_chunk_in_worker(parts: list[Partition], request: PlanRequest, ref: TreeRef | None) -> list[PartitionFindings]:
+    """``_plan_chunk`` in a process of its own: the staging tree opened again, refused if another directory is
+    there now than the one the parent checked."""
+    if ref is None:
+        return _plan_chunk(parts, request, None)
+    with StagingTree.reopen(ref) as tree:
+        return _plan_chunk(parts, request, tree)
+
+
+def _plan_partitions(
+    parts: list[Partition], request: PlanRequest, tree: StagingTree | None
+) -> Iterator[PartitionFindings]:
     """Each partition's plan and findings, in order, as they come; on several processes for large log dirs."""
     cores = os.cpu_count() or 1
     if cores < 2 or sum(len(p.segments) for p in parts) < PARALLEL_MIN_SEGMENTS:
-        yield from _plan_chunk(parts, request, staging)
+        yield from _plan_chunk(parts, request, tree)
         return
     import concurrent.futures
     import multiprocessing
@@ -197,12 +229,28 @@ def _plan_partitions(parts: list[Partition], request: PlanRequest, staging: Path
     context = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(max_workers=cores, mp_context=context) as pool:
         n = len(chunks)
-        for chunk in pool.map(_plan_chunk, chunks, [request] * n, [staging] * n):
+        ref = tree.ref() if tree is not None else None
+        for chunk in pool.map(_plan_chunk_in_worker, chunks, [request] * n, [ref] * n):
             yield from chunk
 
 
 def _plan_partition(
-    part: Partition, request: PlanRequest, found: _Findings, staging: Path | None = None
+    part: Partition, request: PlanRequest, found: _Findings, tree: StagingTree | None = None
+) -> PartitionPlan | None:
+    staging = tree.partition(part.name) if tree is not None and request.compaction_rule(part.topic) is None else None
+    try:
+        return _plan_partition_staged(part, request, found, tree, staging)
+    finally:
+        if staging is not None:
+            staging.close()
+
+
+def _plan_partition_staged(
+    part: Partition,
+    request: PlanRequest,
+    found: _Findings,
+    tree: StagingTree | None,
+    staging: PartitionStaging | None,
 ) -> PartitionPlan | None:
     opts = request.options
     found.refusals += judge(Scope.PARTITION, part)
@@ -216,9 +264,9 @@ def _plan_partition(
     for seg in part.segments:
         if not seg.size:
             continue
-        staged = staged_for(staging, part.name, seg.base_offset) if staging and rule is None else None
-        if staged is not None and seg is not part.segments[-1]:
-            taken = plan_staged(staged, seg.path, staged_options)
+        staged = staged_for(tree, staging, seg.base_offset) if tree is not None and staging is not None else None
+        if staged is not None and staging is not None and seg is not part.segments[-1]:
+            taken = plan_staged(staged, seg.path, staged_options, staging)
             if taken.judgement.usable:
                 if taken.segment is not None:
                     segments.append(taken.segment)

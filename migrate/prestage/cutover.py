@@ -4,13 +4,19 @@ again.
 
 Plan reads every byte of a segment it converts (checksums, damage, a torn tail). A staged segment it does not read:
 its source's five identity fields and edge digest, equal to those recorded when the pre-stage pass read, converted
-and verified it, prove it is that file, so the plan of a cut-over costs the delta, not the data. Execute asks again,
-by stat, just before taking it (a staged file deleted, truncated or written since the plan, or a source touched
-since: that segment is converted from its source, as a cold run would), then renames the staged files into the
-partition's work dir, where every conversion of the run lies: from there on a taken segment is a converted one,
-verified before the swap, fenced, swapped, rolled back and finalized the same way. A rename keeps the inode, size
-and mtime the swap checks. The staged record is removed last, so a crash in between leaves nothing the next run
-trusts: it converts that segment anew.
+and verified it, prove it is that file, so the plan of a cut-over costs the delta, not the data. The plan keeps each
+taken record's digest, so a record edited after the plan is not taken. Execute asks again, by stat, just before
+taking it (a staged file deleted, truncated or written since the plan, or a source touched since: that segment is
+converted from its source, as a cold run would), then renames the staged files into the partition's work dir, where
+every conversion of the run lies: from there on a taken segment is a converted one, verified before the swap,
+fenced, swapped, rolled back and finalized the same way. A rename keeps the inode, size and mtime the swap checks.
+The staged record is removed last, so a crash in between leaves nothing the next run trusts: it converts that
+segment anew.
+
+The staging tree is untrusted ground (``migrate.prestage.tree``): it is reached through directory descriptors, no
+link in it is followed, and only files a record names by device and inode are taken or removed. A record proves only
+what a pass wrote, so what execute takes without reading is proven against its original before finalize deletes
+that original (``migrate.segment.proof``).
 
 Never for a compacted partition (its outputs depend on every segment's survivors, decided at execute) and never
 with other options or another leader epoch than the plan's (``record.judge_staged``).
@@ -19,7 +25,9 @@ with other options or another leader epoch than the plan's (``record.judge_stage
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,32 +35,25 @@ from migrate.errors import ModelError
 from migrate.kafka.names import CLEAN_SHUTDOWN_FILE, segment_name
 from migrate.model.plan_tree import ConvertOptions, SegmentPlan
 from migrate.model.run_state import FileStat, SegmentResult, SegmentTask
-from migrate.prestage.location import default_staging_root, staging_root
 from migrate.prestage.record import (
-    STAGED_FILE_RE,
+    RECORD_RE,
     Judgement,
     StagedSegment,
     Verdict,
     judge_staged,
     read_record,
-    record_path,
+    remove_staged,
+    staged_identity,
 )
+from migrate.prestage.tree import PartitionStaging, StagingTree
 from migrate.segment.convert import live_files
 
-
-def staging_tree(log_dir: str | Path, override: str | None = None) -> Path | None:
-    """The staging tree ``plan`` looks in for ``log_dir`` (``override``: a ``--staging-dir``), when it exists."""
-    root = default_staging_root(log_dir) if override is None else Path(os.path.realpath(override))
-    return root if root.is_dir() else None
+RECORD_DIGEST_HEX = 16  # of the record's sha256 kept in the plan: 64 bits, enough to make an edit after plan show
 
 
-def staged_for(root: Path, partition: str, base_offset: int) -> StagedSegment | None:
-    """The readable record of ``partition``'s segment ``base_offset`` under the staging tree ``root``, if any."""
-    path = record_path(root / partition, base_offset)
-    try:  # none there, or not a file: read_record says so (no stat first: a cut-over asks 10^6 times)
-        return StagedSegment(read_record(path), path)
-    except ModelError:
-        return None
+def record_digest(staged: StagedSegment) -> str:
+    """What the plan keeps of a staged record: the head of the sha256 of its bytes."""
+    return staged.digest[:RECORD_DIGEST_HEX]
 
 
 def stopped_at_ns(log_dir: str | Path) -> int | None:
@@ -60,6 +61,17 @@ def stopped_at_ns(log_dir: str | Path) -> int | None:
     try:
         return os.stat(Path(log_dir) / CLEAN_SHUTDOWN_FILE).st_mtime_ns
     except FileNotFoundError:
+        return None
+
+
+def staged_for(tree: StagingTree, staging: PartitionStaging | None, base_offset: int) -> StagedSegment | None:
+    """The readable record of ``base_offset`` in one partition's staging dir, if any (an unreadable one counts as
+    none: its segment is converted from its source)."""
+    if staging is None:
+        return None
+    try:
+        return read_record(staging, base_offset, tree.root)
+    except ModelError:
         return None
 
 
@@ -72,9 +84,11 @@ class StagedPlanning:
     segment: SegmentPlan | None = None
 
 
-def plan_staged(staged: StagedSegment, source: Path, options: ConvertOptions) -> StagedPlanning:
+def plan_staged(
+    staged: StagedSegment, source: Path, options: ConvertOptions, staging: PartitionStaging
+) -> StagedPlanning:
     """The plan of ``source`` from its staged record, without reading the source past its edges."""
-    judgement = judge_staged(staged, source, options)
+    judgement = judge_staged(staged, source, options, staging)
     if not judgement.usable or not staged.record.staged:
         return StagedPlanning(judgement)
     record = staged.record
@@ -89,6 +103,7 @@ def plan_staged(staged: StagedSegment, source: Path, options: ConvertOptions) ->
             entries_by_magic=dict(sorted(record.result.magics_in.items())),
             estimated_output_bytes=record.result.output_bytes,
             staged=True,
+            staged_record=record_digest(staged),
         ),
     )
 
@@ -102,20 +117,40 @@ class Taken:
     result: SegmentResult | None = None
 
 
-def take_staged(root: Path, partition: str, task: SegmentTask, *, deep: bool = False) -> Taken:
+def take_staged(
+    tree: StagingTree, partition: str, task: SegmentTask, planned_record: str | None, *, deep: bool = False
+) -> Taken:
     """Judge the staged conversion of ``task``'s source again and, when it may stand in, rename its files into the
-    task's work dir; ``deep`` re-reads the staged files against their digests first (a full read). ``root``: the log
-    dir's staging tree, checked by ``location.staging_root``."""
-    staged = staged_for(root, partition, task.base_offset)
+    task's work dir; ``planned_record``: the record's digest as planned (another record is not taken); ``deep``
+    re-reads the staged files against their digests first (a full read)."""
+    try:
+        staging = tree.partition(partition)
+    except OSError as exc:  # a link or a file where the partition's staging dir should be: never followed
+        return Taken(Judgement(Verdict.STAGED_CHANGED, str(exc)))
+    if staging is None:
+        return Taken(Judgement(Verdict.STAGED_CHANGED, f"its pre-stage dir {tree.root / partition} is gone"))
+    with staging:
+        return _take(tree, staging, task, planned_record, deep)
+
+
+def _take(
+    tree: StagingTree, staging: PartitionStaging, task: SegmentTask, planned_record: str | None, deep: bool
+) -> Taken:
+    staged = staged_for(tree, staging, task.base_offset)
     if staged is None:
-        return Taken(Judgement(Verdict.STAGED_CHANGED, f"its pre-stage record under {root / partition} is gone"))
+        return Taken(Judgement(Verdict.STAGED_CHANGED, f"its pre-stage record under {staging.path} is gone"))
+    if planned_record is not None and record_digest(staged) != planned_record:
+        why = f"its pre-stage record {staged.record_path} changed since the plan (sha256 {staged.digest[:16]}...)"
+        return Taken(Judgement(Verdict.STAGED_CHANGED, why))
     try:  # stated once: the judgement's source identity and the live .log's stat the swap compares
         source_stat: os.stat_result | None = os.stat(task.source)
     except FileNotFoundError:
         source_stat = None  # the judgement says so
     # by stat: plan read the source's edges, and nothing can rewrite it in place without changing its ctime but a
     # process writing through a mapping, i.e. a running broker, which execute's prepare refuses (its .lock is held)
-    judgement = judge_staged(staged, task.source, task.options, edges=False, deep=deep, source_stat=source_stat)
+    judgement = judge_staged(
+        staged, task.source, task.options, staging, edges=False, deep=deep, source_stat=source_stat
+    )
     if not judgement.usable:
         return Taken(judgement)
     identity = staged.record.source_identity
@@ -127,42 +162,77 @@ def take_staged(root: Path, partition: str, task: SegmentTask, *, deep: bool = F
     # ``__post_init__`` to run, and its fields were checked when the record was read
     result = object.__new__(SegmentResult)
     result.__dict__.update(staged.record.result.__dict__, source=task.source, outputs={}, output_stats={})
-    for sfx, path in staged.paths.items():
-        target = os.path.join(task.staging_dir, segment_name(task.base_offset, sfx))
-        os.rename(path, target)
-        st = os.stat(target)
-        want = staged.record.staged[sfx]
-        got = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
-        if got != (want.device, want.inode, want.size, want.mtime_ns):  # replaced between the judgement and now
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(target)
-            return Taken(Judgement(Verdict.STAGED_CHANGED, f"staged {path} changed while it was taken"))
-        result.outputs[sfx] = target
-        result.output_stats[sfx] = FileStat.of(st)
+    work = os.open(task.staging_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        for sfx, want in staged.record.staged.items():
+            name = segment_name(task.base_offset, sfx)
+            if staged_identity(staging, name) != want:  # replaced between the judgement and now
+                return Taken(Judgement(Verdict.STAGED_CHANGED, f"staged {staging.path / name} changed as it was taken"))
+            staging.rename_out(name, work, name)
+            st = os.stat(name, dir_fd=work, follow_symlinks=False)
+            got = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)  # a rename moves the ctime: not compared here
+            if got != (want.device, want.inode, want.size, want.mtime_ns):  # replaced between the check and the rename
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(name, dir_fd=work)
+                return Taken(Judgement(Verdict.STAGED_CHANGED, f"staged {staging.path / name} changed as it was taken"))
+            result.outputs[sfx] = os.path.join(task.staging_dir, name)
+            result.output_stats[sfx] = FileStat.of(st)
+    finally:
+        os.close(work)
     live = live_files(os.path.dirname(task.source), task.base_offset, log=source_stat)
     result.live_before = {sfx: FileStat.of(st) for sfx, st in live.items()}
     # no fsync of the work dir here (4 ms a segment, most of a take): convert_task syncs the filesystem before it
     # records any outcome, and a crash before that leaves the segment planned, converted anew by the next execute
     # whichever of these renames and the record's unlink reached the disk
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(staged.record_path)
+    remove_staged(staging, _emptied(staged))
     return Taken(judgement, result)
+
+
+def _emptied(staged: StagedSegment) -> StagedSegment:
+    """The record of a segment whose files were taken: only the record is left to remove."""
+    return StagedSegment(dataclasses.replace(staged.record, staged={}), staged.root, staged.digest)
+
+
+@contextlib.contextmanager
+def staging_held(trees: list[tuple[str, str]], holder: str) -> Iterator[None]:
+    """Hold the staging trees ``trees`` ((log dir, staging dir) each) against a pre-stage pass for a whole verb: a
+    pass still running at the cut-over is named and refused (StagingTreeBusyError), never raced."""
+    opened: list[StagingTree] = []
+    try:
+        for log_dir, staging_dir in trees:
+            tree = StagingTree.open(log_dir, staging_dir, create=False)
+            if tree is not None:
+                opened.append(tree)
+                tree.lock(holder)
+        yield
+    finally:
+        for tree in opened:
+            tree.close()
 
 
 def forget_staged(log_dir: str, staging_dir: str, partitions: list[str]) -> int:
     """Once a cut-over is finalized, what is left staged for its partitions is of sources that are gone (the taken
-    ones' records went with them): remove those files, then each emptied partition dir. Only the files a pass writes
-    are removed; the staging dir is checked as prestage checks it. Returns how many files were removed."""
-    root = staging_root(log_dir, staging_dir)
+    ones' records went with them): remove what their records name (each file only where still the one staged), then
+    each emptied partition dir. Returns how many records were removed; files no record names are left alone."""
+    tree = StagingTree.open(log_dir, staging_dir, create=False)
+    if tree is None:
+        return 0
     removed = 0
-    for name in partitions:
-        part = root / name
-        if not part.is_dir() or part.is_symlink():
-            continue
-        for path in part.iterdir():
-            if STAGED_FILE_RE.match(path.name) and path.is_file():
-                path.unlink()
-                removed += 1
-        with contextlib.suppress(OSError):  # not empty: something not ours is there, left alone
-            part.rmdir()
+    with tree:
+        tree.lock("finalize")
+        for name in partitions:
+            try:
+                staging = tree.partition(name)
+            except OSError:
+                continue  # a link or a file there: not ours, left alone
+            if staging is None:
+                continue
+            with staging:
+                for entry in staging.names():
+                    m = RECORD_RE.match(entry)
+                    found = staged_for(tree, staging, int(m.group(1))) if m is not None else None
+                    if found is not None and not remove_staged(staging, found):
+                        removed += 1
+            with contextlib.suppress(OSError):  # not empty: something not ours is there, left alone
+                os.rmdir(name, dir_fd=tree.fd)
     return removed

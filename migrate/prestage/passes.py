@@ -1,13 +1,16 @@
 """Pre-stage passes over a running broker's log dirs: every closed segment (never a partition's highest base
 offset: Kafka appends to it) whose staging is missing or stale is staged; staging whose source is gone is removed.
 
-A pass first sweeps the staging tree: a partition dir gone from the log dir (deleted, renamed ``-delete``, moved to
-another log dir) and a segment gone from its partition (retention or the cleaner renamed it ``.deleted``) lose their
-staging, record first, and nothing is ever staged again for a name that is gone. Then, per closed segment, a record
-whose source and staged files still have their recorded identities is kept (stat only: the edge digest is read at
-the cut-over, where it matters); anything else is staged again. After the pass a stat-only look says what is left:
-the bytes of closed segments with no usable staging (rolled, replaced or rejected during the pass) and the active
-segments' bytes, which only the cut-over can convert.
+Each log dir's staging tree is opened without following any link, held with a lock for the whole run, and scanned
+before a pass writes or deletes anything in it (``migrate.prestage.tree``): a planted link, a hard link, a directory
+where a file should be, or one of the broker's own files refuses the pass, naming it. A pass then sweeps the tree: a
+partition dir gone from the log dir (deleted, renamed ``-delete``, moved to another log dir) and a segment gone from
+its partition (retention or the cleaner renamed it ``.deleted``) lose their staging, each file only where a record of
+this tool names it by device and inode, and nothing is ever staged again for a name that is gone. Files no record
+names are left alone and reported. Then, per closed segment, a record whose source and staged files still have their
+recorded identities is kept (stat only: the edge digest is read at the cut-over, where it matters); anything else is
+staged again. After the pass a stat-only look says what is left: the bytes of closed segments with no usable staging
+(rolled, replaced or rejected during the pass) and the active segments' bytes, which only the cut-over can convert.
 """
 
 from __future__ import annotations
@@ -21,16 +24,26 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from migrate.errors import LocatedError, LogDirAccessError, MalformedLogDirFileError, MigrateError
+from migrate.errors import LocatedError, LogDirAccessError, MalformedLogDirFileError, MigrateError, ModelError
 from migrate.kafka.layout import Partition, inspect_log_dir
 from migrate.kafka.lock import lock_holder
 from migrate.kafka.properties import leader_epoch_entries
 from migrate.model.plan_tree import ConvertOptions
-from migrate.prestage.controls import Aborted, Controls
+from migrate.prestage.controls import Aborted, Controls, SpaceFloorReached
 from migrate.prestage.identity import FileIdentity
-from migrate.prestage.location import refuse_overlap, staging_root
-from migrate.prestage.record import RECORD_RE, STAGED_FILE_RE, StagedSegment, judge_staged, read_record, record_path
-from migrate.prestage.stage import StageOutcome, StageResult, StagingWriteError, discard, stage_segment
+from migrate.prestage.location import StagingPlaceError
+from migrate.prestage.record import (
+    PENDING_RE,
+    RECORD_RE,
+    StagedSegment,
+    judge_staged,
+    read_record,
+    record_name,
+    remove_pending,
+    remove_staged,
+)
+from migrate.prestage.stage import StageOutcome, StageResult, StagingWriteError, stage_segment
+from migrate.prestage.tree import NodeId, PartitionStaging, StagingTree
 
 
 @dataclass(frozen=True)
@@ -57,6 +70,7 @@ class LogDirPass:
     removed: int = 0  # staging dropped because its source is gone
     rejected: list[str] = field(default_factory=list)  # changed while read: staged again by the next pass
     refused: list[str] = field(default_factory=list)  # bytes that cannot be converted (plan will refuse them too)
+    left_alone: list[str] = field(default_factory=list)  # files in the staging tree no record of this tool names
     left_bytes: int = 0  # closed segments without usable staging after the pass
     active_bytes: int = 0  # the partitions' highest segments: converted at the cut-over
 
@@ -78,6 +92,7 @@ class PrestageReport:
     passes: list[PassReport] = field(default_factory=list)
     ready: bool = False  # the threshold was reached
     stopped: str = ""  # why the run stopped early (abort file, a write error)
+    aborted: bool = False  # stopped by the operator's abort file
     max_window_bytes: int = 0  # the most bytes read and written within any throttle window
 
     @property
@@ -85,18 +100,43 @@ class PrestageReport:
         return not self.stopped and not any(d.refused for p in self.passes for d in p.log_dirs)
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Target:
     log_dir: Path
-    root: Path
+    tree: StagingTree
+    scanned: dict[str, Partition] | None = None  # the partitions listed for the scan just made, for the next pass
+
+    @property
+    def root(self) -> Path:
+        return self.tree.root
 
 
 def run_prestage(
     request: PrestageRequest, controls: Controls, on_pass: Callable[[PassReport], None] | None = None
 ) -> PrestageReport:
     """Pass after pass (at most ``request.passes``; fewer once ``threshold_bytes`` is reached), until done, aborted or
-    a write into the staging tree fails. Refuses (StagingPlaceError) a staging place Kafka would trip over."""
+    a write into the staging tree fails. Refuses (StagingPlaceError) a staging place Kafka would trip over or a tree
+    that holds what a pass must not touch, and (StagingTreeBusyError) a tree another pass holds."""
     targets = resolve_targets(request)
+    try:
+        for target in targets:
+            target.tree.lock("prestage pass", claim=False)
+        for target in targets:  # every tree checked before any is written, its lock file included
+            target.scanned = _scan(target)
+        for target in targets:
+            target.tree.claim()
+        return _passes(request, controls, targets, on_pass)
+    finally:
+        for target in targets:
+            target.tree.close()
+
+
+def _passes(
+    request: PrestageRequest,
+    controls: Controls,
+    targets: list[_Target],
+    on_pass: Callable[[PassReport], None] | None,
+) -> PrestageReport:
     report = PrestageReport()
     refused: dict[str, FileIdentity] = {}  # sources refused in this run: not read again while unchanged
     topic_re = re.compile(request.topics) if request.topics else None
@@ -109,6 +149,7 @@ def run_prestage(
                 _one_log_dir(target, request, controls, topic_re, refused, current)
         except Aborted as exc:
             report.stopped = str(exc)
+            report.aborted = not isinstance(exc, SpaceFloorReached)
         except StagingWriteError as exc:
             report.stopped = write_error_text(exc, targets)
         except OSError as exc:  # reading a source: the disk under the broker reports an error
@@ -130,18 +171,52 @@ def run_prestage(
 
 
 def resolve_targets(request: PrestageRequest) -> list[_Target]:
+    """Each log dir's staging tree, opened (made where missing) and checked against every log dir of the broker."""
     if request.staging_dirs and len(request.staging_dirs) != len(request.log_dirs):
         raise MigrateError(
             f"--staging-dir names {len(request.staging_dirs)} places for {len(request.log_dirs)} log dirs: give one "
             "per log dir, in the order of --log-dirs, or none for the defaults"
         )
-    targets = []
-    for i, raw in enumerate(request.log_dirs):
-        override = request.staging_dirs[i] if request.staging_dirs else None
-        root = staging_root(raw, override)
-        targets.append(_Target(Path(os.path.realpath(raw)), root))
-    refuse_overlap([t.log_dir for t in targets], [t.root for t in targets])
+    targets: list[_Target] = []
+    try:
+        for i, raw in enumerate(request.log_dirs):
+            override = request.staging_dirs[i] if request.staging_dirs else None
+            tree = StagingTree.open(raw, override, create=True, other_log_dirs=request.log_dirs)
+            assert tree is not None  # create=True makes it
+            targets.append(_Target(Path(os.path.realpath(raw)), tree))
+            for other in targets[:-1]:
+                if other.tree.identity == tree.identity:
+                    raise StagingPlaceError(
+                        f"log dirs {other.log_dir} and {raw} would share the staging tree {tree.root}: give each log "
+                        "dir its own --staging-dir (one per log dir, in the order of --log-dirs)."
+                    )
+    except BaseException:
+        for target in targets:
+            target.tree.close()
+        raise
     return targets
+
+
+def live_identities(log_dir: Path, partitions: dict[str, Partition]) -> frozenset[NodeId]:
+    """The log dir, its partition dirs and every file in them, by device and inode: none of them may be in the
+    staging tree under any name (a hard link, a bind mount)."""
+    ids = {NodeId.of(os.stat(log_dir))}
+    for part in partitions.values():
+        try:
+            device = os.stat(part.path).st_dev
+            with os.scandir(part.path) as entries:
+                ids.update(NodeId(device, e.inode()) for e in entries if not e.is_dir(follow_symlinks=False))
+            ids.add(NodeId.of(os.stat(part.path)))
+        except FileNotFoundError:
+            continue  # deleted or moved by the broker since it was listed
+    return frozenset(ids)
+
+
+def _scan(target: _Target) -> dict[str, Partition]:
+    """The log dir's live partitions, and its staging tree checked against them (StagingTreeError)."""
+    partitions = {p.name: p for p in live_partitions(target.log_dir)}
+    target.tree.scan(live_identities(target.log_dir, partitions))
+    return partitions
 
 
 def _one_log_dir(
@@ -158,9 +233,9 @@ def _one_log_dir(
         holder = 0
     done = LogDirPass(str(target.log_dir), str(target.root), holder)
     current.log_dirs.append(done)  # a pass stopped half-way still reports what it did
-    controls.staging = target.log_dir  # statvfs only: the staging tree is on this filesystem (location.staging_root)
-    partitions = {p.name: p for p in live_partitions(target.log_dir)}
-    done.removed += sweep(target.root, partitions)
+    controls.staging = target.log_dir  # statvfs only: the staging tree is on this filesystem (checked by the tree)
+    partitions, target.scanned = target.scanned or _scan(target), None
+    done.removed += sweep(target.tree, partitions, done.left_alone)
     try:
         _stage_partitions(target, request, controls, topic_re, refused, partitions, done)
     finally:
@@ -181,41 +256,54 @@ def _stage_partitions(
         if not part.segments:
             continue
         options = _options_for(part, request)
-        staging = target.root / part.name
-        made = False  # the partition's staging dir, made before its first segment is staged
-        for seg in part.segments[:-1]:
-            if not seg.size:
-                continue
-            previous = _record(staging, seg.base_offset)
-            if previous is not None and judge_staged(previous, seg.path, options, edges=False).usable:
-                done.kept += 1
-                continue
-            if refused.get(str(seg.path)) == FileIdentity.at(seg.path):
-                continue
-            if not made:
+        staging = target.tree.partition(part.name)
+        try:
+            for seg in part.segments[:-1]:
+                if not seg.size:
+                    continue
+                previous = _record(staging, seg.base_offset, target.root) if staging is not None else None
+                if (
+                    staging is not None
+                    and previous is not None
+                    and judge_staged(previous, seg.path, options, staging, edges=False).usable
+                ):
+                    done.kept += 1
+                    continue
+                if refused.get(str(seg.path)) == FileIdentity.at(seg.path):
+                    continue
+                if staging is None:  # made before the partition's first segment is staged
+                    try:
+                        staging = target.tree.partition(part.name, create=True)
+                    except OSError as exc:
+                        raise StagingWriteError(exc.errno, exc.strerror, str(target.root / part.name)) from exc
+                    assert staging is not None
+                controls.before_segment(seg.size)
                 try:
-                    staging.mkdir(parents=True, exist_ok=True)
-                except OSError as exc:
-                    raise StagingWriteError(exc.errno, exc.strerror, str(staging)) from exc
-                made = True
-            controls.before_segment(seg.size)
-            try:
-                outcome = stage_segment(seg.path, staging, options, controls, target.log_dir)
-            except LocatedError as exc:  # the conversion did not verify: as refused as bad bytes
-                outcome = StageOutcome(StageResult.REFUSED, str(seg.path), problem=str(exc))
-            if outcome.result == StageResult.STAGED:
-                done.staged += 1
-                done.staged_source_bytes += outcome.source_bytes
-                done.staged_bytes += outcome.staged_bytes
-            elif outcome.result == StageResult.UNCHANGED:
-                done.unchanged += 1
-            elif outcome.result == StageResult.REJECTED:
-                done.rejected.append(outcome.problem)
-            else:
-                done.refused.append(outcome.problem)
-                identity = FileIdentity.at(seg.path)
-                if identity is not None:
-                    refused[str(seg.path)] = identity
+                    outcome = stage_segment(seg.path, staging, options, controls, target.log_dir, target.root)
+                except LocatedError as exc:  # the conversion did not verify: as refused as bad bytes
+                    outcome = StageOutcome(StageResult.REFUSED, str(seg.path), problem=str(exc))
+                _count(outcome, done, refused, seg.path)
+        finally:
+            if staging is not None:
+                staging.close()
+
+
+def _count(outcome: StageOutcome, done: LogDirPass, refused: dict[str, FileIdentity], source: Path) -> None:
+    if outcome.result == StageResult.STAGED:
+        done.staged += 1
+        done.staged_source_bytes += outcome.source_bytes
+        done.staged_bytes += outcome.staged_bytes
+    elif outcome.result == StageResult.UNCHANGED:
+        done.unchanged += 1
+    elif outcome.result == StageResult.REJECTED:
+        done.rejected.append(outcome.problem)
+    elif outcome.result == StageResult.BLOCKED:
+        done.left_alone.append(outcome.problem)
+    else:
+        done.refused.append(outcome.problem)
+        identity = FileIdentity.at(source)
+        if identity is not None:
+            refused[str(source)] = identity
 
 
 def live_partitions(log_dir: Path, attempts: int = 5) -> list[Partition]:
@@ -242,43 +330,59 @@ def _options_for(part: Partition, request: PrestageRequest) -> ConvertOptions:
     return request.options.for_partition(epochs[0][0] if epochs else 0)
 
 
-def _record(staging: Path, base_offset: int) -> StagedSegment | None:
-    path = record_path(staging, base_offset)
+def _record(staging: PartitionStaging, base_offset: int, root: Path) -> StagedSegment | None:
     try:
-        return StagedSegment(read_record(path), path)
+        return read_record(staging, base_offset, root)
     except (MigrateError, ValueError):
         return None
 
 
-def sweep(root: Path, partitions: dict[str, Partition]) -> int:
-    """Remove the staging whose source is gone, and files no record vouches for (a run killed mid-segment); returns
-    how many staged segments were removed. Only names this tool writes are touched."""
-    if not root.is_dir():
-        return 0
+def sweep(tree: StagingTree, partitions: dict[str, Partition], left_alone: list[str]) -> int:
+    """Remove the staging whose source is gone, and what a pending record names (a pass killed while it linked a
+    segment's files); returns how many staged segments were removed. A file goes only where a record of this tool
+    names it by device and inode; what no record names is left alone and reported in ``left_alone``."""
     removed = 0
-    for staging in sorted(p for p in root.iterdir() if p.is_dir()):
-        part = partitions.get(staging.name)
-        bases = {s.base_offset for s in part.segments} if part is not None else set()
-        names = sorted(os.listdir(staging))
-        vouched: set[int] = set()
-        for name in names:
-            m = RECORD_RE.match(name)
-            if m is None:
-                continue
-            base = int(m.group(1))
-            if base not in bases:
-                discard(staging, base)
-                removed += 1
-            else:
-                vouched.add(base)
-        for name in names:
-            m = STAGED_FILE_RE.match(name)
-            if m is not None and (m.group(1) is None or int(m.group(1)) not in vouched):
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(staging / name)
+    for name in tree.partition_names():
+        staging = tree.partition(name)
+        if staging is None:
+            continue
+        with staging:
+            part = partitions.get(name)
+            bases = {s.base_offset for s in part.segments} if part is not None else set()
+            names = staging.names()
+            vouched: set[str] = set()
+            for entry in names:
+                if (m := PENDING_RE.match(entry)) is not None:
+                    final = record_name(int(m.group(1)))
+                    left = remove_pending(staging, entry, files_too=final not in names)
+                    left_alone += left
+                    if not left:
+                        vouched.add(entry)
+                    continue
+                if (m := RECORD_RE.match(entry)) is None:
+                    continue
+                base = int(m.group(1))
+                try:
+                    found = read_record(staging, base, tree.root)
+                except ModelError as exc:
+                    left_alone.append(f"{exc} (left alone)")
+                    continue
+                if found is None:
+                    continue
+                vouched.add(entry)
+                vouched.update(found.name(sfx) for sfx in found.record.staged)
+                if base not in bases:
+                    left = remove_staged(staging, found)
+                    left_alone += left
+                    removed += not left
+            strays = [entry for entry in names if entry not in vouched and staging.lstat(entry) is not None]
+            left_alone += [
+                f"{staging.path / entry}: no record of this tool names it (left alone: remove it if it is yours)"
+                for entry in strays
+            ]
         if part is None:
             with contextlib.suppress(OSError):
-                staging.rmdir()  # anything left in it is not ours: kept, and the dir with it
+                os.rmdir(name, dir_fd=tree.fd)  # not empty: something not ours is there, kept, and the dir with it
     return removed
 
 
@@ -290,10 +394,20 @@ def what_is_left(target: _Target, request: PrestageRequest, topic_re: re.Pattern
             continue
         active += part.segments[-1].size
         options = _options_for(part, request)
-        for seg in part.segments[:-1]:
-            staged = _record(target.root / part.name, seg.base_offset)
-            if seg.size and (staged is None or not judge_staged(staged, seg.path, options, edges=False).usable):
-                left += seg.size
+        try:
+            staging = target.tree.partition(part.name)
+        except StagingPlaceError:
+            staging = None
+        try:
+            for seg in part.segments[:-1]:
+                usable = False
+                if staging is not None and (staged := _record(staging, seg.base_offset, target.root)) is not None:
+                    usable = judge_staged(staged, seg.path, options, staging, edges=False).usable
+                if seg.size and not usable:
+                    left += seg.size
+        finally:
+            if staging is not None:
+                staging.close()
     return left, active
 
 

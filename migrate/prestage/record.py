@@ -1,11 +1,20 @@
 """The durable record of one staged segment, and what the cut-over asks of it.
 
 Beside the staged ``<base>.log``, ``.index`` and ``.timeindex`` of a partition's staging dir lies
-``<base>.prestaged.json``: written last, after the staged files are fsynced, and renamed into place, so its presence
-says the files beside it are whole. It holds the source's identity taken before the read and checked again after it
-(on the open descriptor and on the path), the source's edge digest, the options and tool that converted it, the
-conversion's SegmentResult (its digests and output stats, what a verify needs) and each staged file's identity after
-fsync. A source already in the target format gets a record too, with no staged files: the cut-over need not read it.
+``<base>.prestaged.json``: written last, after the staged files are fsynced and linked under their names, so its
+presence says the files beside it are whole. It holds the source's identity taken before the read and checked again
+after it (on the open descriptor and on the path), the source's edge digest, the options and tool that converted it,
+the conversion's SegmentResult (its digests and output stats, what a verify needs) and each staged file's identity
+after it was linked. A source already in the target format gets a record too, with no staged files: the cut-over need
+not read it.
+
+While a segment's files are being linked, ``<base>.prestaging.json`` names them by device and inode (the files were
+created unnamed, so this is the only moment a crash could leave them under a name with no record): the next pass
+removes exactly those files, and nothing else it did not write.
+
+Every file here is read through the partition's directory descriptor (``migrate.prestage.tree``): the staging tree is
+untrusted, so a record is evidence of what a pass wrote, never of what the source holds: the cut-over checks the
+source's own identity, and finalize proves each taken segment against its original before deleting it.
 
 ``staged_segments`` lists a log dir's records; ``judge_staged`` says whether one may replace a live source now. Both
 are pure of engines, for ``plan``/``execute`` to call.
@@ -13,14 +22,16 @@ are pure of engines, for ``plan``/``execute`` to call.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
+import hashlib
 import json
 import os
 import re
 import stat
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from migrate.codec import from_json, to_json
@@ -29,17 +40,15 @@ from migrate.kafka.names import segment_name
 from migrate.model.plan_tree import ConvertOptions
 from migrate.model.run_state import SegmentResult
 from migrate.prestage.identity import EdgeDigest, FileIdentity
-from migrate.prestage.location import default_staging_root
-from migrate.run.workspace import write_durably
+from migrate.prestage.tree import NodeId, PartitionStaging, StagingTree
 
-RECORD_VERSION = 1
+RECORD_VERSION = 2
 RECORD_SUFFIX = ".prestaged.json"
+PENDING_SUFFIX = ".prestaging.json"
 RECORD_RE = re.compile(r"^(\d{20})\.prestaged\.json$", re.ASCII)
-# every file a pass writes in a partition's staging dir: staged outputs, records, and a record's temporary file
-STAGED_FILE_RE = re.compile(
-    r"^(\d{20})(\.log|\.index|\.timeindex|\.prestaged\.json)$|^\.\d{20}\.prestaged\.json\.partial$", re.ASCII
-)
+PENDING_RE = re.compile(r"^(\d{20})\.prestaging\.json$", re.ASCII)
 STAGED_SUFFIXES = (".log", ".index", ".timeindex")
+_RECORD_MAX_BYTES = 16 << 20  # a record is a few KB; anything this large is not one of ours
 
 
 @dataclass(frozen=True)
@@ -53,97 +62,207 @@ class StagedRecord:
     source_identity: FileIdentity  # equal before and after the read, on the descriptor and the path
     source_edge: EdgeDigest
     options: ConvertOptions  # with the partition's leader epoch
-    result: SegmentResult  # outputs name the staged paths at staging time; ``StagedSegment.files`` is where they are
-    staged: dict[str, FileIdentity]  # suffix -> the staged file after fsync; empty when nothing needed converting
+    result: SegmentResult  # outputs name the staged paths at staging time; the staging dir holds them by name
+    staged: dict[str, FileIdentity]  # suffix -> the staged file once linked; empty when nothing needed converting
     staged_at: str  # UTC, ISO 8601
 
 
 @dataclass(frozen=True)
+class PendingRecord:
+    """The files of one segment being linked under their names: removed by the next pass if no record follows."""
+
+    version: int
+    base_offset: int
+    files: dict[str, NodeId]  # suffix -> the unnamed file being linked as <base><suffix>
+
+
+@dataclass(frozen=True)
 class StagedSegment:
-    """A record as found on disk, with where its staged files are."""
+    """A record as found on disk: its partition's staging dir (by name), and the sha256 of its bytes (what a plan
+    keeps, so that a record edited after the plan is not taken)."""
 
     record: StagedRecord
-    record_path: Path
+    root: Path  # the staging tree it was read in
+    digest: str = ""
 
-    paths: dict[str, str] = field(init=False, repr=False, compare=False)  # suffix -> staged file, as strings
+    @property
+    def partition(self) -> str:
+        return self.record.partition
 
-    def __post_init__(self) -> None:
-        # plain strings, built once: the plan judges and the cut-over takes up to 10^6 of these, and a Path per file
-        # cost more than the stat that follows; the record's own path names the segment already
-        path = os.fspath(self.record_path)
-        stem = (
-            path[: -len(RECORD_SUFFIX)]
-            if path.endswith(segment_name(self.record.base_offset, RECORD_SUFFIX))
-            else os.path.join(os.path.dirname(path), segment_name(self.record.base_offset))
-        )
-        object.__setattr__(self, "paths", {sfx: stem + sfx for sfx in self.record.staged})
+    def name(self, sfx: str) -> str:
+        return segment_name(self.record.base_offset, sfx)
+
+    @property
+    def record_path(self) -> Path:
+        """Where the record is, for an operator's message (never opened by this path)."""
+        return self.root / self.record.partition / record_name(self.record.base_offset)
 
     @property
     def files(self) -> dict[str, Path]:
-        return {sfx: Path(p) for sfx, p in self.paths.items()}
+        """Where the staged files are, for an operator's message (never opened by these paths)."""
+        return {sfx: self.root / self.record.partition / self.name(sfx) for sfx in self.record.staged}
 
 
-def record_path(partition_staging: Path, base_offset: int) -> Path:
-    return partition_staging / segment_name(base_offset, RECORD_SUFFIX)
+def record_name(base_offset: int) -> str:
+    return segment_name(base_offset, RECORD_SUFFIX)
 
 
-def write_record(path: Path, record: StagedRecord) -> None:
-    """Durably: a temporary file fsynced, renamed over ``path``, the directory fsynced."""
+def pending_name(base_offset: int) -> str:
+    return segment_name(base_offset, PENDING_SUFFIX)
+
+
+def _encode(record: StagedRecord | PendingRecord) -> bytes:
     # one line: an indent sends json.dumps down its pure-Python encoder, a fifth of a tiny segment's staging
-    write_durably(path, json.dumps(to_json(record), sort_keys=True, separators=(",", ":")) + "\n", hidden=True)
+    return (json.dumps(to_json(record), sort_keys=True, separators=(",", ":")) + "\n").encode()
 
 
-def read_record(path: Path) -> StagedRecord:
-    """A record file; ModelError (naming the file) when it is not one this version writes."""
+def write_new(staging: PartitionStaging, name: str, data: bytes, *, durable: bool) -> None:
+    """``data`` as the new file ``name`` of ``staging``: written unnamed, then linked (never over an existing file:
+    FileExistsError). ``durable``: the file and the directory fsynced."""
+    fd = staging.new_file(0o644)
     try:
-        # opened without blocking and checked a regular file on its descriptor: a FIFO of the record's name would
-        # otherwise hang the cut-over, and a stat first costs a call per segment
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise ModelError(f"{path}: not a pre-stage record (not a regular file)")
-            data = json.loads(_read_to_end(fd, st.st_size))
-        finally:
-            os.close(fd)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ModelError(f"{path}: not a readable pre-stage record ({exc})") from exc
-    record = from_json(StagedRecord, data, str(path))
-    if record.version != RECORD_VERSION:
-        raise ModelError(f"{path}: pre-stage record version {record.version}, this tool reads {RECORD_VERSION}")
-    return record
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        if durable:
+            os.fsync(fd)
+        staging.link(fd, name)
+    except BaseException:
+        staging.forget_new(fd)
+        raise
+    os.close(fd)
+    if durable:
+        staging.fsync()
 
 
-def _read_to_end(fd: int, size_hint: int) -> bytes:
-    """Every byte of the file open as ``fd``: one read when its stat's size is right (a cut-over reads 10^6 records;
-    a file object around the descriptor cost as much as the read), more when it grew since."""
-    parts = []
-    while chunk := os.read(fd, max(size_hint, 4096) + 1):
-        parts.append(chunk)
-    return parts[0] if len(parts) == 1 else b"".join(parts)
+def write_record(staging: PartitionStaging, record: StagedRecord) -> None:
+    """Durably, under ``<base>.prestaged.json`` (no file of that name may exist)."""
+    write_new(staging, record_name(record.base_offset), _encode(record), durable=True)
 
 
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+def write_pending(staging: PartitionStaging, pending: PendingRecord) -> None:
+    """Not fsynced: it guards against a crash of the process, which leaves the page cache as it was; a crash of the
+    machine may lose it, and then the files it named stay, unnamed by any record (reported, never deleted)."""
+    write_new(staging, pending_name(pending.base_offset), _encode(pending), durable=False)
+
+
+def read_bytes(staging: PartitionStaging, name: str) -> tuple[bytes, os.stat_result] | None:
+    """The whole file ``name`` (not followed, checked a regular file on its descriptor: a FIFO of a record's name
+    would otherwise hang the cut-over) and its stat; None where nothing is there. ModelError where it is a link, not
+    a regular file, too large to be a record, or unreadable."""
     try:
-        os.fsync(fd)
+        fd = staging.open_read(name)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ModelError(f"{staging.path / name}: not a readable pre-stage record ({exc.strerror or exc})") from exc
+    try:
+        st = os.fstat(fd)
+        if st.st_size > _RECORD_MAX_BYTES:
+            raise ModelError(f"{staging.path / name}: {st.st_size} bytes, not a pre-stage record")
+        parts = []
+        while chunk := os.read(fd, max(st.st_size, 4096) + 1):
+            parts.append(chunk)
+            if sum(map(len, parts)) > _RECORD_MAX_BYTES:
+                raise ModelError(f"{staging.path / name}: grew past {_RECORD_MAX_BYTES} bytes, not a pre-stage record")
+    except OSError as exc:
+        raise ModelError(f"{staging.path / name}: not a readable pre-stage record ({exc.strerror or exc})") from exc
     finally:
         os.close(fd)
+    return (parts[0] if len(parts) == 1 else b"".join(parts)), st
+
+
+def read_record(staging: PartitionStaging, base_offset: int, root: Path) -> StagedSegment | None:
+    """The record of ``base_offset`` in ``staging``; None where there is none; ModelError (naming the file) where it
+    is not one this version writes."""
+    name = record_name(base_offset)
+    found = read_bytes(staging, name)
+    if found is None:
+        return None
+    data, _ = found
+    where = str(staging.path / name)
+    try:
+        record = from_json(StagedRecord, json.loads(data), where)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ModelError(f"{where}: not a readable pre-stage record ({exc})") from exc
+    if record.version != RECORD_VERSION:
+        raise ModelError(f"{where}: pre-stage record version {record.version}, this tool reads {RECORD_VERSION}")
+    if record.base_offset != base_offset or record.partition != staging.name:
+        raise ModelError(f"{where}: the record of {record.partition} segment {record.base_offset}, not of this file")
+    return StagedSegment(record, root, hashlib.sha256(data).hexdigest())
+
+
+def read_pending(staging: PartitionStaging, name: str) -> PendingRecord:
+    found = read_bytes(staging, name)
+    if found is None:
+        raise ModelError(f"{staging.path / name}: gone")
+    try:
+        pending = from_json(PendingRecord, json.loads(found[0]), str(staging.path / name))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ModelError(f"{staging.path / name}: not a readable pre-stage record ({exc})") from exc
+    if pending.version != RECORD_VERSION or pending_name(pending.base_offset) != name:
+        raise ModelError(f"{staging.path / name}: not a pending record of this tool for that name")
+    return pending
+
+
+def remove_staged(staging: PartitionStaging, staged: StagedSegment) -> list[str]:
+    """Remove what a record names (each file only where it is still the file recorded, by device and inode, and has
+    no other name), then the record itself: what was left alone, for an operator (empty: all gone)."""
+    left = []
+    for sfx, identity in staged.record.staged.items():
+        name = staged.name(sfx)
+        if not staging.remove_owned(name, NodeId(identity.device, identity.inode)):
+            left.append(f"{staging.path / name}: not the file this tool staged there (left alone)")
+    if left:
+        return left  # the record stays: it is the only proof of which files are ours
+    st = staging.lstat(record_name(staged.record.base_offset))
+    if st is not None and not staging.remove_owned(record_name(staged.record.base_offset), NodeId.of(st)):
+        left.append(f"{staged.record_path}: not a file this tool wrote (left alone)")
+    return left
+
+
+def remove_pending(staging: PartitionStaging, name: str, *, files_too: bool) -> list[str]:
+    """Remove a pending record (``files_too``: and the files it names, each only where still that file)."""
+    try:
+        pending = read_pending(staging, name)
+    except ModelError as exc:
+        return [f"{exc} (left alone)"]
+    left = []
+    if files_too:
+        for sfx, node in pending.files.items():
+            target = segment_name(pending.base_offset, sfx)
+            if not staging.remove_owned(target, node):
+                left.append(f"{staging.path / target}: not the file this tool was staging there (left alone)")
+    if not left:
+        st = staging.lstat(name)
+        if st is not None:
+            staging.remove_owned(name, NodeId.of(st))
+    return left
 
 
 def staged_segments(log_dir: str | Path, staging_dir: str | Path | None = None) -> Iterator[StagedSegment]:
     """Every readable record of ``log_dir``'s staging tree (``staging_dir``: the one ``prestage --staging-dir``
     named), by partition then base offset. A record that cannot be read is left out: its segment is not staged."""
-    root = default_staging_root(log_dir) if staging_dir is None else Path(os.path.realpath(staging_dir))
-    if not root.is_dir():
+    tree = StagingTree.open(log_dir, staging_dir, create=False)
+    if tree is None:
         return
-    for part in sorted(p for p in root.iterdir() if p.is_dir()):
-        for path in sorted(part.iterdir()):
-            if RECORD_RE.match(path.name):
-                try:
-                    yield StagedSegment(read_record(path), path)
-                except ModelError:
-                    continue
+    with tree:
+        for name in tree.partition_names():
+            try:
+                part = tree.partition(name)
+            except (OSError, ModelError):
+                continue
+            if part is None:
+                continue
+            with part:
+                for entry in part.names():
+                    m = RECORD_RE.match(entry)
+                    if m is None:
+                        continue
+                    with contextlib.suppress(ModelError):
+                        found = read_record(part, int(m.group(1)), tree.root)
+                        if found is not None:
+                            yield found
 
 
 class Verdict(str, enum.Enum):
@@ -173,10 +292,20 @@ def comparable(options: ConvertOptions) -> ConvertOptions:
     return dataclasses.replace(options, truncate_tail=False)
 
 
+def staged_identity(staging: PartitionStaging, name: str) -> FileIdentity | None:
+    """The staged file ``name`` as it is now, where it is a regular file with no other name; None otherwise (gone,
+    a link, a directory, a hard link): such a file is never taken."""
+    st = staging.lstat(name)
+    if st is None or not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+        return None
+    return FileIdentity.of(st)
+
+
 def judge_staged(
     staged: StagedSegment,
     source: str | Path,
     options: ConvertOptions,
+    staging: PartitionStaging,
     *,
     edges: bool = True,
     deep: bool = False,
@@ -184,10 +313,11 @@ def judge_staged(
 ) -> Judgement:
     """Whether ``staged`` may replace the live ``source`` converted with ``options`` (the partition's, leader epoch
     included): the source's five identity fields and its edge digest as recorded, the same options, and every staged
-    file's identity as recorded after its fsync. ``deep`` also re-reads the staged files and verifies them against
-    the recorded digests (a full read: not for the cut-over's window by default); ``edges=False`` skips reading the
-    source's edges (the passes, which re-stat every segment of a running broker each time, judge by stat alone).
-    ``source_stat``: the source stated by the caller just before (who needs the stat too), instead of again."""
+    file in ``staging`` a regular file with one name and the identity recorded once it was linked. ``deep`` also
+    re-reads the staged files and verifies them against the recorded digests (a full read: not for the cut-over's
+    window by default); ``edges=False`` skips reading the source's edges (the passes, which re-stat every segment of a
+    running broker each time, judge by stat alone). ``source_stat``: the source stated by the caller just before
+    (who needs the stat too), instead of again."""
     record = staged.record
     if record.options != options and comparable(record.options) != comparable(options):
         return Judgement(Verdict.OPTIONS_DIFFER, f"staged with {record.options}, wanted {options}")
@@ -202,21 +332,33 @@ def judge_staged(
         return Judgement(Verdict.SOURCE_GONE, f"{source} is gone")
     if edge != record.source_edge:
         return Judgement(Verdict.SOURCE_CHANGED, f"{source}: its first or last bytes changed (same stat)")
-    files = staged.paths
     for sfx, want in record.staged.items():
-        got = FileIdentity.at(files[sfx])
+        got = staged_identity(staging, staged.name(sfx))
         if got != want:
-            return Judgement(Verdict.STAGED_CHANGED, f"staged {files[sfx]}: {want.differences(got)}")
+            what = want.differences(got) if got is not None else "missing, or not a regular file with one name"
+            return Judgement(Verdict.STAGED_CHANGED, f"staged {staging.path / staged.name(sfx)}: {what}")
     if deep and record.staged:
-        from migrate.segment.verify import verify_segment
-
-        result = dataclasses.replace(record.result, outputs={sfx: str(p) for sfx, p in files.items()})
-        check = verify_segment(result, record.options)
-        if not check.ok:
-            return Judgement(Verdict.STAGED_CHANGED, f"staged {files['.log']}: {'; '.join(check.problems[:3])}")
+        problems = reverify(staged, staging)
+        if problems:
+            return Judgement(Verdict.STAGED_CHANGED, f"staged {staging.path / staged.name('.log')}: {problems}")
     return Judgement(Verdict.USABLE)
 
 
-def is_usable(staged: StagedSegment, source: str | Path, options: ConvertOptions, *, deep: bool = False) -> bool:
-    """``judge_staged(...).usable``, the source's edges read."""
-    return judge_staged(staged, source, options, deep=deep).usable
+def reverify(staged: StagedSegment, staging: PartitionStaging) -> str:
+    """The staged files read back through their descriptors and verified against the record's digests: '' when they
+    hold what the record says, else the first problems."""
+    from migrate.segment.verify import verify_segment
+
+    fds: dict[str, int] = {}
+    try:
+        for sfx in staged.record.staged:
+            fds[sfx] = staging.open_read(staged.name(sfx))
+        outputs = {sfx: f"/proc/self/fd/{fd}" for sfx, fd in fds.items()}
+        result = dataclasses.replace(staged.record.result, outputs=outputs)
+        check = verify_segment(result, staged.record.options)
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or exc})"
+    finally:
+        for fd in fds.values():
+            os.close(fd)
+    return "" if check.ok else "; ".join(check.problems[:3])

@@ -5,8 +5,11 @@ read began.
 The source's identity is taken on the path and on the open descriptor before the read and again after it: a segment
 renamed to ``.deleted`` (retention, the cleaner), unlinked, truncated and refilled (follower truncation) or replaced
 (the cleaner's ``.swap`` rename) while it was read is rejected, and its outputs are removed. Nothing is written next
-to the source: the outputs go to the partition's staging dir, under their final names, and are trusted only once
-the record beside them is written (``migrate.prestage.record``).
+to the source. The outputs are written unnamed into the partition's staging dir (``O_TMPFILE``, through its
+directory descriptor: ``migrate.prestage.tree``), verified there from disk and fsynced; then a pending record names
+them by device and inode, they are linked under their final names, and the record beside them is written last
+(``migrate.prestage.record``): a crash at any point leaves either nothing under a name, or files the pending record
+names, which the next pass removes.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from migrate import __version__
-from migrate.errors import LocatedError, SegmentRefusedError
+from migrate.errors import LocatedError, ModelError, SegmentRefusedError
 from migrate.kafka.names import segment_name
 from migrate.model.plan_tree import ConvertOptions
 from migrate.model.run_state import ConversionStatus, FileStat, SegmentResult, SegmentTask
@@ -28,13 +31,20 @@ from migrate.prestage import pagecache
 from migrate.prestage.controls import Controls
 from migrate.prestage.identity import EdgeDigest, FileIdentity
 from migrate.prestage.record import (
+    PENDING_RE,
     RECORD_VERSION,
     STAGED_SUFFIXES,
+    PendingRecord,
     StagedRecord,
-    fsync_dir,
-    record_path,
+    pending_name,
+    read_record,
+    record_name,
+    remove_pending,
+    remove_staged,
+    write_pending,
     write_record,
 )
+from migrate.prestage.tree import NodeId, PartitionStaging
 from migrate.run import faults
 from migrate.segment.convert import (
     SMALL_SEGMENT_BYTES,
@@ -57,6 +67,7 @@ class StageResult(str, enum.Enum):
     UNCHANGED = "unchanged"  # already in the target format: recorded with no staged files
     REJECTED = "rejected"  # the source changed or vanished while read: nothing kept
     REFUSED = "refused"  # the source's bytes cannot be converted (execute would refuse them too)
+    BLOCKED = "blocked"  # a file this tool did not write holds one of the staged names: left alone, not staged
 
     def __str__(self) -> str:
         return self.value
@@ -76,10 +87,14 @@ class StagingWriteError(OSError):
 
 
 def stage_segment(
-    source: Path, partition_staging: Path, options: ConvertOptions, controls: Controls, log_dir: Path
+    source: Path, staging: PartitionStaging, options: ConvertOptions, controls: Controls, log_dir: Path, root: Path
 ) -> StageOutcome:
-    """Stage ``source`` (a closed ``<base>.log``) into ``partition_staging``, replacing what was staged for it."""
+    """Stage ``source`` (a closed ``<base>.log``) into ``staging``, replacing what was staged for it. ``root``: the
+    staging tree's path, for the record and messages."""
     base_offset = int(source.name.split(".")[0])
+    blocked = discard(staging, base_offset, root)
+    if blocked:
+        return StageOutcome(StageResult.BLOCKED, str(source), problem=blocked)
     try:
         by_path = os.stat(source)
         fd = os.open(source, os.O_RDONLY | os.O_CLOEXEC)
@@ -94,11 +109,11 @@ def stage_segment(
                 source, f"{source} changed while it was opened ({FileIdentity.of(by_path).differences(before)})"
             )
         resident = pagecache.resident_pages(fd, st.st_size)
+        outputs = NewOutputs(staging)
         try:
-            discard(partition_staging, base_offset)
             task = SegmentTask(
                 source=str(source),
-                staging_dir=str(partition_staging),
+                staging_dir=str(staging.path),
                 base_offset=base_offset,
                 options=options,
                 expected_size=st.st_size,
@@ -107,49 +122,68 @@ def stage_segment(
             )
             try:
                 faults.point("before:prestage-convert")
-                result = convert(task, src, st, controls)
+                result = convert(task, src, st, controls, outputs)
             except LocatedError as exc:
                 changed = _changed(source, fd, before)
                 if changed:
                     return _rejected(source, changed)
                 return StageOutcome(StageResult.REFUSED, str(source), st.st_size, problem=str(exc))
-            try:
-                edge = EdgeDigest.of_fd(fd, st.st_size)
-                changed = _changed(source, fd, before)
-                if changed:
-                    discard(partition_staging, base_offset)
-                    return _rejected(source, changed)
-                faults.point("before:prestage-seal")
-                sealing, waited = time.perf_counter(), controls.waited_seconds
-                staged = _seal(result, options, controls)
-                # the record's seconds: converting and verifying, as the cut-over's cold-run estimate counts them
-                result.seconds += time.perf_counter() - sealing - (controls.waited_seconds - waited)
-                record = StagedRecord(
-                    version=RECORD_VERSION,
-                    tool=f"kafka-log-migrate {__version__}",
-                    log_dir=str(log_dir),
-                    partition=source.parent.name,
-                    base_offset=base_offset,
-                    source=str(source),
-                    source_identity=before,
-                    source_edge=edge,
-                    options=options,
-                    result=result,
-                    staged=staged,
-                    staged_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            edge = EdgeDigest.of_fd(fd, st.st_size)
+            changed = _changed(source, fd, before)
+            if changed:
+                return _rejected(source, changed)
+            faults.point("before:prestage-seal")
+            sealing, waited = time.perf_counter(), controls.waited_seconds
+            _seal(result, options, controls, outputs)
+            # the record's seconds: converting and verifying, as the cut-over's cold-run estimate counts them
+            result.seconds += time.perf_counter() - sealing - (controls.waited_seconds - waited)
+            controls.check()
+            faults.point("before:prestage-link")
+            staged = outputs.link(base_offset)
+            if staged is None:
+                return StageOutcome(
+                    StageResult.BLOCKED,
+                    str(source),
+                    problem=f"{staging.path}: a file this tool did not write appeared under one of "
+                    f"{segment_name(base_offset)}.log/.index/.timeindex while it was staged: left alone, not staged",
                 )
-                controls.check()
-                target = record_path(partition_staging, base_offset)
-                faults.point("before:prestage-record")
-                try:
-                    write_record(target, record)
-                except OSError as exc:
-                    raise StagingWriteError(exc.errno, exc.strerror, str(target)) from exc
-                faults.point("after:prestage-record")
-            except BaseException:
-                discard(partition_staging, base_offset)
-                raise
+            faults.point("after:prestage-link")
+            result.outputs = {sfx: str(staging.path / segment_name(base_offset, sfx)) for sfx in staged}
+            record = StagedRecord(
+                version=RECORD_VERSION,
+                tool=f"kafka-log-migrate {__version__}",
+                log_dir=str(log_dir),
+                partition=staging.name,
+                base_offset=base_offset,
+                source=str(source),
+                source_identity=before,
+                source_edge=edge,
+                options=options,
+                result=result,
+                staged=staged,
+                staged_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            )
+            faults.point("before:prestage-record")
+            try:
+                write_record(staging, record)
+            except FileExistsError:
+                outputs.unlink_linked(base_offset)
+                return StageOutcome(
+                    StageResult.BLOCKED,
+                    str(source),
+                    problem=f"{staging.path / record_name(base_offset)} appeared while the segment was staged, and "
+                    "this tool did not write it: left alone, not staged",
+                )
+            except OSError as exc:
+                outputs.unlink_linked(base_offset)
+                raise StagingWriteError(exc.errno, exc.strerror, str(staging.path / record_name(base_offset))) from exc
+            faults.point("after:prestage-record")
+            outputs.settle(base_offset)
+        except BaseException:
+            outputs.abandon(base_offset)
+            raise
         finally:
+            outputs.close()
             pagecache.drop_brought_in(fd, resident)
     kind = StageResult.STAGED if staged else StageResult.UNCHANGED
     return StageOutcome(kind, str(source), st.st_size, sum(i.size for i in staged.values()))
@@ -173,10 +207,90 @@ def _changed(source: Path, fd: int, before: FileIdentity) -> str:
     return ""
 
 
-def _seal(result: SegmentResult, options: ConvertOptions, controls: Controls) -> dict:
-    """Verify the staged outputs from disk, make them durable and drop them from the page cache; their identities."""
+class NewOutputs:
+    """The unnamed output files of one segment being staged, by suffix, until they are linked under their names."""
+
+    def __init__(self, staging: PartitionStaging) -> None:
+        self.staging = staging
+        self.fds: dict[str, int] = {}
+        self.linked: dict[str, NodeId] = {}
+        self.pending = False
+
+    def new(self, sfx: str, mode: int) -> int:
+        try:
+            fd = self.staging.new_file(mode)
+        except OSError as exc:
+            raise StagingWriteError(exc.errno, exc.strerror, str(self.staging.path)) from exc
+        self.fds[sfx] = fd
+        return fd
+
+    def path(self, sfx: str) -> str:
+        """A path to the unnamed file that any reader can open (verify reads by path): its descriptor's."""
+        return f"/proc/self/fd/{self.fds[sfx]}"
+
+    def drop(self, sfx: str) -> None:
+        fd = self.fds.pop(sfx, None)
+        if fd is not None:
+            self.staging.forget_new(fd)
+
+    def link(self, base_offset: int) -> dict[str, FileIdentity] | None:
+        """Name every output: a pending record first (their devices and inodes), then one link each; their
+        identities once linked. None where a name is taken by a file this tool did not write (nothing linked stays)."""
+        if not self.fds:
+            return {}
+        nodes = {sfx: NodeId.of(os.fstat(fd)) for sfx, fd in self.fds.items()}
+        try:
+            write_pending(self.staging, PendingRecord(RECORD_VERSION, base_offset, nodes))
+        except FileExistsError:
+            return None
+        except OSError as exc:
+            where = str(self.staging.path / pending_name(base_offset))
+            raise StagingWriteError(exc.errno, exc.strerror, where) from exc
+        self.pending = True
+        for sfx, fd in self.fds.items():
+            try:
+                self.staging.link(fd, segment_name(base_offset, sfx))
+            except FileExistsError:
+                self.unlink_linked(base_offset)
+                return None
+            except OSError as exc:
+                self.unlink_linked(base_offset)
+                raise StagingWriteError(exc.errno, exc.strerror, str(self.staging.path)) from exc
+            self.linked[sfx] = nodes[sfx]
+        return {sfx: FileIdentity.of(os.fstat(fd)) for sfx, fd in self.fds.items()}
+
+    def unlink_linked(self, base_offset: int) -> None:
+        """Undo ``link``: the names given (each only where still ours), then the pending record."""
+        for sfx, node in list(self.linked.items()):
+            self.staging.remove_owned(segment_name(base_offset, sfx), node)
+            del self.linked[sfx]
+        if self.pending:
+            remove_pending(self.staging, pending_name(base_offset), files_too=False)
+            self.pending = False
+
+    def settle(self, base_offset: int) -> None:
+        """The record is durable: the pending record has done its work, and the outputs leave the page cache."""
+        if self.pending:
+            remove_pending(self.staging, pending_name(base_offset), files_too=False)
+            self.pending = False
+        self.linked.clear()
+        for fd in self.fds.values():
+            with contextlib.suppress(OSError):
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+
+    def abandon(self, base_offset: int) -> None:
+        with contextlib.suppress(OSError):
+            self.unlink_linked(base_offset)
+
+    def close(self) -> None:
+        for sfx in list(self.fds):
+            self.drop(sfx)
+
+
+def _seal(result: SegmentResult, options: ConvertOptions, controls: Controls, outputs: NewOutputs) -> None:
+    """Verify the unnamed outputs from disk and make them durable."""
     if result.status == ConversionStatus.UNCHANGED:
-        return {}
+        return
     check = verify_segment(result, options)
     if not check.ok:
         raise SegmentRefusedError(
@@ -184,101 +298,97 @@ def _seal(result: SegmentResult, options: ConvertOptions, controls: Controls) ->
             path=result.source,
             hint="Nothing live was changed; this is a bug in kafka-log-migrate: keep the segment and report it.",
         )
-    staged = {}
     for sfx in STAGED_SUFFIXES:
-        path = result.outputs[sfx]
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        controls.check()
         try:
-            controls.check()
-            try:
-                os.fsync(fd)
-            except OSError as exc:
-                raise StagingWriteError(exc.errno, exc.strerror, path) from exc
-            staged[sfx] = FileIdentity.of(os.fstat(fd))
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
-    fsync_dir(Path(result.outputs[".log"]).parent)
-    return staged
+            os.fsync(outputs.fds[sfx])
+        except OSError as exc:
+            raise StagingWriteError(exc.errno, exc.strerror, str(outputs.staging.path)) from exc
 
 
-def discard(partition_staging: Path, base_offset: int) -> None:
-    """Remove what is staged for ``base_offset``: the record first (so nothing half-removed is ever trusted), then
-    the files it named."""
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(record_path(partition_staging, base_offset))
+def discard(staging: PartitionStaging, base_offset: int, root: Path) -> str:
+    """Remove what is staged for ``base_offset`` (what its record or pending record names, each file only where it
+    is still the one written); '' when done, else why not (a file this tool did not write is in the way)."""
+    left: list[str] = []
+    for name in staging.names():
+        m = PENDING_RE.match(name)
+        if m is not None and int(m.group(1)) == base_offset:
+            left += remove_pending(staging, name, files_too=staging.lstat(record_name(base_offset)) is None)
+    try:
+        found = read_record(staging, base_offset, root)
+    except ModelError as exc:
+        return f"{exc}: not a record this tool wrote; left alone, the segment is not staged"
+    if found is not None:
+        left += remove_staged(staging, found)
     for sfx in STAGED_SUFFIXES:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(partition_staging / segment_name(base_offset, sfx))
+        if staging.lstat(segment_name(base_offset, sfx)) is not None:
+            left.append(f"{staging.path / segment_name(base_offset, sfx)}: no record of this tool names it")
+    if left:
+        return "; ".join(left) + ". Left alone and not staged: remove those files (after checking what they are)."
+    return ""
 
 
 # --- conversion: execute's stream_entries and finish_open_output, with every read and write gated ----------------
 
 
-def convert(task: SegmentTask, src: BinaryIO, st: os.stat_result, controls: Controls) -> SegmentResult:
-    """``migrate.segment.convert.convert_segment`` on an open source whose reads and writes pass the controls:
-    the same bytes, indexes, owner, mode and mtime. Nothing is left in the staging dir on error."""
+def convert(
+    task: SegmentTask, src: BinaryIO, st: os.stat_result, controls: Controls, outputs: NewOutputs
+) -> SegmentResult:
+    """``migrate.segment.convert.convert_segment`` on an open source whose reads and writes pass the controls, into
+    the unnamed files of ``outputs``: the same bytes, indexes, owner, mode and mtime. ``result.outputs`` name the
+    files by their descriptors until they are linked."""
     started, waited = time.perf_counter(), controls.waited_seconds
     check_planned(task, st)
     source = Path(task.source)
     # the live files the outputs will replace, as they are now (the .log: the source as opened), stated once: their
     # identities for the record, their owner and mode for the outputs
     live = live_files(str(source.parent), task.base_offset, log=st)
-    staging = Path(task.staging_dir)  # made by the pass, once for its partition
-    finals = {sfx: staging / segment_name(task.base_offset, sfx) for sfx in STAGED_SUFFIXES}
-    try:
-        data = _read_small(task, src, st, controls)
-        whole = convert_whole(task, data, st) if data is not None else None
-        index_files: tuple[bytes, bytes] | None = None
-        if whole is not None:
-            # a tiny plain legacy segment, converted whole in one call (as execute converts it): the same bytes,
-            # indexes and result as the general path below, at a fraction of its cost per segment
-            result, index_files = whole.result, whole.index_files
-            _write_new(finals[".log"], whole.log, controls, result, live, st)
-        else:
-            index = IndexBuilder(task.base_offset, task.options.index_interval_bytes)
-            with open(finals[".log"], "wb", buffering=_WRITE_BUFFER) as out:
-                writer = _GatedWriter(out, controls)
-                reader = _GatedReader(src, controls)
-                result = stream_entries(task, reader, writer, st, index=index, data=data).result  # type: ignore[arg-type]
-                writer.flush()
-                if result.status != ConversionStatus.UNCHANGED:
-                    finish_open_output(out.fileno(), str(finals[".log"]), ".log", result, live, st)
-                    index_files = index.finish()
-        for sfx, output in zip((".index", ".timeindex"), index_files or ()):
-            _write_new(finals[sfx], output, controls, result, live, st)
-        result.live_before = {sfx: FileStat.of(x) for sfx, x in live.items()}
-        if result.status == ConversionStatus.UNCHANGED:
-            finals[".log"].unlink()
-            result.output_bytes = 0
-    except BaseException:
-        for path in finals.values():
-            path.unlink(missing_ok=True)
-        raise
+    data = _read_small(task, src, st, controls)
+    whole = convert_whole(task, data, st) if data is not None else None
+    index_files: tuple[bytes, bytes] | None = None
+    if whole is not None:
+        # a tiny plain legacy segment, converted whole in one call (as execute converts it): the same bytes,
+        # indexes and result as the general path below, at a fraction of its cost per segment
+        result, index_files = whole.result, whole.index_files
+        _write_new(outputs, ".log", whole.log, controls, result, live, st)
+    else:
+        index = IndexBuilder(task.base_offset, task.options.index_interval_bytes)
+        fd = outputs.new(".log", 0o666)
+        with open(fd, "wb", buffering=_WRITE_BUFFER, closefd=False) as out:
+            writer = _GatedWriter(out, controls, str(outputs.staging.path))
+            reader = _GatedReader(src, controls)
+            result = stream_entries(task, reader, writer, st, index=index, data=data).result  # type: ignore[arg-type]
+            writer.flush()
+        if result.status != ConversionStatus.UNCHANGED:
+            finish_open_output(fd, outputs.path(".log"), ".log", result, live, st)
+            index_files = index.finish()
+    for sfx, output in zip((".index", ".timeindex"), index_files or ()):
+        _write_new(outputs, sfx, output, controls, result, live, st)
+    result.live_before = {sfx: FileStat.of(x) for sfx, x in live.items()}
+    if result.status == ConversionStatus.UNCHANGED:
+        outputs.close()
+        result.outputs, result.output_stats, result.output_bytes = {}, {}, 0
     # the conversion's own time, without the throttle's and the pause file's waits: what a cold run would spend
     result.seconds = time.perf_counter() - started - (controls.waited_seconds - waited)
     return result
 
 
 def _write_new(
-    path: Path,
+    outputs: NewOutputs,
+    sfx: str,
     data: bytes,
     controls: Controls,
     result: SegmentResult,
     live: dict[str, os.stat_result],
     source: os.stat_result,
 ) -> None:
-    """``data`` as the new staged file ``path``, through the controls, created with the mode the general path
+    """``data`` as the new unnamed output ``sfx``, through the controls, created with the mode the general path
     creates it with (``open(..., "wb")`` for a .log), then given the owner and mode of the live file it replaces and
     the source's mtime, and recorded in ``result`` (``finish_open_output``)."""
     controls.gate(len(data))
-    sfx = path.suffix
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666 if sfx == ".log" else 0o644)
-    try:
-        _write_all(fd, data, path)
-        finish_open_output(fd, str(path), sfx, result, live, source)
-    finally:
-        os.close(fd)
+    fd = outputs.new(sfx, 0o666 if sfx == ".log" else 0o644)
+    _write_all(fd, data, outputs.staging.path)
+    finish_open_output(fd, outputs.path(sfx), sfx, result, live, source)
 
 
 def _read_small(task: SegmentTask, src: BinaryIO, st: os.stat_result, controls: Controls) -> bytes | None:
@@ -316,8 +426,9 @@ class _GatedReader:
 class _GatedWriter:
     """The staged .log as ``stream_entries`` writes it, through the controls, its dirty bytes bounded."""
 
-    def __init__(self, out: BinaryIO, controls: Controls) -> None:
+    def __init__(self, out: BinaryIO, controls: Controls, where: str) -> None:
         self._out = out
+        self._where = where  # the staging dir, for a write error's message
         self._controls = controls
         self._owed = 0  # bytes written but not yet counted: small writes are counted a piece at a time
         self._written = 0
@@ -340,7 +451,7 @@ class _GatedWriter:
         try:
             self._out.write(data)
         except OSError as exc:
-            raise StagingWriteError(exc.errno, exc.strerror, self._out.name) from exc  # type: ignore[attr-defined]
+            raise StagingWriteError(exc.errno, exc.strerror, self._where) from exc
         self._written += len(data)
         if self._written - self._pushed >= 2 * _WRITEBACK_STEP:
             self.flush()
@@ -359,4 +470,4 @@ class _GatedWriter:
         try:
             self._out.flush()
         except OSError as exc:
-            raise StagingWriteError(exc.errno, exc.strerror, self._out.name) from exc  # type: ignore[attr-defined]
+            raise StagingWriteError(exc.errno, exc.strerror, self._where) from exc

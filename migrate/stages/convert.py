@@ -36,7 +36,8 @@ from migrate.model.run_state import (
 )
 from migrate.model.stage_reports import ConvertTaskResult, RangePart
 from migrate.prestage.cutover import take_staged
-from migrate.prestage.location import staging_root
+from migrate.prestage.record import Verdict
+from migrate.prestage.tree import StagingTree
 from migrate.run import faults
 from migrate.run.state import StateStore
 from migrate.run.workspace import checked_work_dir, sync_filesystem
@@ -173,11 +174,26 @@ def _run(
     segment_states: dict[tuple[str, int], SegmentState],
     partition_states: dict[str, PartitionState],
 ) -> list[SegmentOutcome]:
-    outcomes: list[SegmentOutcome] = []
     failed: set[str] = {n for n, s in partition_states.items() if s not in WORKABLE}
-    stopped: Problem | None = None
     known: dict[str, PartitionFacts] = {}
-    roots: dict[str, Path] = {}
+    trees: dict[str, StagingTree] = {}  # the staging trees this task opened, by log dir
+    try:
+        return _convert_each(plan, task, segment_states, failed, known, trees)
+    finally:
+        for tree in trees.values():
+            tree.close()
+
+
+def _convert_each(
+    plan: Plan,
+    task: TaskPlan,
+    segment_states: dict[tuple[str, int], SegmentState],
+    failed: set[str],
+    known: dict[str, PartitionFacts],
+    trees: dict[str, StagingTree],
+) -> list[SegmentOutcome]:
+    outcomes: list[SegmentOutcome] = []
+    stopped: Problem | None = None
     for ref in task.segments:
         skip = (
             stopped is not None
@@ -187,7 +203,7 @@ def _run(
         if skip:
             outcomes.append(SegmentOutcome(task.log_dir, ref.partition, ref.base_offset, Outcome.SKIPPED))
             continue
-        outcome = convert_and_verify(plan, task.log_dir, ref.partition, ref.base_offset, known, roots)
+        outcome = convert_and_verify(plan, task.log_dir, ref.partition, ref.base_offset, known, trees)
         outcomes.append(outcome)
         progress.report(outcome)
         if outcome.outcome in (Outcome.REFUSED, Outcome.FAILED):
@@ -241,10 +257,11 @@ def convert_and_verify(
     partition: str,
     base_offset: int,
     known: dict[str, PartitionFacts] | None = None,
-    roots: dict[str, Path] | None = None,
+    trees: dict[str, StagingTree] | None = None,
 ) -> SegmentOutcome:
-    """``known``: the partitions' facts this task looked up already (``partition_facts``); ``roots``: the staging
-    trees it checked already, by log dir (the check stats every ancestor: more than a take itself)."""
+    """``known``: the partitions' facts this task looked up already (``partition_facts``); ``trees``: the staging
+    trees it opened already, by log dir (opening one walks and checks every ancestor: more than a take itself); the
+    caller closes them."""
     started = time.perf_counter()
     fallback = ""
     try:
@@ -254,15 +271,23 @@ def convert_and_verify(
         entry = plan.log_dir(log_dir)
         if entry.staging_dir is not None and seg.staged:
             faults.point("before:take-staged")
-            root = roots.get(entry.log_dir) if roots is not None else None
-            if root is None:
-                root = staging_root(entry.log_dir, entry.staging_dir)  # the plan's, checked as prestage checks it
-                if roots is not None:
-                    roots[entry.log_dir] = root
-            taken = take_staged(root, partition, task, deep=bool(entry.reverify_staged))
-            if taken.result is not None:
-                return _taken(log_dir, partition, base_offset, taken.result, started)
-            fallback = f"{task.source}: {taken.judgement.verdict}: {taken.judgement.reason}"
+            tree = trees.get(entry.log_dir) if trees is not None else None
+            if tree is None:
+                # the plan's tree, checked as prestage checks it; gone: every staged segment converts from its source
+                tree = StagingTree.open(entry.log_dir, entry.staging_dir, create=False)
+                if tree is not None and trees is not None:
+                    trees[entry.log_dir] = tree
+            if tree is None:
+                fallback = f"{task.source}: {Verdict.STAGED_CHANGED}: the staging tree {entry.staging_dir} is gone"
+            else:
+                try:
+                    taken = take_staged(tree, partition, task, seg.staged_record, deep=bool(entry.reverify_staged))
+                finally:
+                    if trees is None:
+                        tree.close()
+                if taken.result is not None:
+                    return _taken(log_dir, partition, base_offset, taken.result, started)
+                fallback = f"{task.source}: {taken.judgement.verdict}: {taken.judgement.reason}"
         faults.point("before:convert")
         result = convert_segment(task) if task.split is None else convert_split(task)
     except UnsafePathError as exc:

@@ -10,17 +10,21 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 
 from migrate.errors import MigrateError
+from migrate.kafka.names import segment_name
 from migrate.model.plan_tree import Plan
 from migrate.model.run_state import EventKind, LogDirPhase, PartitionState
 from migrate.model.stage_reports import FinalizeReport, StateChunk
 from migrate.prestage.cutover import forget_staged
 from migrate.run import fence
 from migrate.run.state import StateStore, remove_state_files
+from migrate.run.swap_files import SegmentFiles
 from migrate.run.swap_record import FileTruth, PartitionTruth, partition_truth
 from migrate.run.workspace import state_path, sync_filesystem
+from migrate.segment.proof import prove_output
 from migrate.stages.common import kafka_lock, locate, restore_dir_mtimes
 from migrate.stages.reconcile import db_swap_record, edges_of, files_mixed, open_reconciled
 from migrate.stages.rollback import remove_work_dirs
@@ -66,6 +70,15 @@ def finalize_log_dir(plan: Plan, key: str, partial: bool = False) -> FinalizeRep
                 f"`verify --plan` re-reads them; `rollback` (`--force` if a broker wrote to them) puts the originals "
                 "back."
             )
+        failed_proofs = _prove_taken(plan, key, store, migrated)
+        if failed_proofs:
+            raise MigrateError(
+                f"{log_dir}: refusing to finalize: {len(failed_proofs)} segment(s) taken from pre-staging without a "
+                "read at the cut-over do not prove to be their originals converted (the original read again and "
+                f"converted gives other records or digests), e.g. {failed_proofs[0]}. Nothing was deleted. Someone or "
+                "something changed the staging tree after the pass that wrote it: `rollback` puts every original "
+                "back, byte for byte; then pre-stage again (or plan with --no-staged) and execute."
+            )
         with kafka_lock(log_dir, store):
             remove_work_dirs([plan.partition(key, name).dir for name in migrated + others], plan.plan_id)
             sync_filesystem(log_dir)
@@ -98,6 +111,28 @@ def _unproven(
             if log_edges and edges_of(live) != log_edges:
                 out.append(f"{live}: its first or last bytes are not those of the output that was swapped in")
     return out
+
+
+def _prove_taken(plan: Plan, key: str, store: StateStore, names: list[str]) -> list[str]:
+    """Every segment of ``names`` a cut-over planned from pre-staging (taken without a read, its digests from a
+    record in the untrusted staging tree), proven against its original, still kept as the swap's backup
+    (``migrate.segment.proof``): the problems, each naming the partition and what differs."""
+    problems = []
+    for name in names:
+        part = plan.partition(key, name)
+        staged = {s.base_offset for s in part.segments if s.staged}
+        if not staged:
+            continue
+        options = plan.options.for_partition(part.leader_epoch)
+        prefix = os.path.join(part.dir, "")
+        for row in store.segments_of(name):
+            if row.base not in staged or row.result is None or not row.result.outputs:
+                continue
+            original = SegmentFiles(part.dir, plan.plan_id, row.base).backup(".log")
+            live = {sfx: f"{prefix}{segment_name(row.base, sfx)}" for sfx in row.result.outputs}
+            proof = prove_output(original, replace(row.result, outputs=live), options)
+            problems += [f"partition {name}: {p}" for p in proof.problems]
+    return problems
 
 
 ARCHIVE_CHUNK_BYTES = 16 << 20
