@@ -54,7 +54,6 @@ from migrate.codec import from_json, to_json
 from migrate.errors import ModelError
 from migrate.model.plan_pack import pack_columns, unpack_columns
 from migrate.model.plan_tree import (
-    PLAN_VERSION,
     CompactionPlan,
     ConvertOptions,
     Estimates,
@@ -117,7 +116,7 @@ class SegmentExtra:
 
 # --- the columns ---------------------------------------------------------------------------------------------
 
-_INT_COLUMNS: tuple[tuple[str, Any], ...] = (
+INT_COLUMNS: tuple[tuple[str, Any], ...] = (
     ("partition_id", np.int32),
     ("dir_mtime_ns", np.int64),
     ("leader_epoch", np.int32),
@@ -135,7 +134,7 @@ _INT_COLUMNS: tuple[tuple[str, Any], ...] = (
     ("staged", np.int8),
     ("staged_record", np.uint64),
 )
-_NAME_COLUMNS = ("log_dir", "partition", "topic")
+NAME_COLUMNS = ("log_dir", "partition", "topic")
 
 
 @dataclass(eq=False)
@@ -153,7 +152,7 @@ class SegmentColumns:
         # 100); the driver checked them against the plan's id, a worker only unpacks them. Not as Parquet: decoding
         # that would import pyarrow into every worker, 31 MB of each worker's memory for this alone
         if self.packed is None:
-            self.packed = pack_columns(self.names, self.ints, self.extra, _INT_COLUMNS)
+            self.packed = pack_columns(self.names, self.ints, self.extra, INT_COLUMNS)
         return (_columns_from_packed, (self.packed,))
 
     def __len__(self) -> int:
@@ -189,11 +188,11 @@ class SegmentColumns:
     def digest(self) -> str:
         """sha256 over every column's values in schema order: what the plan's id binds."""
         h = hashlib.sha256()
-        for column in _NAME_COLUMNS:
+        for column in NAME_COLUMNS:
             values, codes = self.names[column]
             h.update(column.encode() + b"\0" + "\0".join(values).encode() + b"\0")
             h.update(np.ascontiguousarray(codes, dtype="<i4").tobytes())
-        for column, kind in _INT_COLUMNS:
+        for column, kind in INT_COLUMNS:
             h.update(column.encode() + b"\0")
             h.update(np.ascontiguousarray(self.ints[column], dtype=np.dtype(kind).newbyteorder("<")).tobytes())
         for row in sorted(self.extra):
@@ -226,10 +225,10 @@ class ColumnBuilder:
     grows (its arrays index like the numpy ones ``finish`` turns them into, without a copy)."""
 
     def __init__(self) -> None:
-        self.lookup: dict[str, dict[str, int]] = {c: {} for c in _NAME_COLUMNS}
+        self.lookup: dict[str, dict[str, int]] = {c: {} for c in NAME_COLUMNS}
         self.columns = SegmentColumns(
-            names={c: ([], array.array("i")) for c in _NAME_COLUMNS},  # type: ignore[misc]
-            ints={c: array.array(_TYPECODES[kind]) for c, kind in _INT_COLUMNS},  # type: ignore[misc]
+            names={c: ([], array.array("i")) for c in NAME_COLUMNS},  # type: ignore[misc]
+            ints={c: array.array(_TYPECODES[kind]) for c, kind in INT_COLUMNS},  # type: ignore[misc]
         )
 
     def _code(self, column: str, value: str) -> None:
@@ -268,7 +267,7 @@ class ColumnBuilder:
             -1 if s.staged is None else int(s.staged),
             int(s.staged_record, 16) if s.staged_record else 0,
         )
-        for (column, _), value in zip(_INT_COLUMNS, values, strict=True):
+        for (column, _), value in zip(INT_COLUMNS, values, strict=True):
             ints[column].append(value)  # type: ignore[attr-defined]
         if s.tail_drop is not None or s.range_cuts is not None or s.split is not None:
             extra = SegmentExtra(s.tail_drop, s.range_cuts, s.split)
@@ -284,10 +283,10 @@ class ColumnBuilder:
     def finish(self) -> SegmentColumns:
         """The columns as numpy arrays over the same memory; nothing may be added after."""
         c = self.columns
-        for column in _NAME_COLUMNS:
+        for column in NAME_COLUMNS:
             values, codes = c.names[column]
             c.names[column] = (values, np.frombuffer(codes, dtype=np.int32) if len(codes) else np.zeros(0, np.int32))
-        for column, kind in _INT_COLUMNS:
+        for column, kind in INT_COLUMNS:
             values = c.ints[column]
             c.ints[column] = np.frombuffer(values, dtype=kind) if len(values) else np.zeros(0, dtype=kind)
         return c
@@ -671,114 +670,6 @@ def columns_of(plan: Plan) -> SegmentColumns:
     return SegmentColumns.of(plan)
 
 
-def _columns_table(columns: SegmentColumns) -> Any:
-    import pyarrow as pa
-
-    arrays: dict[str, Any] = {}
-    for column in _NAME_COLUMNS:
-        values, codes = columns.names[column]
-        arrays[column] = pa.DictionaryArray.from_arrays(pa.array(codes, pa.int32()), pa.array(values, pa.string()))
-    for column, _ in _INT_COLUMNS:
-        arrays[column] = pa.array(columns.ints[column])
-    extra: list[str | None] = [None] * len(columns)
-    for row, text in columns.extra.items():
-        extra[row] = text
-    arrays["extra"] = pa.array(extra, pa.string())
-    return pa.table(arrays)
-
-
-def _parquet_bytes(table: Any) -> bytes:
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    sink = pa.BufferOutputStream()
-    # dictionary pages for every column (partition-level columns repeat, counts and sizes recur) and zstd: about
-    # 2 bytes a segment, read back in about 0.4 s per million rows here
-    pq.write_table(table, sink, compression="zstd")
-    return sink.getvalue().to_pybytes()
-
-
-def _columns_parquet(columns: SegmentColumns) -> bytes:
-    return _parquet_bytes(_columns_table(columns))
-
-
-def dump_plan_parquet(plan: Plan) -> bytes:
-    columns = columns_of(plan)
-    head = head_of(plan, columns)
-    table = _columns_table(columns).replace_schema_metadata(
-        {HEAD_KEY: json.dumps(to_json(head), separators=(",", ":"))}
-    )
-    return _parquet_bytes(table)
-
-
-def _read_columns(data: bytes, source: str) -> tuple[SegmentColumns, dict[bytes, bytes]]:
-    """The plan's columns, decoded one at a time into arrays numpy owns: a whole-table read leaves Arrow's pool
-    holding its decode buffers (about 300 B a segment on top of the 130 the columns need, 0.4 GB at 10^6 in the
-    driver), and the dataset layer ``read_table`` imports costs every verb 0.16 s."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    pool = pa.default_memory_pool()
-    try:
-        parquet = pq.ParquetFile(pa.BufferReader(data), read_dictionary=list(_NAME_COLUMNS))
-        present = parquet.schema_arrow.names
-        metadata = parquet.schema_arrow.metadata or {}
-        rows = parquet.metadata.num_rows
-        expected = set(_NAME_COLUMNS) | {c for c, _ in _INT_COLUMNS} | {"extra"}
-        if set(present) != expected:
-            raise ModelError(f"{source}: its columns are {sorted(present)}, not a plan's {sorted(expected)}")
-        names: dict[str, tuple[list[str], np.ndarray]] = {}
-        ints: dict[str, np.ndarray] = {}
-        extra: dict[int, str] = {}
-        for column in present:
-            chunked = parquet.read(columns=[column], use_threads=False).column(0)
-            if chunked.null_count and column != "extra":
-                raise ModelError(f"{source}: column {column} has empty cells")
-            if column in _NAME_COLUMNS:
-                if not rows:
-                    names[column] = ([], np.zeros(0, dtype=np.int32))
-                    continue
-                combined = chunked.combine_chunks()
-                array = combined if isinstance(combined, pa.DictionaryArray) else combined.dictionary_encode()
-                names[column] = (array.dictionary.to_pylist(), np.array(array.indices.to_numpy(), dtype=np.int32))
-            elif column == "extra":
-                if chunked.null_count != rows:
-                    valid = np.flatnonzero(chunked.is_valid().to_numpy(zero_copy_only=False))
-                    extra = dict(zip(valid.tolist(), chunked.take(valid).to_pylist(), strict=True))
-            else:
-                ints[column] = np.array(chunked.to_numpy(), dtype=dict(_INT_COLUMNS)[column])
-            del chunked
-            pool.release_unused()
-    except (pa.ArrowException, OSError) as exc:
-        raise ModelError(f"{source}: not a readable columnar plan ({exc})") from exc
-    return SegmentColumns(names, ints, extra, data), metadata
-
-
 def _columns_from_packed(packed: bytes) -> SegmentColumns:
-    names, ints, extra = unpack_columns(packed, _INT_COLUMNS)
+    names, ints, extra = unpack_columns(packed, INT_COLUMNS)
     return SegmentColumns(names, ints, extra, packed=packed)
-
-
-def load_plan_parquet(data: bytes, source: str = "plan") -> Plan:
-    columns, metadata = _read_columns(data, source)
-    if HEAD_KEY not in metadata:
-        raise ModelError(f"{source}: a Parquet file without a kafka-log-migrate plan head")
-    raw = json.loads(metadata[HEAD_KEY])
-    if isinstance(raw, dict) and raw.get("version") != PLAN_VERSION:
-        raise ModelError(
-            f"{source}: plan version {raw.get('version')!r}; this kafka-log-migrate reads version {PLAN_VERSION}. "
-            "Re-plan with this version's `kafka-log-migrate plan`."
-        )
-    head = from_json(PlanHead, raw, "plan head")
-    if columns.digest != head.segment_digest:
-        raise ModelError(
-            f"{source}: its segment table no longer matches the plan's head (edited after it was made). A plan is "
-            "reviewed, not edited: re-plan with `kafka-log-migrate plan`"
-        )
-    plan = plan_of(head, columns)
-    plan.check_integrity(plan_id_of)
-    return plan
-
-
-def is_columnar(first_bytes: bytes) -> bool:
-    return first_bytes[:4] == PARQUET_MAGIC

@@ -501,7 +501,7 @@ def load_plan(path: str | Path) -> Plan:
     """A plan file in either form, checked against the model and its own id; a MigrateError says what is wrong and
     to re-plan."""
     from migrate.errors import ModelError
-    from migrate.model.plan_columns import is_columnar, load_plan_parquet
+    from migrate.model.plan_parquet import is_columnar, load_plan_parquet
     from migrate.model.plan_tree import load_plan_json
 
     try:
@@ -522,7 +522,7 @@ def load_plan(path: str | Path) -> Plan:
 
 def write_plan(plan: Plan, path: str | Path) -> None:
     """The plan in its form: a columnar plan as Parquet, any other as JSON."""
-    from migrate.model.plan_columns import dump_plan_parquet
+    from migrate.model.plan_parquet import dump_plan_parquet
     from migrate.model.plan_tree import dump_plan_json
 
     if plan.form == PlanForm.COLUMNAR:
