@@ -190,6 +190,11 @@ def test_a_gate_commands_reasons_are_shown_with_the_broker_substituted(tmp_path)
     assert "| broker 2 (env 2): anomaly detector" in verdict.summary()
 
 
+def test_a_gate_command_printing_bytes_that_are_not_utf8_is_shown_with_replacement_characters():
+    verdict = CommandGate(r"printf 'broker 2: ISR \377\376 short\n'; exit 1").check(2)
+    assert not verdict.go and "broker 2: ISR \ufffd\ufffd short" in verdict.output
+
+
 def test_a_gate_command_that_hangs_is_killed_at_its_timeout_and_is_no_go():
     started = time.monotonic()
     verdict = CommandGate("echo checking; sleep 30", timeout_s=0.5).check(1)

@@ -106,7 +106,11 @@ def _refused(host: str, log_dirs: tuple[str, ...], why: str) -> BrokerPrestage:
 def prestage_broker(job: PrestageJob, worker: str) -> BrokerPrestage:
     """Run on a broker's worker: the broker's passes in a child process (its own priority), their summary back."""
     proc = subprocess.run(
-        [sys.executable, "-m", "migrate.prestage", json.dumps(to_json(job))], capture_output=True, text=True
+        [sys.executable, "-m", "migrate.prestage", json.dumps(to_json(job))],
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        errors="replace",
     )
     if proc.returncode != 0:
         why = (proc.stderr.strip().splitlines() or [f"exit code {proc.returncode}"])[-1]

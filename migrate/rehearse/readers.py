@@ -57,7 +57,9 @@ def oracle_digests(oracle: str, dirs: list[Path]) -> dict[str, PartitionDigest]:
     out: dict[str, PartitionDigest] = {}
     for i in range(0, len(dirs), READER_CHUNK):
         chunk = [str(d) for d in dirs[i : i + READER_CHUNK]]
-        proc = subprocess.run([oracle, "dump", "--summary", *chunk], capture_output=True, text=True)
+        proc = subprocess.run(
+            [oracle, "dump", "--summary", *chunk], capture_output=True, text=True, encoding="utf-8", errors="replace"
+        )
         if proc.returncode not in (0, 1):
             raise ReaderUnavailable(f"the oracle failed (exit {proc.returncode}): {proc.stderr.strip()[-500:]}")
         for line in proc.stdout.splitlines():

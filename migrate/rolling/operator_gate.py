@@ -44,6 +44,8 @@ def run_operator_command(command: str, broker: int, timeout_s: float) -> tuple[i
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        encoding="utf-8",
+        errors="replace",  # an operator's command may print any bytes: shown with replacement characters
         start_new_session=True,  # its own process group: a timeout kills the shell and what it started
     )
     try:
