@@ -1,5 +1,5 @@
-"""Build the optional C accelerators (the format layer's hot loops; the run layer's settled-partition scan); without
-a compiler their Python twins are used instead."""
+"""Build the optional C accelerator (the format layer's hot loops); without a compiler its Python twin is used
+instead."""
 
 from setuptools import Extension, setup
 
@@ -9,12 +9,6 @@ setup(
             "migrate.format._speedups",
             ["migrate/format/_speedups.c"],
             depends=["migrate/format/_speedups_base.h"],
-            extra_compile_args=["-O3"],
-            optional=True,
-        ),
-        Extension(
-            "migrate.run._settled",
-            ["migrate/run/_settled.c"],
             extra_compile_args=["-O3"],
             optional=True,
         ),

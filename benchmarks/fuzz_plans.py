@@ -33,11 +33,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import gen_legacy  # noqa: E402
+import gen_legacy
 
-from migrate.cli import main as cli_main  # noqa: E402
-from migrate.errors import MigrateError  # noqa: E402
-from migrate.planning.plan import load_plan  # noqa: E402
+from migrate.cli import main as cli_main
+from migrate.errors import MigrateError
+from migrate.planning.plan import load_plan
 
 VERBS = (["status"], ["verify"], ["execute", "--engine", "serial"])
 BAD_TEXT = ("Traceback", "this is a bug", "unexpected error")
@@ -96,14 +96,14 @@ def run_case(plan_path: Path, data: bytes, original_id: str) -> tuple[str, str]:
             return "same", ""
     except MigrateError:
         pass
-    except BaseException as exc:  # noqa: BLE001 - the very thing this fuzz looks for
+    except BaseException as exc:
         return "CRASH", f"load_plan raised {type(exc).__name__}: {exc}"
     for verb in VERBS:
         out = io.StringIO()
         try:
             with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
                 code = cli_main([verb[0], "--plan", str(plan_path), *verb[1:]])
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:
             return "CRASH", f"{verb[0]} raised {type(exc).__name__}: {exc}"
         text = out.getvalue()
         if code not in (1, 2) or any(bad in text for bad in BAD_TEXT):

@@ -6,7 +6,7 @@ Each verb lives in a module of ``migrate.commands`` whose ``register(subparsers)
 nor ``execute`` the rehearsal or dump code.
 
 Exit codes: 0 ok; 1 failure (bad data, refused, a stage failed); 2 usage error; 3 verification found differences;
-4 scan found legacy data left.
+4 scan found legacy data left; 5 verification found the broker's own changes since the swap.
 """
 
 from __future__ import annotations
@@ -53,8 +53,10 @@ EPILOG = """exit codes:
   0  success
   1  failure: bad input (file and byte position named), refused (what to do is named), or a stage failed
   2  usage error
-  3  verify found differences between live data and what was swapped in
+  3  verify found differences between live data and what was swapped in that no broker operation explains
   4  scan found legacy (v0/v1) data left
+  5  verify found the converted data intact and the broker's own changes since the swap (appends, rolls,
+     truncation, cleaning, retention): listed, not differences
 
 execute, verify, rollback and finalize keep a run log beside the plan (plan.json.logs/), named in the first
 and last lines of their output.

@@ -21,6 +21,7 @@ class ProblemKind(str, enum.Enum):
     MIGRATION_IN_PROGRESS = "migration-in-progress"
     UNFINISHED_MIGRATION = "unfinished-migration"
     STRAY_FILES = "stray-files"
+    NOT_WHOLE = "not-whole"  # a directory, link or special file in a partition dir: the swap carries files only
     IO_ERROR = "io-error"
     ERROR = "error"
     CORRUPT = "corrupt"

@@ -5,9 +5,8 @@ whole package use the Python twins, for example to check a result or to rule a c
 problem. The variable is read when a module is loaded, at import: set it in the environment of the process (a
 subprocess for tests), not in the middle of a run.
 
-The format layer's hot loops (``migrate/format/_speedups.c``) are bound through ``migrate.format.accel``; the run
-layer's settled-partition proof (``migrate/run/_settled.c``) through ``migrate.run.swap_status``. A room low enough
-for both to import it.
+The format layer's hot loops (``migrate/format/_speedups.c``) are bound through ``migrate.format.accel``. A room low
+enough for every layer to import it.
 """
 
 from __future__ import annotations

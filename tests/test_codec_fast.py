@@ -33,6 +33,7 @@ from migrate.model.plan_tree import (
     Codec,
     ConvertOptions,
     DigestAlgorithm,
+    ExchangeMethod,
     Plan,
     SegmentSplit,
     SplitCut,
@@ -41,6 +42,7 @@ from migrate.model.plan_tree import (
 )
 from migrate.model.run_state import (
     ConversionStatus,
+    DirIdentity,
     FileStat,
     LogDirPhase,
     LogDirStatus,
@@ -53,8 +55,7 @@ from migrate.model.run_state import (
     SegmentResult,
     SplitPart,
 )
-from migrate.run.swap_json import SwapFile
-from migrate.run.swap_record import PartitionSwapRecord, SegmentSwap
+from migrate.run.partition.record import ConvertedSegment, ExchangeRecord, LinkedFile
 from migrate.watch.events import SegmentFinished, plan_event
 
 # --- the reference: migrate/codec.py's to_json and from_json before issue 26 ---------------------------------------
@@ -291,22 +292,17 @@ def samples() -> list[tuple[type, Any]]:
             ),
         ),
         (
-            PartitionSwapRecord,
+            ExchangeRecord,
             to_json(
-                PartitionSwapRecord(
+                ExchangeRecord(
+                    1,
                     "p1",
                     "t-0",
-                    (
-                        SegmentSwap(
-                            0,
-                            (
-                                SwapFile(".log", FileStat(1, 2, 3), FileStat(4, 5, 6)),
-                                SwapFile(".index", None, FileStat(7, 8, 9), 50),
-                            ),
-                            "edges",
-                            to_json(result(0)),  # a swap record keeps its result as JSON data, decoded on use
-                        ),
-                    ),
+                    ExchangeMethod.EXCHANGE,
+                    DirIdentity(1, 2, 0o755, 0, 0, 3),
+                    DirIdentity(1, 4),
+                    (LinkedFile("partition.metadata", 5, 6, 7),),
+                    (ConvertedSegment(0, result(0)),),
                 )
             ),
         ),

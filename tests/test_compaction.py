@@ -24,6 +24,7 @@ from migrate.model.plan_tree import CompactionStrategy, ConvertOptions, Timestam
 from migrate.model.run_state import Outcome, PartitionState, SegmentTask
 from migrate.planning.plan import PlanRefusedError, build_plan
 from migrate.planning.request import PlanRequest
+from migrate.run.partition.places import PartitionPlaces
 from migrate.run.workspace import work_dir
 from migrate.segment.convert import convert_segment
 from migrate.segment.verify import verify_segment
@@ -527,7 +528,9 @@ def test_execute_compacts_verifies_and_rollback_restores(broker, tmp_path, oracl
         assert all(line["valid"] for line in dump if line["type"] in ("batch", "record")), name
         offsets = [line["offset"] for line in dump if line["type"] == "record"]
         assert len(offsets) == c.records_kept, name
-        stored = np.load(survivors_path(part.dir, plan.plan_id))
+        # computed in the original's work dir, kept inside the converted directory with the original until finalize
+        kept = PartitionPlaces(str(broker), name, plan.plan_id).kept
+        stored = np.load(survivors_path(kept, plan.plan_id))
         assert offsets == stored.tolist(), name
     assert pipeline.verify_live(plan, engine).ok
     rolled = pipeline.rollback(plan, engine, plan_path)

@@ -305,8 +305,9 @@ CUTOVER_CRASHES = [
     ("before:syncfs", "rollback"),
     ("commit:outcomes", "execute"),
     ("commit:swap-begun", "rollback"),
-    ("after:rename:3", "execute"),
-    ("after:rename:5", "rollback"),
+    ("after:new-into-fence", "execute"),
+    ("after:exchange", "rollback"),
+    ("before:link", "execute"),
     ("commit:partition-migrated", "execute"),
 ]
 

@@ -139,11 +139,13 @@ def test_a_write_error_among_ranges_fails_their_segment_and_the_next_execute_fin
 # --- a full disk or an I/O error at each write point of the swap --------------------------------------------------
 
 SWAP_WRITE_POINTS = [
+    "before:link",
+    "before:link:4",
+    "before:swap-record",
     "before:commit:swap-begun",
-    "before:backup-link",
-    "before:backup-link:4",
-    "before:rename",
-    "before:rename:7",
+    "before:new-into-fence",
+    "before:exchange",
+    "before:keep-original:2",
     "before:syncfs-swap",
     "before:commit:partition-migrated",
     "before:fence-down",
@@ -221,12 +223,12 @@ def test_a_real_full_disk_stops_cleanly_and_execute_finishes_once_space_is_freed
 # --- a file that refuses a link or a rename -----------------------------------------------------------------------
 
 
-def test_an_immutable_segment_fails_its_partition_and_the_others_migrate(broker, tmp_path, monkeypatch):
+def test_an_immutable_file_fails_its_partition_and_the_others_migrate(broker, tmp_path, monkeypatch):
     plan, _ = make_plan(tmp_path, broker)
-    victim = broker / "lz4-v1-1" / "00000000000000000026.log"
+    victim = broker / "lz4-v1-1" / "leader-epoch-checkpoint"  # carried into the new directory by a hard link
     immutable = subprocess.run(["chattr", "+i", str(victim)], capture_output=True).returncode == 0
     if not immutable:  # a filesystem without attributes: the same EPERM, injected where the link is made
-        monkeypatch.setenv(FAIL_ENV, "before:backup-link:4=EPERM")
+        monkeypatch.setenv(FAIL_ENV, "before:link:6=EPERM")
     try:
         report = pipeline.execute(plan, SerialEngine())
     finally:

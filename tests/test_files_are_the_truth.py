@@ -62,7 +62,7 @@ def assert_whole(broker: Path, before: dict) -> dict[str, str]:
 
 def assert_rolled_back(broker: Path, plan, before: dict) -> None:
     assert snapshot(broker) == before
-    assert not list(broker.rglob("*.orig")), "a backup was left behind"
+    assert not list(broker.rglob(".kafka-log-migrate-*/")), "a work dir was left behind"
     for (_, name), entry in scan_partitions(plan).items():  # the independent scan sees legacy data only
         assert below_target(entry, plan.options.target_magic), name
         assert "2" not in {str(m) for m in entry["batchesByMagic"]}, (name, entry["batchesByMagic"])
@@ -83,17 +83,21 @@ def cli(capsys, *argv: str) -> tuple[int, str]:
 
 
 def crash_mid_swap(plan_path: Path, broker: Path, before: dict) -> dict[str, str]:
-    """execute killed after its 9th rename: one partition converted, one half swapped, one original; fence up."""
-    crash("execute", plan_path, "after:rename:9")
+    """execute killed after its second exchange: one partition converted (its original kept inside it), one
+    exchanged (its original still in the fence), one built but not moved (original at its path); fence up."""
+    crash("execute", plan_path, "after:exchange:2")
     forms = live_forms(broker, before)
-    assert sorted(forms.values()) == ["migrated", "mixed", "original"], forms
+    assert sorted(forms.values()) == ["migrated", "migrated", "original"], forms
     assert fence_up(broker)
+    assert [p.name for p in (broker / FENCE_NAME).iterdir() if p.is_dir()] == [sorted(PARTITIONS)[1]]
     return forms
 
 
 def originals(broker: Path) -> dict[str, str]:
-    """Every .orig backup by content."""
-    return {str(p.relative_to(broker)): hashlib.sha256(p.read_bytes()).hexdigest() for p in broker.rglob("*.orig")}
+    """Every file of an original directory kept for rollback (inside a converted one, or in the fence), by
+    content."""
+    kept = [p for p in broker.rglob("*") if p.is_file() and ("/original/" in str(p) or FENCE_NAME in str(p))]
+    return {str(p.relative_to(broker)): hashlib.sha256(p.read_bytes()).hexdigest() for p in kept}
 
 
 def first_entry(path: Path) -> bytes:
@@ -128,7 +132,7 @@ def test_stale_database_status_tells_what_the_files_say_then_execute_finishes(se
     for name, form in forms.items():
         if form != "original":  # the partitions the stale database calls ready are named as swapped or mixed
             assert any(name in line and "the files say" in line for line in out.splitlines()), (name, out)
-    assert "mixed" in out and "converted" in out
+    assert "exchanged" in out and "converted" in out
     assert fence_up(broker)
     finish_execute(broker, plan)
     assert_whole(broker, before)
@@ -144,7 +148,7 @@ def test_stale_database_then_rollback_restores_every_byte(setup, tmp_path):
     stale_database(broker, plan, plan_path, before, tmp_path)
     result = pipeline.rollback(plan, SerialEngine(), plan_path)
     assert result.ok, result
-    assert sum(len(r.restored) for r in result.rollbacks) >= 2  # the swapped and the mixed partition, at least
+    assert sum(len(r.restored) for r in result.rollbacks) >= 2  # the converted and the exchanged one, at least
     assert_rolled_back(broker, plan, before)
 
 
@@ -158,9 +162,9 @@ def test_a_stale_migrated_database_after_a_crashed_rollback_never_lets_finalize_
     src.backup(dst)
     src.close()
     dst.close()
-    crash("rollback", plan_path, "after:restore:3")
+    crash("rollback", plan_path, "after:exchange-back:2")
     forms = live_forms(broker, before)
-    assert "original" in forms.values() or "mixed" in forms.values(), forms
+    assert sorted(forms.values()) == ["migrated", "original", "original"], forms
     for f in db_files(broker, plan):
         f.unlink(missing_ok=True)
     shutil.copy2(copy, state_path(broker, plan.plan_id))
@@ -339,19 +343,7 @@ def test_a_database_of_another_plan_is_refused_and_named(setup, tmp_path, capsys
     assert live_forms(broker, before) == dict.fromkeys(PARTITIONS, "original")
 
 
-# --- 6. resume re-checks every file of a partition before its first rename --------------------------------------
-
-
-def crash_at_first_swap(plan_path: Path, broker: Path, before: dict, point: str) -> tuple[str, Path, Path]:
-    """execute killed at ``point`` inside the first partition's swap; returns that partition, its swapped .log and a
-    later .log of it that is still the original."""
-    crash("execute", plan_path, point)
-    for part in PARTITIONS:
-        logs = sorted((broker / part).glob("*.log"))
-        forms = [before[f"{part}/{p.name}"][0] == hashlib.sha256(p.read_bytes()).hexdigest() for p in logs]
-        if not forms[0] and all(forms[1:]) and len(logs) > 1:
-            return part, logs[0], logs[-1]
-    raise AssertionError(f"no partition began its swap with a later original segment: {live_forms(broker, before)}")
+# --- 6. resume re-checks every source of a partition before its exchange ----------------------------------------
 
 
 def top_files(part_dir: Path) -> dict[str, tuple]:
@@ -363,16 +355,16 @@ def top_files(part_dir: Path) -> dict[str, tuple]:
     return out
 
 
-# the first rename of the run (the later segment not yet backed up), and the first backup link after the first
-# segment's renames (the later segment's backup made, its renames not)
-@pytest.mark.parametrize("point", ["after:rename", "after:backup-link:2"])
+# the first partition's new directory built and recorded, then moved into the fence but not exchanged: its original
+# is still at its path, where a broker (or a person) could have changed a file before the run was resumed
+@pytest.mark.parametrize("point", ["after:swap-record", "after:new-into-fence"])
 @pytest.mark.parametrize("change", ["append", "truncate", "replace", "delete"])
-def test_resume_rechecks_every_file_before_the_first_rename(setup, tmp_path, capsys, change, point):
+def test_resume_rechecks_every_source_before_the_exchange(setup, capsys, change, point):
     broker, plan, plan_path, before = setup
-    part, _swapped, later = crash_at_first_swap(plan_path, broker, before, point)
-    backup = work_dir(later.parent, plan.plan_id) / f"{later.name}.orig"
-    backed_up = backup.exists()
-    assert backed_up == (point != "after:rename")
+    crash("execute", plan_path, point)
+    part = sorted(PARTITIONS)[0]  # the first partition of the batch
+    later = sorted((broker / part).glob("*.log"))[-1]
+    assert live_forms(broker, before)[part] == "original"
     original_later = later.read_bytes()
     if change == "append":  # a broker appends copies of the segment's own first message
         with later.open("ab") as f:
@@ -391,76 +383,58 @@ def test_resume_rechecks_every_file_before_the_first_rename(setup, tmp_path, cap
     report = pipeline.execute(plan, SerialEngine())
     assert not report.ok
     assert_scan_agrees(plan, report)
-    assert top_files(broker / part) == files_before, "the changed partition was renamed further"
-    assert fence_up(broker)
-    text = " ".join(e.message for e in report.errors)
-    assert str(later) in text and "rollback" in text, text
-    assert "swapped in" not in text.split(str(later), 1)[1], text  # what is said of the file: it never was
-    assert live_forms(broker, before)[part] == "mixed" or change == "delete"
+    assert top_files(broker / part) == files_before, "the changed partition was moved"
+    assert not fence_up(broker)  # its new directory was removed: nothing is in the fence, nothing is mixed
+    (failed,) = report.log_dirs[0].unmigrated
+    assert failed.partition == part and str(later) in failed.problem.message, failed
     # the other partitions were finished by the same execute
     assert all(f == "migrated" for p, f in live_forms(broker, before).items() if p != part)
 
     code, out = cli(capsys, "rollback", "--plan", str(plan_path))
-    assert code == 1
-    assert str(later) in out and "--force" in out, out
-    assert "execute" not in out.replace(str(tmp_path), "TMP"), out  # no circular advice
-    # and no false reason: the changed file was never swapped, so nothing says the migration swapped it in
-    said = [line for line in out.splitlines() if str(later) in line]
-    assert said and not any("swapped in" in line for line in said), said
-    assert top_files(broker / part) == files_before
-    assert fence_up(broker)
-
-    code, out = cli(capsys, "rollback", "--plan", str(plan_path), "--force")
     assert code == 0, out
-    assert not fence_up(broker)
-    assert not list(broker.rglob("*.orig"))
+    assert not fence_up(broker) and not list(broker.rglob(".kafka-log-migrate-*/"))
     after = snapshot(broker)
     rel = f"{part}/{later.name}"
-    if change in ("append", "truncate"):  # the original inode itself was written to: kept as the broker left it
-        assert later.read_bytes() == changed
-    elif backed_up:  # the original's backup was intact: it is put back (never deleted while its conversion is not live)
-        assert later.read_bytes() == original_later
-        assert after[rel] == before[rel]
-    elif change == "replace":  # the original is gone but for the file that replaced it: kept
-        assert later.read_bytes() == changed and after[rel] != before[rel]
-    else:  # deleted before any backup of it was made: there is nothing to put back, and nothing is invented
-        assert not later.exists()
-    assert {k: v for k, v in after.items() if k not in (rel, ".")} == {
-        k: v for k, v in before.items() if k not in (rel, ".")
+    assert (later.read_bytes() if later.exists() else None) == changed  # what the broker did is kept as it left it
+    assert {k: v for k, v in after.items() if k not in (rel, ".", part)} == {
+        k: v for k, v in before.items() if k not in (rel, ".", part)
     }
-    for (_, name), entry in scan_partitions(plan).items():
-        assert below_target(entry, plan.options.target_magic), name
-        assert "2" not in {str(m) for m in entry["batchesByMagic"]}, (name, entry["batchesByMagic"])
 
 
 # --- 7. a live segment changed after a finished swap -------------------------------------------------------------
 
 
-def test_an_append_after_the_swap_fails_execute_and_finalize_deletes_nothing(setup, capsys):
+def test_an_append_after_the_swap_is_the_brokers_and_nothing_else(setup, capsys):
+    """A broker started on the converted data appends to the active segment: its data, not a fault. execute has
+    nothing left to do, verify says the converted data is exact and lists the append (exit 5), rollback refuses
+    naming what it would lose, and finalize deletes the originals, saying what it found."""
     broker, plan, plan_path, _before = setup
     finish_execute(broker, plan)
-    backups = originals(broker)
-    assert len(backups) == 6
-    live = broker / "plain-v0-1" / "00000000000000000030.log"
+    live = broker / "plain-v0-1" / "00000000000000000030.log"  # the partition's last segment: the active one
+    size = live.stat().st_size
     with live.open("ab") as f:
         f.write(first_entry(live))
     appended = live.read_bytes()
     report = pipeline.execute(plan, SerialEngine())
-    assert not report.ok, "execute said every partition is migrated over a changed live file"
-    text = " ".join(e.message for e in report.errors)
-    assert str(live) in text, report
+    assert report.ok, report.errors
+    code, out = cli(capsys, "verify", "--plan", str(plan_path))
+    assert code == 5, out
+    assert "TAKEN OVER" in out and f"{live}: appended: offsets 30..30 ({len(appended) - size} bytes)" in out, out
+    code, out = cli(capsys, "rollback", "--plan", str(plan_path))
+    assert code == 1 and "would lose" in out and f"{live}: appended" in out, out
+    kept = originals(broker)
+    assert len(kept) == 12  # three originals kept whole: their segments and every other file of theirs
     code, out = cli(capsys, "finalize", "--plan", str(plan_path))
-    assert code == 1, out
-    assert "refusing" in out or "not proven" in out or str(live) in out, out
-    assert originals(broker) == backups
-    assert live.read_bytes() == appended
+    assert code == 0, out
+    assert "plain-v0-1:" in out and "appended" in out, out
+    assert originals(broker) == {} and live.read_bytes() == appended
 
 
-def test_a_same_size_same_mtime_rewrite_of_a_migrated_log_stops_finalize(setup, capsys):
+def test_a_same_size_same_mtime_rewrite_of_a_closed_converted_segment_stops_finalize(setup, capsys):
     broker, plan, plan_path, _before = setup
     finish_execute(broker, plan)
     backups = originals(broker)
-    live = broker / "gzip-v0-0" / "00000000000000000000.log"
+    live = broker / "gzip-v0-0" / "00000000000000000000.log"  # closed: a later segment follows it
     st = live.stat()
     with open(live, "r+b") as f:  # the first batch's attributes and timestamps, rewritten in place
         f.seek(20)
@@ -470,9 +444,11 @@ def test_a_same_size_same_mtime_rewrite_of_a_migrated_log_stops_finalize(setup, 
     os.utime(live, ns=(st.st_atime_ns, st.st_mtime_ns))
     now = live.stat()
     assert (now.st_size, now.st_mtime_ns, now.st_ino) == (st.st_size, st.st_mtime_ns, st.st_ino)
+    code, out = cli(capsys, "verify", "--plan", str(plan_path))
+    assert code == 3 and f"differs: {live}" in out, out
     code, out = cli(capsys, "finalize", "--plan", str(plan_path))
     assert code == 1, out
-    assert str(live) in out, out
+    assert str(live) in out and "no broker operation explains" in out, out
     assert originals(broker) == backups
 
 

@@ -32,7 +32,7 @@ def test_damaged_plans_are_refused_by_every_verb_and_touch_nothing(form, seed):
 def test_a_plan_damaged_where_it_is_read_is_refused_with_its_name(tmp_path, capsys):
     from migrate.cli import main
 
-    log_dir, plan, data = fuzz_plans.make_plan(tmp_path, "columnar")
+    _, plan, data = fuzz_plans.make_plan(tmp_path, "columnar")
     footer = len(data) - 8 - int.from_bytes(data[-8:-4], "little")  # the Parquet footer's first byte
     plan.write_bytes(data[:footer] + bytes(64) + data[footer + 64 :])
     capsys.readouterr()

@@ -552,7 +552,7 @@ def test_a_damaged_segment_fails_its_partition_only_when_converted_in_ranges(tmp
 
 
 @pytest.mark.parametrize(
-    "point", ["before:convert-range:3", "before:join:2", "before:syncfs", "commit:outcomes:2", "before:rename"]
+    "point", ["before:convert-range:3", "before:join:2", "before:syncfs", "commit:outcomes:2", "before:exchange"]
 )
 def test_a_crash_between_ranges_and_join_resumes_or_rolls_back(tmp_path, whole_run, point):
     log_dir = make_broker_logdir(tmp_path, PARTITIONS)

@@ -362,7 +362,7 @@ def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.Complet
     )
 
 
-@pytest.mark.parametrize("point", ["commit:swap-begun", "after:rename:3", "commit:rollback-begun"])
+@pytest.mark.parametrize("point", ["commit:swap-begun", "after:exchange", "commit:rollback-begun"])
 def test_a_rehearsal_killed_mid_step_is_finished_by_resume(small, tmp_path, point):
     before = snapshot(small)
     formats_before = formats([small])

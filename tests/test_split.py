@@ -188,22 +188,20 @@ def _wholly(part: Path, original: dict[str, bytes], migrated: dict[str, bytes]) 
 # the source's own three (its .log after a backup link), then the next segment's; the rollback puts the next segment
 # back, then the source's .log (its indexes were new), then unlinks the 15 files of the later outputs
 SWAP_POINTS = [
-    "commit:swap-begun",
+    "before:link:2",
     "after:swap-record",
-    "after:rename",
-    "after:rename:8",
-    "after:rename:15",
-    "after:backup-link",
-    "after:rename:16",
+    "commit:swap-begun",
+    "after:new-into-fence",
+    "after:exchange",
+    "after:keep-original",
     "before:syncfs-swap",
     "commit:partition-migrated",
 ]
 ROLLBACK_POINTS = [
     "commit:rollback-begun",
-    "after:restore",
-    "after:restore:2",
-    "after:unlink:12",
-    "after:unlink:19",
+    "after:original-to-fence",
+    "after:exchange-back",
+    "after:remove-new",
     "commit:partition-rolled-back",
 ]
 
@@ -220,7 +218,7 @@ def migrated_files(tmp_path_factory) -> dict[str, bytes]:
 
 
 def _cases(points: list[str], both: set[str]) -> list[tuple[str, str]]:
-    """Each point recovered by one verb, in turn; the points where the partition is most mixed by both."""
+    """Each point recovered by one verb, in turn; the points between its two directories by both."""
     return [
         (point, then)
         for i, point in enumerate(points)
@@ -228,7 +226,7 @@ def _cases(points: list[str], both: set[str]) -> list[tuple[str, str]]:
     ]
 
 
-@pytest.mark.parametrize(("point", "then"), _cases(SWAP_POINTS, {"after:rename:15", "after:rename:16"}))
+@pytest.mark.parametrize(("point", "then"), _cases(SWAP_POINTS, {"after:new-into-fence", "after:exchange"}))
 def test_a_crash_in_a_split_swap_leaves_the_partition_old_or_new(tiny, migrated_files, point, then):
     log_dir, plan, plan_path = tiny
     part = log_dir / PART
@@ -239,7 +237,7 @@ def test_a_crash_in_a_split_swap_leaves_the_partition_old_or_new(tiny, migrated_
     _finish(then, log_dir, plan, plan_path, before, original, migrated_files)
 
 
-@pytest.mark.parametrize(("point", "then"), _cases(ROLLBACK_POINTS, {"after:restore:2"}))
+@pytest.mark.parametrize(("point", "then"), _cases(ROLLBACK_POINTS, {"after:original-to-fence", "after:exchange-back"}))
 def test_a_crash_in_a_split_rollback_leaves_the_partition_old_or_new(tiny, migrated_files, point, then):
     log_dir, plan, plan_path = tiny
     part = log_dir / PART

@@ -113,11 +113,14 @@ def run_rollback(args: argparse.Namespace) -> int:
         lines += [f"  {x}" for x in r.reconciled]
     if report.refused:
         lines.append(
-            f"refusing to roll back: {len(report.refused)} live file(s) changed after the swap, so a broker probably "
-            "ran on them (nothing was renamed):"
+            f"refusing to roll back: a broker ran on the converted data, and {len(report.refused)} file(s) would lose "
+            "what it did since the swap (nothing was moved):"
         )
-        lines += [f"  {x}" for x in report.refused[:20]]
-        lines.append("Stop the broker; `rollback --force` puts the originals back and loses what it wrote since.")
+        lines += [f"  {x}" for x in report.refused]
+        lines.append(
+            "Stop the broker; `rollback --force` puts the originals back and loses exactly that (consumers and "
+            "replicas that read it will see those offsets again from the leader, or not at all)."
+        )
     lines += [f"error: {e.log_dir}: {e.message}" for e in report.errors]
     lines += [f"state archived: {a}" for a in report.archived]
     if report.archived:
@@ -139,6 +142,9 @@ def run_finalize(args: argparse.Namespace) -> int:
     for r in report.finalizes:
         lines.append(f"{r.log_dir}: {r.phase.value}: originals of {len(r.finalized)} partitions deleted")
         lines += [f"  {x}" for x in r.reconciled]
+        if r.found:
+            lines.append(f"  what the broker did since the swap ({len(r.found)} partition(s); the rest unchanged):")
+            lines += [f"    {x}" for x in r.found]
         if r.left_legacy:
             lines.append(f"  {len(r.left_legacy)} partitions left as they were, e.g. {r.left_legacy[0]}")
     lines += [f"error: {e.log_dir}: {e.message}" for e in report.errors]

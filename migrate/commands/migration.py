@@ -23,17 +23,19 @@ from migrate.model.plan_tree import (
     DEFAULT_TASK_SEGMENTS,
     MIN_TASKS_PER_LOG_DIR,
     SMALL_TASK_SEGMENTS,
+    ExchangeMethod,
     LogDirPlan,
     Plan,
     PlanForm,
 )
-from migrate.model.stage_reports import ExecuteReport
+from migrate.model.stage_reports import ExecuteReport, LiveCheck
 from migrate.planning.plan import build_plan, form_for, write_plan
 from migrate.planning.request import PlanRequest
 from migrate.units import human_bytes, parse_duration_ms, parse_memory_bytes
 from migrate.watch.runlog import Progress, note, output, result
 
 EXIT_VERIFY_FAILED = 3
+EXIT_BROKER_CHANGED = 5
 LARGE_JSON_PLAN_SEGMENTS = 100_000  # above this, plan suggests the columnar form
 
 
@@ -68,6 +70,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_plan_options(p)
     p.add_argument("--host-map", default="", help="log dir to Dask worker host: /data/a=10.0.0.5,/data/b=10.0.0.6")
+    p.add_argument(
+        "--swap-method",
+        choices=("auto", "exchange", "renames"),
+        default="auto",
+        help="how each partition's converted directory replaces its original: exchange (one atomic renameat2 "
+        "RENAME_EXCHANGE), renames (two renames under the fence, for filesystems without it), or auto (default): "
+        "exchange where the log dir's filesystem is one known to do it (ext4, xfs, btrfs, f2fs, tmpfs), else renames; "
+        "execute tries the exchange and falls back to renames, saying so, where the filesystem refuses it",
+    )
     p.add_argument("--json", action="store_true", help="print the plan summary as JSON")
     g = p.add_argument_group(
         "cut-over after pre-staging",
@@ -130,11 +141,15 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser(
         "verify",
-        help="re-check the live segments against what execute swapped in",
-        description="Re-read every migrated segment's live files: each must still be the file that was swapped in, "
-        "hold the source's records (content digest), pass every CRC and have the indexes Kafka's recovery would "
-        "build. Exits 3 on differences, 1 while planned partitions are not migrated. Changes nothing; keeps a run "
-        "log beside the plan.",
+        help="re-check the live segments against what execute swapped in, and tell what the broker did since",
+        description="Judge every migrated partition's files against what its swap put there, as Kafka's own "
+        "recovery would: a converted segment whose bytes are as swapped in (whatever its mtime: a broker start "
+        "resizes and trims its active indexes) is read back whole (the source's records, every CRC, the indexes "
+        "Kafka's recovery would build); what the broker did since (appended, rolled, a follower's truncation, the "
+        "cleaner's merges, retention) is listed apart; converted bytes changed otherwise are differences. Exits 0 "
+        "when every converted segment is exact and untouched, 5 when it is exact and the broker has written since, "
+        "3 on differences, 1 while planned partitions are not migrated. Lists every file (paged on a terminal, "
+        "whole with --json). Changes nothing; keeps a run log beside the plan.",
     )
     p.add_argument("--plan", required=True, help="the plan file written by `plan`")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -224,6 +239,7 @@ def plan_request_from(args: argparse.Namespace, log_dirs: tuple[str, ...], check
         staging_dirs=_staging_dirs(log_dirs, getattr(args, "staging_dir", None)),
         use_staged=not getattr(args, "no_staged", False),
         reverify_staged=getattr(args, "reverify_staged", False),
+        swap_method=None if getattr(args, "swap_method", "auto") == "auto" else ExchangeMethod(args.swap_method),
     )
 
 
@@ -436,6 +452,32 @@ def cutover_lines(report_: ExecuteReport) -> list[str]:
     return lines
 
 
+def verify_lines(c: LiveCheck) -> list[str]:
+    """One log dir's verify for an operator: its verdict first, then every file behind it."""
+    if c.problems:
+        verdict = f"DIFFERENCES: {len(c.problems)} converted file(s) are not what was swapped in"
+    elif c.by_broker:
+        verdict = (
+            f"TAKEN OVER: the converted data that is still there is exact, and the broker has written since the swap "
+            f"({len(c.by_broker)} file(s) appended, rolled, truncated, cleaned or deleted)"
+        )
+    else:
+        verdict = "OK: every converted segment is exact"
+    lines = [f"{c.log_dir}: {verdict}; {c.checked_segments} converted segments read back whole ({c.phase.value})"]
+    lines += [f"  differs: {p}" for p in c.problems]
+    lines += [f"  by the broker: {p}" for p in c.by_broker]
+    if c.metadata_only:
+        lines.append(
+            f"  same bytes, another mtime or inode (a broker start resizes and trims its active indexes): "
+            f"{len(c.metadata_only)} file(s), e.g. {c.metadata_only[0]}"
+        )
+    if c.unmigrated:
+        lines.append(f"  {len(c.unmigrated)} planned partitions are not migrated, e.g. {c.unmigrated[0]}")
+    if c.history and c.phase.value in ("finalized", "rolled-back"):
+        lines.append(f"  history: {c.history[-1]}")
+    return lines
+
+
 def run_verify(args: argparse.Namespace) -> int:
     if (code := run_manifest_verb(args, Verb.VERIFY)) is not None:
         return code
@@ -447,17 +489,13 @@ def run_verify(args: argparse.Namespace) -> int:
         engine.close()
     lines = []
     for c in report.log_dirs:
-        verdict = "OK" if not c.problems else "DIFFERENCES"
-        lines.append(f"{c.log_dir}: {verdict}: {c.checked_segments} migrated segments re-read ({c.phase.value})")
-        lines += [f"  {p}" for p in c.problems[:50]]
-        if c.unmigrated:
-            lines.append(f"  {len(c.unmigrated)} planned partitions are not migrated, e.g. {c.unmigrated[0]}")
-        if c.history and c.phase.value in ("finalized", "rolled-back"):
-            lines.append(f"  history: {c.history[-1]}")
+        lines += verify_lines(c)
     lines += [f"error: {e.message}" for e in report.errors]
-    result(to_json(report), args.json, "\n".join(lines))
+    result(to_json(report), args.json, "\n".join(lines), page=True)
     if report.errors:
         raise MigrateError("verification could not run: " + report.errors[0].message)
     if any(c.problems for c in report.log_dirs):
         return EXIT_VERIFY_FAILED
+    if any(c.by_broker for c in report.log_dirs):
+        return EXIT_BROKER_CHANGED
     return 0 if report.ok else 1

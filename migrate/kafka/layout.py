@@ -63,6 +63,8 @@ class Partition:
     segments: list[Segment] = field(default_factory=list)
     stray_files: list[str] = field(default_factory=list)  # .swap/.cleaned: a broker died mid-operation
     unexpected_files: list[str] = field(default_factory=list)  # *.log not named <20 digits>.log, orphan indexes
+    # directories, links and special files (not this tool's work dirs): a swap carries regular files only
+    other_entries: list[str] = field(default_factory=list)
     kind: str = "current"
 
     @property
@@ -72,6 +74,9 @@ class Partition:
     @property
     def size(self) -> int:
         return sum(s.size for s in self.segments)
+
+
+OWN_DIR_PREFIX = ".kafka-log-migrate-"  # this tool's work dirs inside a partition dir (migrate.run.workspace)
 
 
 def list_segments(partition_dir: str | Path) -> tuple[list[Segment], list[str], list[str]]:
@@ -87,7 +92,7 @@ def list_segments(partition_dir: str | Path) -> tuple[list[Segment], list[str], 
     with os.scandir(directory) as it:
         entries = sorted(it, key=lambda e: e.name)
     for entry in entries:
-        if not entry.is_file():
+        if not entry.is_file(follow_symlinks=False):
             continue
         name = entry.name
         if name.endswith(DELETED_SUFFIX):
@@ -125,7 +130,19 @@ def read_partition(path: str | Path, parsed: PartitionDirName | None = None) -> 
     if parsed is None:
         raise LogDirAccessError(f"{path}: not a topic-partition directory name (expected <topic>-<partition>)")
     segments, stray, unexpected = list_segments(path)
-    return Partition(path.name, parsed.topic, parsed.partition, path, segments, stray, unexpected, parsed.kind)
+    others = other_entries(path)
+    return Partition(
+        path.name, parsed.topic, parsed.partition, path, segments, stray, unexpected, others, kind=parsed.kind
+    )
+
+
+def other_entries(partition_dir: str | Path) -> list[str]:
+    """The entries of a partition dir that are not regular files, this tool's work dirs aside: Kafka never reads
+    them, and a swap, which moves the directory whole, cannot carry them."""
+    with os.scandir(partition_dir) as it:
+        return sorted(
+            e.name for e in it if not e.is_file(follow_symlinks=False) and not e.name.startswith(OWN_DIR_PREFIX)
+        )
 
 
 @dataclass(slots=True)

@@ -384,6 +384,11 @@ class SegmentRows(_Rows):
         c, rows = self._columns.ints, self._rows
         return list(zip(*(c[n][rows.start : rows.stop].tolist() for n in ("base_offset", "size", "mtime_ns", "inode"))))
 
+    def staged_bases(self) -> frozenset[int]:
+        c, rows = self._columns.ints, self._rows
+        staged = c["staged"][rows.start : rows.stop] == 1
+        return frozenset(c["base_offset"][rows.start : rows.stop][staged].tolist())
+
 
 class SegmentsByBase(Mapping[int, SegmentPlan]):
     """``PartitionPlan.segment_by_base`` of a columnar plan: a binary search in the partition's base offsets, a dict of

@@ -302,6 +302,12 @@ class PartitionPlan:
         of = getattr(self.segments, "identities", None)
         return of() if of is not None else [(s.base_offset, s.size, s.mtime_ns, s.inode) for s in self.segments]
 
+    @cached_property
+    def staged_bases(self) -> frozenset[int]:
+        """The base offsets of the segments planned from a pre-stage pass (a columnar plan's from its columns)."""
+        of = getattr(self.segments, "staged_bases", None)
+        return of() if of is not None else frozenset(s.base_offset for s in self.segments if s.staged)
+
 
 @dataclass(frozen=True)
 class FilesystemSpace:
@@ -312,6 +318,17 @@ class FilesystemSpace:
     partitions: int
     needed_bytes: int
     free_bytes: int
+
+
+class ExchangeMethod(str, enum.Enum):
+    """How a log dir's partitions change directory (``migrate.run.exchange``): one atomic ``renameat2`` exchange,
+    or, where the filesystem cannot, two renames under the fence."""
+
+    EXCHANGE = "exchange"
+    RENAMES = "renames"
+
+    def __str__(self) -> str:
+        return self.value
 
 
 @dataclass(frozen=True)
@@ -333,6 +350,9 @@ class LogDirPlan:
     stopped_at_ns: int | None = field(default=None, metadata=OMIT_IF_NONE)
     # plan --reverify-staged: execute re-reads each staged file against its digests before taking it (a full read)
     reverify_staged: bool | None = field(default=None, metadata=OMIT_IF_NONE)
+    # how its partitions change directory: what its filesystem is expected to do (execute tries, and says so where
+    # the exchange is refused after all)
+    swap_method: ExchangeMethod = ExchangeMethod.EXCHANGE
 
     @property
     def label(self) -> str:

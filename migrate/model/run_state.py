@@ -6,7 +6,14 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
-from migrate.model.plan_tree import OMIT_IF_NONE, ConvertOptions, DigestAlgorithm, SegmentSplit, TailDrop
+from migrate.model.plan_tree import (
+    OMIT_IF_NONE,
+    ConvertOptions,
+    DigestAlgorithm,
+    ExchangeMethod,
+    SegmentSplit,
+    TailDrop,
+)
 
 # --- the run's state -------------------------------------------------------------------------------------------
 
@@ -43,6 +50,117 @@ class PartitionState(str, enum.Enum):
         return self in (PartitionState.SWAPPING, PartitionState.ROLLING_BACK)
 
 
+class Standing(str, enum.Enum):
+    """Where a partition stands by its directories alone (``migrate.run.partition.standing``): which directory is at
+    its path, and where the other one is. The swap goes down this list and rollback back up it."""
+
+    ORIGINAL = "original"  # the original directory at its path; nothing of a swap anywhere
+    BUILT = "built"  # the original at its path; the new directory complete beside it, not yet moved
+    IN_FENCE = "in-fence"  # the original at its path; the new directory in the fence, about to be exchanged
+    OUT = "out"  # nothing at its path: both directories in the fence (two renames, between them)
+    EXCHANGED = "exchanged"  # the new directory at its path; the original in the fence
+    CONVERTED = "converted"  # the new directory at its path, the original kept inside it until finalize
+    FINALIZED = "finalized"  # the new directory at its path, the original deleted
+    GONE = "gone"  # neither directory at its path nor anywhere of ours (the broker deleted the partition)
+    UNKNOWN = "unknown"  # something else at its path, or a directory of ours where it cannot be
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def mixed(self) -> bool:
+        """A directory of the partition is in the fence: the fence must stay up (a broker must not start)."""
+        return self in (Standing.IN_FENCE, Standing.OUT, Standing.EXCHANGED)
+
+
+class Fate(str, enum.Enum):
+    """What became of a file of a converted partition after its swap, judged as Kafka's own operations would explain
+    it (``migrate.run.partition.after``)."""
+
+    UNCHANGED = "unchanged"  # the bytes the swap put there (an mtime moved: an index resized and trimmed back)
+    APPENDED = "appended"  # the swapped bytes are still its start: the broker appended
+    TRUNCATED = "truncated"  # at the log's end and shorter, or refilled since: a follower's truncation
+    REPLACED = "replaced"  # another segment under its name: the log cleaner's merge (a compacted partition)
+    DELETED = "deleted"  # gone: retention (before the log's start), the cleaner, or a truncation (past the log's end)
+    NEW = "new"  # a file the broker made since: a roll, a snapshot, a checkpoint, an index rebuilt
+    REWRITTEN = "rewritten"  # converted bytes changed where no operation of a broker explains it
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def brokers(self) -> bool:
+        """What a broker running on the converted data does: not a fault, and not the tool's to undo silently."""
+        return self in (Fate.APPENDED, Fate.TRUNCATED, Fate.REPLACED, Fate.DELETED, Fate.NEW)
+
+
+@dataclass(frozen=True)
+class FileAfter:
+    """One file of a converted partition: its fate since the swap, and what was seen, for an operator."""
+
+    name: str
+    fate: Fate
+    detail: str = ""
+    metadata_only: bool = False  # unchanged bytes, another mtime or inode
+
+
+@dataclass(frozen=True)
+class PartitionAfter:
+    """What became of a converted partition's files after its swap."""
+
+    partition: str
+    files: tuple[FileAfter, ...]
+
+    def of(self, *fates: Fate) -> list[FileAfter]:
+        return [f for f in self.files if f.fate in fates]
+
+    @property
+    def rewritten(self) -> list[FileAfter]:
+        return self.of(Fate.REWRITTEN)
+
+    @property
+    def by_broker(self) -> list[FileAfter]:
+        return [f for f in self.files if f.fate.brokers]
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for f in self.files:
+            key = "metadata only" if f.metadata_only else f.fate.value
+            out[key] = out.get(key, 0) + 1
+        return out
+
+
+@dataclass(frozen=True)
+class DirIdentity:
+    """A directory by what names it on its filesystem, with what a rollback puts back (its owner, mode and mtime)."""
+
+    device: int
+    inode: int
+    mode: int = 0
+    uid: int = 0
+    gid: int = 0
+    mtime_ns: int = 0
+
+    @classmethod
+    def of(cls, st: Any) -> DirIdentity:
+        return cls(
+            int(st.st_dev), int(st.st_ino), int(st.st_mode & 0o7777), int(st.st_uid), int(st.st_gid), st.st_mtime_ns
+        )
+
+    def names(self, st: Any) -> bool:
+        """``st`` is this directory (device and inode; the rest may have changed since)."""
+        return (int(st.st_dev), int(st.st_ino)) == (self.device, self.inode)
+
+
+@dataclass(frozen=True)
+class PartitionExchange:
+    """A partition's swap as the state database keeps it: its two directories and how one replaces the other."""
+
+    method: ExchangeMethod
+    original: DirIdentity
+    new: DirIdentity
+
+
 class LogDirPhase(str, enum.Enum):
     """Where a log dir's migration stands, as a whole."""
 
@@ -70,6 +188,7 @@ class EventKind(str, enum.Enum):
     SEGMENT_REFUSED = "segment-refused"
     SEGMENT_FAILED = "segment-failed"
     SWAP_BEGUN = "swap-begun"
+    EXCHANGE_REFUSED = "exchange-refused"  # the filesystem refused renameat2's exchange: two renames instead
     PARTITION_MIGRATED = "partition-migrated"
     PARTITION_FAILED = "partition-failed"
     ROLLBACK_BEGUN = "rollback-begun"
@@ -164,6 +283,7 @@ class SplitPart:
     output_stats: dict[str, FileStat]
     last_offset: int
     batches: int
+    output_digests: dict[str, str] = field(default_factory=dict)  # suffix -> the edges digest of the file written
 
 
 @dataclass
@@ -175,6 +295,9 @@ class SegmentResult:
     status: ConversionStatus
     outputs: dict[str, str] = field(default_factory=dict)  # suffix -> staged path
     output_stats: dict[str, FileStat] = field(default_factory=dict)
+    # suffix -> the edges digest of each file written (``migrate.segment.identity.edges_digest``): after the swap,
+    # what tells a file that is still these bytes (whatever its mtime) from one a broker or a person rewrote
+    output_digests: dict[str, str] = field(default_factory=dict)
     live_before: dict[str, FileStat] = field(default_factory=dict)  # the live files this output will replace
     source_bytes: int = 0
     output_bytes: int = 0

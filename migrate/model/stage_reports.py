@@ -88,7 +88,9 @@ class RollbackReport:
     log_dir: str
     phase: LogDirPhase
     restored: tuple[str, ...]  # partitions whose originals were put back by this call
-    changed: tuple[str, ...] = ()  # live files changed after the swap (refused without --force)
+    # what a rollback loses: what the broker appended, rolled, cleaned or deleted since the swap, and converted
+    # bytes changed otherwise (refused without --force); files only resized or touched (same bytes) are not counted
+    changed: tuple[str, ...] = ()
     forced: bool = False
     reconciled: tuple[str, ...] = ()
 
@@ -100,6 +102,9 @@ class FinalizeReport:
     finalized: tuple[str, ...]  # partitions whose originals were deleted
     left_legacy: tuple[str, ...] = ()  # --partial: partitions left as they were (not migrated)
     reconciled: tuple[str, ...] = ()
+    # what the broker did to the converted partitions since their swap, a line each where it did anything
+    # ("t-0: 4 unchanged, 1 appended (offsets 300..349, 4096 bytes), 2 new")
+    found: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -109,9 +114,12 @@ class LiveCheck:
     log_dir: str
     phase: LogDirPhase
     checked_segments: int
-    problems: tuple[str, ...]
+    problems: tuple[str, ...]  # bytes that differ from what was swapped in, where no broker operation explains it
     unmigrated: tuple[str, ...]
     history: tuple[str, ...] = ()  # the log dir's milestones ("... finalized migrated=12"), also after finalize
+    # what the broker did since the swap (appended, rolled, truncated, cleaned, deleted), a line per file
+    by_broker: tuple[str, ...] = ()
+    metadata_only: tuple[str, ...] = ()  # files whose bytes are as swapped in, with another mtime or inode
 
 
 # --- replicas of one partition on several brokers (migrate.stages.replicas) ---

@@ -189,6 +189,7 @@ UNCLEAN_ADVICE = (
 IN_PROGRESS_ADVICE = "Finish it with `execute --plan` or undo it with `rollback --plan` using its plan file."
 UNFINISHED_ADVICE = "run `execute`, `finalize` or `rollback` with its plan file first."
 STRAY_ADVICE = "start the broker once so it completes or discards them, stop it cleanly, and plan again."
+NOT_WHOLE_ADVICE = "move them out of the partition dir (after checking what they are), then plan again."
 UNREADABLE_ADVICE = "check its permissions and the disk"
 DAMAGED_TAIL_ADVICE = (
     "restore the partition from a replica (or leave its topic out with --topics). Inspect it with `kafka-log-migrate "
@@ -315,6 +316,15 @@ def _stray(part: Partition) -> Iterator[Finding]:
         )
 
 
+def _not_whole(part: Partition) -> Iterator[Finding]:
+    if part.other_entries:
+        yield Finding(
+            f"{part.path}: {', '.join(part.other_entries)}: not regular files. The swap exchanges a partition's "
+            f"directory whole and carries only its regular files (Kafka reads nothing else there); {NOT_WHOLE_ADVICE}",
+            str(part.path),
+        )
+
+
 def _unreadable(segment: SegmentSubject) -> Iterator[Finding]:
     if isinstance(segment.read_error, OSError):
         yield Finding(
@@ -397,6 +407,7 @@ CHECKS: tuple[Check, ...] = (
     Check(K.MIGRATION_IN_PROGRESS, Scope.LOG_DIR, _in_progress, IN_PROGRESS_ADVICE, at_prepare=True),
     Check(K.UNFINISHED_MIGRATION, Scope.LOG_DIR, _unfinished, UNFINISHED_ADVICE, at_prepare=True),
     Check(K.STRAY_FILES, Scope.PARTITION, _stray, STRAY_ADVICE, at_prepare=True),
+    Check(K.NOT_WHOLE, Scope.PARTITION, _not_whole, NOT_WHOLE_ADVICE, at_prepare=True),
     Check(K.IO_ERROR, Scope.SEGMENT, _unreadable, UNREADABLE_ADVICE),
     Check(K.CORRUPT, Scope.SEGMENT, _bad_entry, SEGMENT_ADVICE),
     Check(K.DAMAGED_TAIL, Scope.SEGMENT, _damaged_tail, DAMAGED_TAIL_ADVICE),

@@ -64,6 +64,7 @@ from migrate.planning.checks import CompactionAttempt, LogDirSubject, Scope, Seg
 from migrate.planning.request import PlanRequest
 from migrate.prestage.cutover import plan_staged, staged_for, stopped_at_ns
 from migrate.prestage.tree import PartitionStaging, StagingTree, TreeRef
+from migrate.run.exchange import expected_method
 from migrate.run.workspace import write_durably
 from migrate.segment.profile import SegmentProfile, profile_segment
 from migrate.segment.split import predict_split
@@ -130,6 +131,7 @@ def build_plan(request: PlanRequest) -> Plan:
                 cluster_id=meta.cluster_id if meta else None,
                 partitions=tuple(partitions),
                 filesystems=_space(partitions, request, found),
+                swap_method=request.swap_method or expected_method(log_dir),
                 **_cutover_fields(staging, partitions, log_dir, request.reverify_staged),
             )
         )

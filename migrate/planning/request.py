@@ -13,6 +13,7 @@ from migrate.model.plan_tree import (
     DEFAULT_TASK_BYTES,
     DEFAULT_TASK_SEGMENTS,
     ConvertOptions,
+    ExchangeMethod,
     Plan,
     PlanForm,
 )
@@ -38,6 +39,7 @@ class PlanRequest:
     use_staged: bool = True  # --no-staged: plan cold, reading every segment, whatever a pre-stage pass left
     reverify_staged: bool = False  # --reverify-staged: execute re-reads staged files against their digests
     form: PlanForm = PlanForm.JSON  # how the plan is written and its id made: -o *.parquet is columnar
+    swap_method: ExchangeMethod | None = None  # --swap-method; None: by each log dir's filesystem
 
     def compaction_rule(self, topic: str) -> CompactionRule | None:
         return next((r for r in self.compact if r.matches(topic)), None)

@@ -25,27 +25,30 @@ with other options or another leader epoch than the plan's (``record.judge_stage
 from __future__ import annotations
 
 import contextlib
-import dataclasses
+import errno
 import os
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from migrate.errors import ModelError
-from migrate.kafka.names import CLEAN_SHUTDOWN_FILE, segment_name
+from migrate.kafka.names import CLEAN_SHUTDOWN_FILE
 from migrate.model.plan_tree import ConvertOptions, SegmentPlan
 from migrate.model.run_state import FileStat, SegmentResult, SegmentTask
 from migrate.prestage.record import (
+    PENDING_RE,
     RECORD_RE,
     Judgement,
     StagedSegment,
     Verdict,
     judge_staged,
     read_record,
+    record_name,
+    remove_pending,
     remove_staged,
-    staged_identity,
 )
-from migrate.prestage.tree import PartitionStaging, StagingTree
+from migrate.prestage.tree import PartitionStaging, StagingTree, StagingTreeError
+from migrate.run.exchange import rename_noreplace
 from migrate.segment.convert import live_files
 
 RECORD_DIGEST_HEX = 16  # of the record's sha256 kept in the plan: 64 bits, enough to make an edit after plan show
@@ -120,9 +123,10 @@ class Taken:
 def take_staged(
     tree: StagingTree, partition: str, task: SegmentTask, planned_record: str | None, *, deep: bool = False
 ) -> Taken:
-    """Judge the staged conversion of ``task``'s source again and, when it may stand in, rename its files into the
-    task's work dir; ``planned_record``: the record's digest as planned (another record is not taken); ``deep``
-    re-reads the staged files against their digests first (a full read)."""
+    """Judge the staged conversion of ``task``'s source again: when it may stand in, its result as a conversion's,
+    its outputs where they are (the partition's staging dir, which the swap makes the partition's new directory:
+    nothing is moved here). ``planned_record``: the record's digest as planned (another record is not taken);
+    ``deep`` re-reads the staged files against their digests first (a full read)."""
     try:
         staging = tree.partition(partition)
     except OSError as exc:  # a link or a file where the partition's staging dir should be: never followed
@@ -162,35 +166,60 @@ def _take(
     # ``__post_init__`` to run, and its fields were checked when the record was read
     result = object.__new__(SegmentResult)
     result.__dict__.update(staged.record.result.__dict__, source=task.source, outputs={}, output_stats={})
-    work = os.open(task.staging_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    try:
-        for sfx, want in staged.record.staged.items():
-            name = segment_name(task.base_offset, sfx)
-            if staged_identity(staging, name) != want:  # replaced between the judgement and now
-                return Taken(Judgement(Verdict.STAGED_CHANGED, f"staged {staging.path / name} changed as it was taken"))
-            staging.rename_out(name, work, name)
-            st = os.stat(name, dir_fd=work, follow_symlinks=False)
-            got = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)  # a rename moves the ctime: not compared here
-            if got != (want.device, want.inode, want.size, want.mtime_ns):  # replaced between the check and the rename
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(name, dir_fd=work)
-                return Taken(Judgement(Verdict.STAGED_CHANGED, f"staged {staging.path / name} changed as it was taken"))
-            result.outputs[sfx] = os.path.join(task.staging_dir, name)
-            result.output_stats[sfx] = FileStat.of(st)
-    finally:
-        os.close(work)
+    for sfx, want in staged.record.staged.items():
+        result.outputs[sfx] = str(staging.path / staged.name(sfx))
+        result.output_stats[sfx] = FileStat(want.inode, want.size, want.mtime_ns)
     live = live_files(os.path.dirname(task.source), task.base_offset, log=source_stat)
     result.live_before = {sfx: FileStat.of(st) for sfx, st in live.items()}
-    # no fsync of the work dir here (4 ms a segment, most of a take): convert_task syncs the filesystem before it
-    # records any outcome, and a crash before that leaves the segment planned, converted anew by the next execute
-    # whichever of these renames and the record's unlink reached the disk
-    remove_staged(staging, _emptied(staged))
     return Taken(judgement, result)
 
 
-def _emptied(staged: StagedSegment) -> StagedSegment:
-    """The record of a segment whose files were taken: only the record is left to remove."""
-    return StagedSegment(dataclasses.replace(staged.record, staged={}), staged.root, staged.digest)
+def complete_staged_dir(
+    tree: StagingTree, partition: str, taken: Collection[int], delta: int, delta_names: Collection[str]
+) -> tuple[PartitionStaging, list[str]]:
+    """Make a partition's staging dir hold exactly what its new directory must: the staged segments the cut-over
+    took (``taken``: their base offsets), the outputs the window converted (``delta_names``, moved in from the
+    directory open as ``delta``, never over a file there) and the records of what was taken; the staging of
+    segments not taken (their source changed since, or is gone) removed, each file only where its record names it.
+    Returns the staging dir, open (the caller closes it), and what was left alone (files no record names)."""
+    staging = tree.partition(partition)
+    if staging is None:
+        raise StagingTreeError(f"{tree.root / partition}: the partition's staging dir is gone since the plan")
+    left: list[str] = []
+    try:
+        names = staging.names()
+        for name in names:
+            if (m := PENDING_RE.match(name)) is not None:
+                left += remove_pending(staging, name, files_too=record_name(int(m.group(1))) not in names)
+                continue
+            if (m := RECORD_RE.match(name)) is None or int(m.group(1)) in taken:
+                continue
+            found = staged_for(tree, staging, int(m.group(1)))
+            if found is not None:
+                left += remove_staged(staging, found)
+        in_the_way = [name for name in delta_names if staging.lstat(name) is not None]
+        if in_the_way:  # a file no record names (it was left alone above): nothing is moved over it
+            raise FileExistsError(
+                errno.EEXIST, "a file no record names is in the way", str(staging.path / in_the_way[0])
+            )
+        for name in delta_names:
+            rename_noreplace(delta, name, staging.fd, name)
+    except BaseException:
+        staging.close()
+        raise
+    return staging, left
+
+
+@contextlib.contextmanager
+def plan_staging_tree(log_dir: str, staging_dir: str | None) -> Iterator[StagingTree | None]:
+    """The staging tree a plan builds some partitions of ``log_dir`` in (a cut-over), opened for a verb's length;
+    None for a cold plan, or where the tree is gone."""
+    tree = StagingTree.open(log_dir, staging_dir, create=False) if staging_dir else None
+    try:
+        yield tree
+    finally:
+        if tree is not None:
+            tree.close()
 
 
 @contextlib.contextmanager

@@ -367,7 +367,7 @@ def convert(
     result.live_before = {sfx: FileStat.of(x) for sfx, x in live.items()}
     if result.status == ConversionStatus.UNCHANGED:
         outputs.close()
-        result.outputs, result.output_stats, result.output_bytes = {}, {}, 0
+        result.outputs, result.output_stats, result.output_digests, result.output_bytes = {}, {}, {}, 0
     # the conversion's own time, without the throttle's and the pause file's waits: what a cold run would spend
     result.seconds = time.perf_counter() - started - (controls.waited_seconds - waited)
     return result

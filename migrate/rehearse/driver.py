@@ -527,8 +527,8 @@ def verify_step(run: Rehearsal) -> tuple[int, str]:
 
 
 def changed_live_file(refused: str) -> str:
-    """The file a rollback refusal names: ``LeaveReport.refused`` holds text, each line ``<live file>: <what it is
-    now>; the migration swapped in ...`` (``migrate.run.swap_files.SegmentFiles.change``)."""
+    """The file a rollback refusal names: ``LeaveReport.refused`` holds text, each line ``<live file>: <its fate>:
+    <what the broker did>`` (``migrate.stages.rollback``)."""
     return refused.split(": ", 1)[0]
 
 

@@ -10,9 +10,9 @@ The file is ``<log dir>/.kafka-log-migrate-<plan id>.db`` (with SQLite's ``-wal`
 regular file in the log dir root, which Kafka's loader ignores. Tables:
 
     meta(key, value)                          plan id, phase, whether Kafka's .lock existed
-    partitions(name, state, problem, ...)     one row per planned partition: PartitionState
-    segments(partition, base, state, ...)     one row per planned segment: SegmentState, its conversion result, and
-                                              at swap time the live and staged files' identities
+    partitions(name, state, problem, ...)     one row per planned partition: PartitionState, and from its swap on
+                                              its two directories (PartitionExchange)
+    segments(partition, base, state, ...)     one row per planned segment: SegmentState and its conversion result
     events(id, time, kind, partition, ...)    the history, append-only: EventKind
 """
 
@@ -20,9 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
-import itertools
 import json
-import operator
 import os
 import sqlite3
 import time
@@ -40,6 +38,7 @@ from migrate.model.run_state import (
     EVERY_PARTITION,
     EventKind,
     LogDirPhase,
+    PartitionExchange,
     PartitionRange,
     PartitionState,
     PartitionStatus,
@@ -49,7 +48,6 @@ from migrate.model.run_state import (
     SegmentState,
 )
 from migrate.run import faults
-from migrate.run.swap_json import SwapFile, swap_files_from_json, swap_files_json
 from migrate.run.workspace import fsync_dir, state_path
 
 SCHEMA = """
@@ -58,6 +56,7 @@ CREATE TABLE IF NOT EXISTS partitions(
     name TEXT PRIMARY KEY,
     state TEXT NOT NULL,
     problem TEXT,
+    exchange TEXT,
     updated REAL NOT NULL
 );
 CREATE TABLE IF NOT EXISTS segments(
@@ -66,7 +65,6 @@ CREATE TABLE IF NOT EXISTS segments(
     state TEXT NOT NULL,
     result TEXT,
     problem TEXT,
-    swap TEXT,
     source_bytes INTEGER NOT NULL DEFAULT 0,
     output_bytes INTEGER NOT NULL DEFAULT 0,
     records INTEGER NOT NULL DEFAULT 0,
@@ -104,15 +102,14 @@ BUSY_TIMEOUT_MS = 120_000  # workers of one host commit task results into one da
 
 @dataclass(frozen=True)
 class SegmentRow:
-    """A segment's row as stored: its JSON columns are decoded on first use only, since status, rollback and the
-    swap each need one of them at most (decoding every result of 10^6 rows is most of what such a verb would cost)."""
+    """A segment's row as stored: its JSON columns are decoded on first use only, since status and the swap each
+    need one of them at most (decoding every result of 10^6 rows is most of what such a verb would cost)."""
 
     partition: str
     base: int
     state: SegmentState
     result_text: str | None
     problem_text: str | None
-    swap_text: str | None
 
     @cached_property
     def result(self) -> SegmentResult | None:
@@ -121,14 +118,6 @@ class SegmentRow:
     @cached_property
     def problem(self) -> Problem | None:
         return from_json(Problem, json.loads(self.problem_text)) if self.problem_text else None
-
-    @cached_property
-    def swap(self) -> tuple[SwapFile, ...] | None:
-        return (
-            swap_files_from_json(json.loads(self.swap_text), f"{self.partition}/{self.base}")
-            if self.swap_text
-            else None
-        )
 
 
 @dataclass(frozen=True)
@@ -447,10 +436,11 @@ class StateStore:
             self._event(db, EventKind.PARTITION_FAILED, name, problem=problem.message if problem else None)
 
     def fail_partition(self, name: str, problem: Problem) -> None:
-        """A partition that must not be swapped (a live file changed): untouched, failed, retried by the next run."""
+        """A partition that must not be swapped (a live file changed): untouched, failed, retried by the next run;
+        wholly original, so it has no directories of a swap to find."""
         with self.transaction("partition-failed") as db:
             db.execute(
-                "UPDATE partitions SET state=?, problem=?, updated=? WHERE name=?",
+                "UPDATE partitions SET state=?, problem=?, exchange=NULL, updated=? WHERE name=?",
                 (PartitionState.FAILED.value, _json(problem), time.time(), name),
             )
             self._event(db, EventKind.PARTITION_FAILED, name, problem=problem.message)
@@ -494,38 +484,42 @@ class StateStore:
                 self._settle_partition(db, name, None, now)
             return len(reset)
 
-    def begin_swap(self, batch: list[tuple[str, list[tuple[int, str]]]]) -> None:
-        """Before any rename: for each partition of the batch, every segment's original and output files (as
-        ``swap_text`` encodes them). One commit for the whole batch; after it, a crash leaves these partitions
-        SWAPPING and both recoveries know what to do with each file."""
+    def begin_exchange(self, batch: list[tuple[str, PartitionExchange]]) -> None:
+        """Before the first rename of a batch: each partition's two directories, and the partitions SWAPPING. One
+        commit for the whole batch; after it, a crash leaves them SWAPPING, and both recoveries find the directories
+        by these identities wherever the crash left them."""
         now = time.time()
         with self.transaction("swap-begun") as db:
-            for name, segments in batch:
-                db.executemany(
-                    "UPDATE segments SET swap=?, updated=? WHERE partition=? AND base=?",
-                    [(text, now, name, base) for base, text in segments],
-                )
-                db.execute(
-                    "UPDATE partitions SET state=?, updated=? WHERE name=?", (PartitionState.SWAPPING.value, now, name)
-                )
-                self._event(db, EventKind.SWAP_BEGUN, name, segments=len(segments))
+            db.executemany(
+                "UPDATE partitions SET state=?, exchange=?, updated=? WHERE name=?",
+                [(PartitionState.SWAPPING.value, _json(exchange), now, name) for name, exchange in batch],
+            )
+            db.executemany(
+                "INSERT INTO events(time, kind, partition, base, detail) VALUES (?, ?, ?, NULL, NULL)",
+                [(now, EventKind.SWAP_BEGUN.value, name) for name, _ in batch],
+            )
 
-    def adopt_swap(self, name: str, segments: list[tuple[int, tuple[SwapFile, ...], SegmentResult]], why: str) -> None:
-        """A partition the files show mid-swap or swapped while this database does not know it (it lost its last
-        commits, or was rebuilt): record the swap as the partition's swap record states it, and mark it swapping so
-        that execute finishes it and rollback undoes it."""
+    def adopt_exchange(
+        self,
+        name: str,
+        exchange: PartitionExchange,
+        state: PartitionState,
+        results: list[tuple[int, SegmentResult]],
+        why: str,
+    ) -> None:
+        """A partition whose files show a swap this database does not know (it lost its last commits, or was
+        rebuilt): its directories and converted segments as the swap record states them, and the state the files
+        say (swapping: execute finishes it and rollback undoes it; migrated: done)."""
         now = time.time()
+        segment_state = SegmentState.SWAPPED if state == PartitionState.MIGRATED else SegmentState.VERIFIED
         with self.transaction("state-corrected") as db:
             db.executemany(
-                "UPDATE segments SET swap=?, result=?, state=?, updated=? WHERE partition=? AND base=?",
-                [
-                    (_dumps(swap_files_json(files)), _json(result), SegmentState.VERIFIED.value, now, name, base)
-                    for base, files, result in segments
-                ],
+                "UPDATE segments SET result=?, state=?, problem=NULL, updated=? WHERE partition=? AND base=?",
+                [(_json(result), segment_state.value, now, name, base) for base, result in results],
             )
             db.execute(
-                "UPDATE partitions SET state=?, problem=NULL, updated=? WHERE name=?",
-                (PartitionState.SWAPPING.value, now, name),
+                "UPDATE partitions SET state=?, exchange=?, problem=NULL, updated=? WHERE name=?",
+                (state.value, _json(exchange), now, name),
             )
             self._event(db, EventKind.STATE_CORRECTED, name, why=why)
 
@@ -533,9 +527,14 @@ class StateStore:
         self, names: list[str], state: PartitionState, event: EventKind, segment_state: SegmentState | None = None
     ) -> None:
         now = time.time()
+        # a partition wholly original again (rolled back, or its swap stopped before anything moved) has no
+        # directories of a swap to find any more
+        keeps_exchange = state not in (PartitionState.ROLLED_BACK, PartitionState.PLANNED, PartitionState.READY)
         with self.transaction(event.value) as db:
             db.executemany(
-                "UPDATE partitions SET state=?, problem=NULL, updated=? WHERE name=?",
+                "UPDATE partitions SET state=?, problem=NULL, updated=?"
+                + ("" if keeps_exchange else ", exchange=NULL")
+                + " WHERE name=?",
                 [(state.value, now, n) for n in names],
             )
             if segment_state is not None:
@@ -554,11 +553,11 @@ class StateStore:
         now = time.time()
         with self.transaction("replanned") as db:
             db.executemany(
-                "UPDATE partitions SET state='planned', problem=NULL, updated=? WHERE name=?", [(now, n) for n in names]
+                "UPDATE partitions SET state='planned', problem=NULL, exchange=NULL, updated=? WHERE name=?",
+                [(now, n) for n in names],
             )
             db.executemany(
-                "UPDATE segments SET state='planned', result=NULL, problem=NULL, swap=NULL, updated=? "
-                "WHERE partition=?",
+                "UPDATE segments SET state='planned', result=NULL, problem=NULL, updated=? WHERE partition=?",
                 [(now, n) for n in names],
             )
 
@@ -613,37 +612,28 @@ class StateStore:
 
     def segments_of(self, partition: str) -> list[SegmentRow]:
         rows = self.conn.execute(
-            "SELECT partition, base, state, result, problem, swap FROM segments WHERE partition=? ORDER BY base",
+            "SELECT partition, base, state, result, problem FROM segments WHERE partition=? ORDER BY base",
             (partition,),
         )
         return [self._row(r) for r in rows]
 
-    def swap_texts(self, partition: str) -> list[tuple[int, str, str | None]]:
-        """(base, swap JSON, result JSON) of the partition's segments whose swap was recorded, by base offset, as
-        stored: the same texts its swap record holds (``migrate.run.swap_record.record_text`` splices them), which
-        lets a reconciliation prove a record is what the database says without decoding its results."""
-        return self.conn.execute(
-            "SELECT base, swap, result FROM segments WHERE partition=? AND swap IS NOT NULL ORDER BY base",
-            (partition,),
-        ).fetchall()
+    def exchange_of(self, partition: str) -> PartitionExchange | None:
+        """The partition's two directories, from its swap on (None before it, and after a rollback)."""
+        row = self.conn.execute("SELECT exchange FROM partitions WHERE name=?", (partition,)).fetchone()
+        return from_json(PartitionExchange, json.loads(row[0])) if row and row[0] else None
 
-    def swap_pieces(
+    def exchanges(
         self, within: PartitionRange = EVERY_PARTITION
-    ) -> Iterator[tuple[str, list[tuple[int, str, str | None]]]]:
-        """(partition, [(base, swap JSON, piece)]) of every partition ``within`` with a recorded swap, by name and
-        base offset, where a piece is the segment's text in the swap record up to its log edges, spliced by SQLite
-        from the same texts ``record_text`` splices (None where there is no result). One query for the log
-        dir, not one per partition (status asks it of 10^4-10^5), read as it goes, not every text at once."""
-        where, bounds = _within("partition", within)
+    ) -> dict[str, tuple[PartitionState, PartitionExchange]]:
+        """(state, directories) of every partition whose swap began, by name: one query for the log dir."""
+        where, bounds = _within("name", within)
         rows = self.conn.execute(
-            """SELECT partition, base, swap, '{"base_offset":' || base || ',"files":' || swap || ',"result":' || result
-            || ',"log_edges":"' FROM segments WHERE swap IS NOT NULL"""
-            + where
-            + " ORDER BY partition, base",
+            "SELECT name, state, exchange FROM partitions WHERE exchange IS NOT NULL" + where + " ORDER BY name",
             bounds,
         )
-        for name, group in itertools.groupby(rows, key=operator.itemgetter(0)):
-            yield name, [(base, swap, piece) for _, base, swap, piece in group]
+        return {
+            name: (PartitionState(state), from_json(PartitionExchange, json.loads(text))) for name, state, text in rows
+        }
 
     def verified_texts_of(self, partition: str) -> list[tuple[int, str | None]]:
         """(base, result JSON) of the partition's verified segments, by base offset: what its swap reads (no
@@ -651,13 +641,6 @@ class StateStore:
         return self.conn.execute(
             "SELECT base, result FROM segments WHERE partition=? AND state=? ORDER BY base",
             (partition, SegmentState.VERIFIED.value),
-        ).fetchall()
-
-    def swap_rows(self, partition: str) -> list[tuple[int, str]]:
-        """(base, swap JSON) of the partition's segments whose swap was recorded, by base offset."""
-        return self.conn.execute(
-            "SELECT base, swap FROM segments WHERE partition=? AND swap IS NOT NULL AND swap != '' ORDER BY base",
-            (partition,),
         ).fetchall()
 
     def converted_results(self) -> Iterator[tuple[str, int, SegmentResult]]:
@@ -669,14 +652,20 @@ class StateStore:
         for part, base, result in rows:
             yield part, base, from_json(SegmentResult, loads_text(result))
 
-    def verified_result_texts(self) -> Iterator[tuple[str, int, str]]:
-        """Every verified segment's result as stored (its JSON), for a reader that needs a few of its fields."""
-        yield from self.conn.execute("SELECT partition, base, result FROM segments WHERE state=?", ("verified",))
+    def verified_results(self) -> Iterator[tuple[str, int, SegmentResult]]:
+        """Every verified segment not yet swapped in, with its result."""
+        rows = self.conn.execute(
+            "SELECT partition, base, result FROM segments WHERE state=? AND result IS NOT NULL "
+            "ORDER BY partition, base",
+            (SegmentState.VERIFIED.value,),
+        )
+        for part, base, result in rows:
+            yield part, base, from_json(SegmentResult, loads_text(result))
 
     @staticmethod
     def _row(r: tuple) -> SegmentRow:
-        part, base, state, result, problem, swap = r
-        return SegmentRow(part, base, SegmentState(state), result, problem, swap)
+        part, base, state, result, problem = r
+        return SegmentRow(part, base, SegmentState(state), result, problem)
 
     def partition_statuses(self, log_dir: str, within: PartitionRange = EVERY_PARTITION) -> list[PartitionStatus]:
         counts: dict[str, dict[str, int]] = {}

@@ -108,8 +108,26 @@ def checked_work_dir(partition_dir: str | Path, plan_id: str, create: bool = Fal
     return folder
 
 
-def staging_dir(partition_dir: str | Path, plan_id: str) -> Path:
-    return work_dir(partition_dir, plan_id)
+OUTPUT_DIR_NAME = "new"  # inside the work dir: the partition's new directory, where a cold run converts into
+
+
+def output_dir(partition_dir: str | Path, plan_id: str) -> Path:
+    """Where this run's conversions of the partition are written: the new directory the swap completes and exchanges
+    with the live one (``migrate.run.partition.places``)."""
+    return Path(os.path.join(partition_dir, f"{WORK_DIR_NAME}-{plan_id}", OUTPUT_DIR_NAME))
+
+
+def checked_output_dir(partition_dir: str | Path, plan_id: str, create: bool = False) -> Path:
+    """``output_dir``, with the partition dir, the work dir and the output dir each proven a real directory (one
+    planted as a symbolic link would send the outputs elsewhere); made here with ``create``."""
+    checked_work_dir(partition_dir, plan_id, create)
+    folder = output_dir(partition_dir, plan_id)
+    if not real_directory(folder) and create:
+        try:
+            os.mkdir(folder)
+        except FileExistsError:
+            real_directory(folder)
+    return folder
 
 
 BACKUP_SUFFIX = ".orig"

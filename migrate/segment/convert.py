@@ -321,7 +321,7 @@ def convert_segment(task: SegmentTask) -> SegmentResult:
                         finish_open_output(out.fileno(), finals[".log"], ".log", result, live, st)
             if result.status != ConversionStatus.UNCHANGED:
                 for sfx, data in zip((".index", ".timeindex"), index_files or index.finish()):
-                    fd = os.open(finals[sfx], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                    fd = os.open(finals[sfx], os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
                     try:
                         if data:
                             _write_all(fd, data)
@@ -392,7 +392,7 @@ def _create(path: str) -> int:
     """``path`` created (or truncated) for writing, with the mode ``open(path, "wb")`` creates with, so a staged file's
     bits do not depend on the path taken; the staging dir made first if it is not there. The convert stage made it
     with the partition's facts, so it is asked for on ENOENT, not by a stat per segment."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
+    flags = os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC  # read too: its edges are digested once written
     try:
         return os.open(path, flags, 0o666)
     except FileNotFoundError:
@@ -457,10 +457,12 @@ def finish_open_output(
     source: os.stat_result,
 ) -> None:
     """Give a staged output (open as ``fd``) the owner, group and mode of the live file it replaces (else of the
-    source ``.log``) and the source's mtime; record it in ``result``."""
+    source ``.log``) and the source's mtime; record it in ``result``, with the digest of its edges (what tells,
+    after the swap, whether the file is still these bytes)."""
     stat = _own(fd, live.get(sfx, source), source)
     result.outputs[sfx] = path
     result.output_stats[sfx] = stat
+    result.output_digests[sfx] = edges_digest_of(fd, stat.size)
     if sfx == ".log":
         result.output_bytes = stat.size
 
@@ -476,11 +478,13 @@ def _own(fd: int, ref: os.stat_result, source: os.stat_result) -> FileStat:
     return FileStat(mine.st_ino, mine.st_size, source.st_mtime_ns)
 
 
-def finish_output(path: str, ref: os.stat_result, source: os.stat_result) -> FileStat:
-    """``path`` given the owner, group and mode of ``ref`` (the live file of its kind) and the source's mtime."""
+def finish_output(path: str, ref: os.stat_result, source: os.stat_result) -> tuple[FileStat, str]:
+    """``path`` given the owner, group and mode of ``ref`` (the live file of its kind) and the source's mtime; its
+    identity and the digest of its edges."""
     fd = os.open(path, os.O_RDONLY)
     try:
-        return _own(fd, ref, source)
+        stat = _own(fd, ref, source)
+        return stat, edges_digest_of(fd, stat.size)
     finally:
         os.close(fd)
 

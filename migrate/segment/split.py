@@ -305,13 +305,15 @@ def _finish_outputs(
                 f.write(data)
         outputs: dict[str, str] = {}
         stats: dict[str, FileStat] = {}
+        digests: dict[str, str] = {}
         for sfx in SEGMENT_SUFFIXES:
-            outputs[sfx], stats[sfx] = paths[sfx], finish_output(paths[sfx], live.get(sfx, st), st)
+            outputs[sfx] = paths[sfx]
+            stats[sfx], digests[sfx] = finish_output(paths[sfx], live.get(sfx, st), st)
         total += stats[".log"].size
         if n == 0:
-            result.outputs, result.output_stats = outputs, stats
+            result.outputs, result.output_stats, result.output_digests = outputs, stats, digests
         else:
-            parts.append(SplitPart(output.base_offset, outputs, stats, output.last_offset, output.batches))
+            parts.append(SplitPart(output.base_offset, outputs, stats, output.last_offset, output.batches, digests))
     result.parts = tuple(parts) or None
     result.output_bytes = total
 

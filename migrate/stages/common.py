@@ -10,7 +10,11 @@ from pathlib import Path
 from migrate.errors import MigrateError
 from migrate.kafka.lock import LogDirLock
 from migrate.model.plan_tree import LogDirPlan, Plan
-from migrate.model.run_state import Outcome, PartitionState, Problem, SegmentOutcome
+from migrate.model.run_state import Outcome, PartitionAfter, PartitionState, Problem, SegmentOutcome, SegmentState
+from migrate.run.partition.after import judge_after_swap
+from migrate.run.partition.reconcile import places_of
+from migrate.run.partition.record import ConvertedSegment
+from migrate.run.partition.standing import find_record
 from migrate.run.state import StateStore
 
 # a partition whose segments convert, compact and join may still work on: not failed, no swap or rollback begun
@@ -37,6 +41,28 @@ def kafka_lock(log_dir: str, store: StateStore) -> LogDirLock:
     migration first touched the log dir (a crash leaves ours behind, so the first run's observation counts)."""
     existed = store.lock_existed
     return LogDirLock(log_dir, remove_after=None if existed is None else not existed)
+
+
+def partition_after(
+    plan: Plan, key: str, name: str, cleaned: frozenset[str], store: StateStore
+) -> PartitionAfter | None:
+    """What became of a migrated partition's files since its swap: judged by its swap record where its new
+    directory still holds one, else by the state's converted segments (after finalize removed the record); None
+    where the partition is gone. ``cleaned``: the log dir's compacted partitions (``cleaned_partitions``); a
+    partition the plan compacts counts too."""
+    places = places_of(plan, key, name)
+    if not os.path.isdir(places.live):
+        return None
+    compacted = name in cleaned or plan.partition(key, name).compaction is not None
+    record = find_record(places)
+    if record is not None:
+        return judge_after_swap(places, record.segments, record.linked, compacted)
+    segments = [
+        ConvertedSegment(row.base, row.result)
+        for row in store.segments_of(name)
+        if row.state == SegmentState.SWAPPED and row.result is not None and row.result.outputs
+    ]
+    return judge_after_swap(places, segments, None, compacted)
 
 
 def restore_dir_mtimes(mtimes: dict[str, int]) -> None:

@@ -40,7 +40,7 @@ from migrate.prestage.record import Verdict
 from migrate.prestage.tree import StagingTree
 from migrate.run import faults
 from migrate.run.state import StateStore
-from migrate.run.workspace import checked_work_dir, sync_filesystem
+from migrate.run.workspace import checked_output_dir, sync_filesystem
 from migrate.segment.compacted import load_survivors
 from migrate.segment.convert import convert_segment
 from migrate.segment.ranges import convert_range
@@ -70,7 +70,7 @@ def partition_facts(
     if facts is None:
         p = plan.partition(log_dir, partition)
         # made here, proven a real directory: one planted as a symbolic link would send the outputs elsewhere
-        staging = str(checked_work_dir(p.dir, plan.plan_id, create=True))
+        staging = str(checked_output_dir(p.dir, plan.plan_id, create=True))
         facts = PartitionFacts(
             p,
             staging,

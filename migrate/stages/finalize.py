@@ -8,45 +8,50 @@ removes the state from the log dir once the driver has archived it beside the pl
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 
 from migrate.errors import MigrateError
 from migrate.kafka.names import segment_name
 from migrate.model.plan_tree import Plan
-from migrate.model.run_state import EventKind, LogDirPhase, PartitionState
+from migrate.model.run_state import EventKind, Fate, LogDirPhase, PartitionState, Standing
 from migrate.model.stage_reports import FinalizeReport, StateChunk
 from migrate.prestage.cutover import forget_staged
 from migrate.run import fence
+from migrate.run.partition.after import PRESTAGE_RECORD_SUFFIX, cleaned_partitions
+from migrate.run.partition.moves import drop_original
+from migrate.run.partition.places import PartitionPlaces
+from migrate.run.partition.reconcile import open_reconciled, places_of
 from migrate.run.state import StateStore, remove_state_files
-from migrate.run.swap_files import SegmentFiles
-from migrate.run.swap_record import FileTruth, PartitionTruth, partition_truth
 from migrate.run.workspace import state_path, sync_filesystem
 from migrate.segment.proof import prove_output
-from migrate.stages.common import kafka_lock, locate, restore_dir_mtimes
-from migrate.stages.reconcile import db_swap_record, edges_of, files_mixed, open_reconciled
+from migrate.stages.common import kafka_lock, locate, partition_after, restore_dir_mtimes
 from migrate.stages.rollback import remove_work_dirs
 
 
 def finalize_log_dir(plan: Plan, key: str, partial: bool = False) -> FinalizeReport:
     entry, log_dir = locate(plan, key)
-    opened, reconciled = open_reconciled(plan, key, entry, log_dir, write=True, keep_truths=True)
+    opened, reconciled = open_reconciled(plan, key, entry, log_dir, write=True)
     if opened is None:  # the driver says why: never executed, or finalized or rolled back and archived
         return FinalizeReport(key, LogDirPhase.NEW, ())
     with opened as store:
         if store.phase == LogDirPhase.FINALIZED:
             return FinalizeReport(key, store.phase, ())
-        changed = [p.problem.message for p in reconciled.unresolved]
-        if changed:  # a live file that is neither original nor ours is no swap to finish: say which, and what to do
+        unplaced = [f"{p.partition}: {p.problem.message}" for p in reconciled.unresolved]
+        if unplaced:
             raise MigrateError(
-                f"{log_dir}: refusing to finalize: {len(changed)} partition(s) have live files that are neither their "
-                f"originals nor the verified outputs swapped in (a broker wrote to them?), e.g. {changed[0]}. Nothing "
-                "was deleted. `rollback --force` puts the originals back and loses those writes."
+                f"{log_dir}: refusing to finalize: {len(unplaced)} partition(s) cannot be placed by their directories, "
+                f"e.g. {unplaced[0]}. Nothing was deleted."
             )
         states = store.partition_states()
-        mixed = sorted({*(n for n, s in states.items() if s.mixed), *files_mixed(plan, key, store, reconciled.truths)})
+        mixed = sorted(
+            {
+                *(n for n, s in states.items() if s.mixed),
+                *(n for n, where in reconciled.standings.items() if where.mixed),
+            }
+        )
         if mixed or store.phase in (LogDirPhase.ROLLING_BACK, LogDirPhase.ROLLED_BACK):
             raise MigrateError(
                 f"{log_dir}: {len(mixed)} partition(s) are mid-swap or mid-rollback "
@@ -62,15 +67,15 @@ def finalize_log_dir(plan: Plan, key: str, partial: bool = False) -> FinalizeRep
                 "`finalize --partial` deletes the originals of the migrated partitions only and leaves the others "
                 "as they are."
             )
-        unproven = _unproven(plan, key, store, migrated, reconciled.truths)
-        if unproven:
+        found, rewritten, untouched = _judge_migrated(plan, key, store, migrated)
+        if rewritten:
             raise MigrateError(
-                f"{log_dir}: refusing to finalize: {len(unproven)} live file(s) are not proven to be the verified "
-                f"conversions they replaced the originals with, e.g. {unproven[0]}. Nothing was deleted. "
-                f"`verify --plan` re-reads them; `rollback` (`--force` if a broker wrote to them) puts the originals "
-                "back."
+                f"{log_dir}: refusing to finalize: {len(rewritten)} converted segment file(s) changed since the swap "
+                f"where no broker operation explains it (not an append, a roll, a follower's truncation, the cleaner "
+                f"or retention), e.g. {rewritten[0]}. Nothing was deleted. `verify --plan` reads them; `rollback` "
+                "puts the originals back (`--force`: losing what the broker wrote since)."
             )
-        failed_proofs = _prove_taken(plan, key, store, migrated)
+        failed_proofs = _prove_taken(plan, key, store, untouched)
         if failed_proofs:
             raise MigrateError(
                 f"{log_dir}: refusing to finalize: {len(failed_proofs)} segment(s) taken from pre-staging without a "
@@ -80,56 +85,77 @@ def finalize_log_dir(plan: Plan, key: str, partial: bool = False) -> FinalizeRep
                 "back, byte for byte; then pre-stage again (or plan with --no-staged) and execute."
             )
         with kafka_lock(log_dir, store):
-            remove_work_dirs([plan.partition(key, name).dir for name in migrated + others], plan.plan_id)
+            for name in migrated:
+                exchange = store.exchange_of(name)
+                places = places_of(plan, key, name)
+                if exchange is not None and reconciled.standings.get(name) != Standing.GONE:
+                    drop_original(places, exchange.original)
+                    _drop_prestage_records(places, plan.partition(key, name).staged_bases)
+            remove_work_dirs([plan.partition(key, name).dir for name in others], plan.plan_id)
             sync_filesystem(log_dir)
             store.set_phase(LogDirPhase.FINALIZED, EventKind.FINALIZED, migrated=len(migrated), left=len(others))
             if fence.lower_fence(log_dir):
                 store.record_event(EventKind.FENCE_DOWN)
         if entry.staging_dir is not None:  # a cut-over: what is left staged for its migrated partitions is stale
             forget_staged(entry.log_dir, entry.staging_dir, migrated)
-        return FinalizeReport(key, LogDirPhase.FINALIZED, tuple(migrated), tuple(others), reconciled.lines)
-
-
-def _unproven(
-    plan: Plan, key: str, store: StateStore, names: list[str], known: Mapping[str, PartitionTruth]
-) -> list[str]:
-    """Why a migrated partition's originals may not be deleted: its live files are not all the verified outputs its
-    swap record names (identity), or a live .log's first and last bytes are not the output's (a same-size rewrite
-    that kept or forged its times)."""
-    out = []
-    for name in names:
-        part = plan.partition(key, name)
-        truth = known.get(name) or partition_truth(
-            part, plan.plan_id, fallback=db_swap_record(plan, store, name), known=store.swap_texts(name)
+        return FinalizeReport(
+            key, LogDirPhase.FINALIZED, tuple(migrated), tuple(others), reconciled.lines, tuple(found)
         )
-        if not truth.has_record or truth.truth != FileTruth.CONVERTED:
-            out.append(f"{part.dir}: its files are {truth.truth.value}, not the converted ones its swap recorded")
+
+
+def _judge_migrated(
+    plan: Plan, key: str, store: StateStore, names: list[str]
+) -> tuple[list[str], list[str], dict[str, frozenset[str]]]:
+    """What the broker did to each migrated partition since its swap (``migrate.run.partition.after``): a line per
+    partition it changed, the files changed where no broker operation explains it, and per partition the files
+    still as swapped in (what a staged segment's proof may read)."""
+    cleaned = cleaned_partitions(plan.log_dir(key).log_dir)
+    found: list[str] = []
+    rewritten: list[str] = []
+    untouched: dict[str, frozenset[str]] = {}
+    for name in names:
+        after = partition_after(plan, key, name, cleaned, store)
+        if after is None:
+            found.append(f"{name}: gone since the swap (the broker deleted the partition)")
             continue
-        prefix = os.path.join(part.dir, "")
-        for base, log_edges in truth.log_edges():
-            live = f"{prefix}{base:020d}.log"
-            if log_edges and edges_of(live) != log_edges:
-                out.append(f"{live}: its first or last bytes are not those of the output that was swapped in")
-    return out
+        directory = plan.partition(key, name).dir
+        rewritten += [f"{directory}/{f.name}: {f.detail}" for f in after.rewritten]
+        untouched[name] = frozenset(f.name for f in after.of(Fate.UNCHANGED))
+        if after.by_broker or any(f.metadata_only for f in after.files):
+            counts = ", ".join(f"{n} {what}" for what, n in sorted(after.counts().items()))
+            detail = "; ".join(f"{f.name} {f.fate}: {f.detail}" for f in after.by_broker[:3] if f.detail)
+            found.append(f"{name}: {counts}" + (f" ({detail})" if detail else ""))
+    return found, rewritten, untouched
 
 
-def _prove_taken(plan: Plan, key: str, store: StateStore, names: list[str]) -> list[str]:
-    """Every segment of ``names`` a cut-over planned from pre-staging (taken without a read, its digests from a
-    record in the untrusted staging tree), proven against its original, still kept as the swap's backup
+def _drop_prestage_records(places: PartitionPlaces, bases: frozenset[int]) -> None:
+    """The pre-stage records a cut-over carried into the partition with its staged segments (Kafka reads no file of
+    that name, and finalize has proven what they described)."""
+    for base in bases:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(places.live, segment_name(base, PRESTAGE_RECORD_SUFFIX)))
+
+
+def _prove_taken(plan: Plan, key: str, store: StateStore, untouched: dict[str, frozenset[str]]) -> list[str]:
+    """Every segment a cut-over planned from pre-staging (taken without a read, its digests from a record in the
+    untrusted staging tree) and still as swapped in (``untouched``: the files so, per partition; one the broker
+    rewrote since is the broker's), proven against its original, still kept inside the converted directory
     (``migrate.segment.proof``): the problems, each naming the partition and what differs."""
     problems = []
-    for name in names:
+    for name, files in untouched.items():
         part = plan.partition(key, name)
-        staged = {s.base_offset for s in part.segments if s.staged}
+        staged = part.staged_bases
         if not staged:
             continue
+        places = places_of(plan, key, name)
         options = plan.options.for_partition(part.leader_epoch)
-        prefix = os.path.join(part.dir, "")
         for row in store.segments_of(name):
             if row.base not in staged or row.result is None or not row.result.outputs:
                 continue
-            original = SegmentFiles(part.dir, plan.plan_id, row.base).backup(".log")
-            live = {sfx: f"{prefix}{segment_name(row.base, sfx)}" for sfx in row.result.outputs}
+            if segment_name(row.base, ".log") not in files:
+                continue
+            original = os.path.join(places.kept, segment_name(row.base, ".log"))
+            live = {sfx: os.path.join(places.live, segment_name(row.base, sfx)) for sfx in row.result.outputs}
             proof = prove_output(original, replace(row.result, outputs=live), options)
             problems += [f"partition {name}: {p}" for p in proof.problems]
     return problems

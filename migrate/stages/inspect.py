@@ -11,9 +11,11 @@ from dataclasses import replace
 from pathlib import Path
 
 from migrate.errors import LocatedError, MigrateError
+from migrate.kafka.names import segment_name
 from migrate.model.plan_tree import Plan
 from migrate.model.run_state import (
     EVERY_PARTITION,
+    Fate,
     LogDirPhase,
     LogDirStatus,
     PartitionRange,
@@ -22,13 +24,12 @@ from migrate.model.run_state import (
 )
 from migrate.model.stage_reports import ArchiveCopy, LiveCheck
 from migrate.run import fence
+from migrate.run.partition.after import cleaned_partitions
+from migrate.run.partition.reconcile import open_reconciled
 from migrate.run.run_lock import running
 from migrate.run.state import StateStore
-from migrate.run.swap_files import SegmentFiles
-from migrate.run.swap_keys import swap_file_keys_of
 from migrate.segment.verify import verify_segment
-from migrate.stages.common import locate
-from migrate.stages.reconcile import open_reconciled
+from migrate.stages.common import locate, partition_after
 
 
 def status_log_dir(plan: Plan, key: str, shard: tuple[int, int] = (0, 1)) -> LogDirStatus | None:
@@ -217,46 +218,66 @@ def join_live_checks(checks: list[LiveCheck]) -> LiveCheck:
         tuple(p for c in checks for p in c.problems),
         tuple(n for c in checks for n in c.unmigrated),
         first.history,
+        tuple(x for c in checks for x in c.by_broker),
+        tuple(x for c in checks for x in c.metadata_only),
     )
 
 
 def _check_live(plan: Plan, key: str, store: StateStore, shard: tuple[int, int] = (0, 1)) -> LiveCheck:
+    """Every migrated partition's files judged against what its swap put there (``migrate.run.partition.after``):
+    the converted segments still as swapped are read back whole (every CRC, both digests, both indexes); what the
+    broker did since is listed apart; only converted bytes changed where no broker operation explains it, or a
+    segment that does not read back as it should, is a problem."""
     problems: list[str] = []
+    by_broker: list[str] = []
+    metadata_only: list[str] = []
     checked = 0
     every = store.partition_states()
     states = {n: every[n] for n in shard_names(list(every), shard)}
     unmigrated = sorted(n for n, s in states.items() if s != PartitionState.MIGRATED)
+    cleaned = cleaned_partitions(plan.log_dir(key).log_dir)
     for name in sorted(n for n, s in states.items() if s == PartitionState.MIGRATED):
         part = plan.partition(key, name)
+        after = partition_after(plan, key, name, cleaned, store)
+        if after is None:
+            by_broker.append(f"{part.dir}: gone since the swap (the broker deleted the partition)")
+            continue
+        fates = {f.name: f for f in after.files}
+        problems += [f"{part.dir}/{f.name}: {f.detail}" for f in after.rewritten]
+        by_broker += [f"{part.dir}/{f.name}: {f.fate}: {f.detail}".rstrip(": ") for f in after.by_broker]
+        metadata_only += [f"{part.dir}/{f.name}" for f in after.files if f.metadata_only]
         options = plan.options.for_partition(part.leader_epoch)
         prefix = os.path.join(part.dir, "")  # live paths as plain strings: 10^5-10^6 segments
         for row in store.segments_of(name):
-            if row.state != SegmentState.SWAPPED or row.result is None or not row.swap_text:
+            result = row.result
+            if row.state != SegmentState.SWAPPED or result is None or not result.outputs:
                 continue
-            keys = swap_file_keys_of(row.swap_text, f"{name}/{row.base}")  # as strict as ``row.swap``
-            if not keys:
-                continue
+            names = [segment_name(row.base, sfx) for sfx in result.outputs]
+            names += [segment_name(p.base_offset, sfx) for p in result.parts or () for sfx in p.outputs]
+            if any(fates.get(n) is None or fates[n].fate != Fate.UNCHANGED for n in names):
+                continue  # the broker's now (judged above), or rewritten (a problem above): not read back
             checked += 1
-            changed = SegmentFiles(part.dir, plan.plan_id, row.base).change_keys(keys)
-            if changed:
-                problems += changed
-                continue
-            live = {sfx: f"{prefix}{row.base:020d}{sfx}" for sfx in row.result.outputs}
+            live = {sfx: f"{prefix}{segment_name(row.base, sfx)}" for sfx in result.outputs}
             # a split source's later outputs are live under their own names
             parts = tuple(
-                replace(s, outputs={sfx: f"{prefix}{s.base_offset:020d}{sfx}" for sfx in s.outputs})
-                for s in row.result.parts or ()
+                replace(s, outputs={sfx: f"{prefix}{segment_name(s.base_offset, sfx)}" for sfx in s.outputs})
+                for s in result.parts or ()
             )
-            if any(not os.path.exists(p) for p in [*live.values(), *(p for s in parts for p in s.outputs.values())]):
-                problems.append(f"{name}/{row.base}: a live file is missing")
-                continue
-            result = replace(row.result, outputs=live, parts=parts or None)
             try:
-                check = verify_segment(result, options)
+                check = verify_segment(replace(result, outputs=live, parts=parts or None), options)
             except (OSError, LocatedError) as exc:
                 problems.append(f"{name}/{row.base}: {exc}")
                 continue
             problems += [f"{name}/{row.base}: {x}" for x in check.problems]
     if store.phase == LogDirPhase.FINALIZED:
         unmigrated = []  # finalize --partial left them as they were on purpose; the history says how many
-    return LiveCheck(key, store.phase, checked, tuple(problems), tuple(unmigrated), tuple(store.history()))
+    return LiveCheck(
+        key,
+        store.phase,
+        checked,
+        tuple(problems),
+        tuple(unmigrated),
+        tuple(store.history()),
+        tuple(by_broker),
+        tuple(metadata_only),
+    )

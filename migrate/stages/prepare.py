@@ -11,18 +11,19 @@ import os
 from pathlib import Path
 
 from migrate.errors import MigrateError, SourceChangedError
+from migrate.kafka.names import segment_name
 from migrate.kafka.properties import read_meta_properties
 from migrate.model.plan_tree import LogDirPlan, Plan
-from migrate.model.run_state import EventKind, LogDirPhase, PartitionState
+from migrate.model.run_state import EventKind, FileStat, LogDirPhase, PartitionState, SegmentResult
 from migrate.model.stage_reports import PrepareReport
 from migrate.planning.checks import recheck_log_dir
+from migrate.prestage.cutover import plan_staging_tree
 from migrate.run import fence
+from migrate.run.partition.reconcile import LIVE, open_reconciled
 from migrate.run.state import StateStore
-from migrate.run.swap_files import SegmentFiles, SwapSource
-from migrate.run.workspace import checked_work_dir, other_states, segment_file
+from migrate.run.workspace import checked_output_dir, other_states, segment_file
 from migrate.segment.identity import planned_file_change
 from migrate.stages.common import kafka_lock, locate
-from migrate.stages.reconcile import LIVE, open_reconciled
 from migrate.stages.rollback import restore_partitions
 
 
@@ -35,7 +36,7 @@ def prepare_log_dir(plan: Plan, key: str) -> PrepareReport:
         )
     refuse_other_broker(entry)
     for part in entry.partitions:  # a work dir planted as a symbolic link: refused before anything is written
-        checked_work_dir(part.dir, plan.plan_id)
+        checked_output_dir(part.dir, plan.plan_id)
     store, reconciled = open_reconciled(plan, key, entry, log_dir, write=True)
     new = store is None
     if store is None:
@@ -51,13 +52,7 @@ def prepare_log_dir(plan: Plan, key: str) -> PrepareReport:
             return PrepareReport(key, store.phase, resumed=True, reconciled=reconciled.lines)
         with kafka_lock(log_dir, store):
             restored = _finish_interrupted_rollback(plan, key, store)
-            keep = [
-                (part, base)
-                for part, base, result in store.verified_result_texts()
-                if SegmentFiles(plan.partition(key, part).dir, plan.plan_id, base).staged_intact(
-                    SwapSource.of_json(result, f"{part}/{base}: result")
-                )
-            ]
+            keep = [(part, base) for part, base, result in store.verified_results() if outputs_intact(result)]
             reset = store.reset_for_retry(keep) if not new else 0
             for problem in reconciled.unresolved:
                 if store.partition_states([problem.partition]).get(problem.partition) not in LIVE:
@@ -98,7 +93,7 @@ def _refuse_changed_inputs(entry: LogDirPlan) -> None:
     for p in entry.partitions:
         prefix = os.path.join(p.dir, "")
         for base, size, mtime_ns, inode in p.identities():
-            path = f"{prefix}{base:020d}.log"
+            path = f"{prefix}{segment_name(base, '.log')}"
             try:
                 st = os.stat(path)
             except FileNotFoundError:
@@ -115,12 +110,30 @@ def _refuse_changed_inputs(entry: LogDirPlan) -> None:
         )
 
 
+def outputs_intact(result: SegmentResult) -> bool:
+    """A verified segment's outputs are still what the conversion wrote and verified (each of a split source's too):
+    their identities against the files, by lstat (a cut-over's staged outputs are read in the staging tree, never
+    followed)."""
+    outputs = [(result.outputs, result.output_stats), *((p.outputs, p.output_stats) for p in result.parts or ())]
+    for paths, stats in outputs:
+        for sfx, path in paths.items():
+            try:
+                st = os.lstat(path)
+            except (FileNotFoundError, NotADirectoryError):
+                return False
+            if FileStat.of(st) != stats.get(sfx):
+                return False
+    return True
+
+
 def _finish_interrupted_rollback(plan: Plan, key: str, store: StateStore) -> int:
     """execute after a crashed (or finished but not archived) rollback: restore what the rollback had begun, then
     plan those partitions again, so this run migrates every partition."""
     if store.phase not in (LogDirPhase.ROLLING_BACK, LogDirPhase.ROLLED_BACK):
         return 0
-    restore_partitions(plan, key, store, store.partitions_in(PartitionState.ROLLING_BACK), force=False)
+    entry = plan.log_dir(key)
+    with plan_staging_tree(entry.log_dir, entry.staging_dir) as tree:
+        restore_partitions(plan, key, store, store.partitions_in(PartitionState.ROLLING_BACK), tree)
     again = store.partitions_in(PartitionState.ROLLED_BACK)
     store.reset_rolled_back(again)
     store.set_phase(LogDirPhase.EXECUTING)

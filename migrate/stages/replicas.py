@@ -31,7 +31,7 @@ from migrate.model.run_state import Problem
 from migrate.model.stage_reports import Divergence, ReplicaDigest, ReplicaRange
 from migrate.prestage.replicas import StagedDigest, digest_of, staged_digests
 from migrate.run.state import StateStore
-from migrate.run.workspace import staging_dir
+from migrate.run.workspace import output_dir
 from migrate.segment.reader import read_file
 from migrate.stages.common import locate
 
@@ -121,7 +121,7 @@ def _files_after_swap(plan: Plan, key: str, partition: str) -> list[str]:
 
 
 def _files_after_swap_in(partition_dir: str, plan_id: str) -> list[str]:
-    staged = staging_dir(partition_dir, plan_id)
+    staged = output_dir(partition_dir, plan_id)
     out = []
     names = {n for n in os.listdir(partition_dir) if SEGMENT_RE.match(n)}
     if staged.is_dir():  # a split source's later outputs exist only staged until the swap

@@ -1,45 +1,70 @@
-"""swap: under Kafka's .lock and the fence, every ready partition of a log dir goes live, a batch at a time.
+"""swap: under Kafka's .lock and the fence, every ready partition of a log dir changes directory whole, a batch at a
+time.
 
-Per batch of partitions: re-check every live file against what conversion saw (a changed file fails its partition,
-untouched); commit the swap plan (each file's original and output identity) in one transaction; back up and rename;
-one syncfs; commit the batch as migrated. A partition whose swap began (``swapping``, after a crash) is finished
-first, whatever else happens. A file that refuses a link or a rename (an immutable file: EPERM) has its partition's
-swap undone and failed, and the others go on; any other I/O error stops the stage with the fence up, at a state that
-``execute`` and ``rollback`` both finish. The fence comes down only when no partition is mixed.
+Per batch of partitions: each partition's live files checked against what its conversions saw (a file changed since
+fails its partition, untouched); its new directory completed (``migrate.run.partition.moves.build``: hard links to
+everything that does not change; a cut-over's staging dir gets the window's outputs first) and its record written
+into it; one syncfs; the batch's directories committed to the state; then each partition moved in (into the fence,
+exchanged with the live path, the original kept inside the new directory); one syncfs; the batch committed migrated.
+A partition whose swap began (``swapping``, after a crash) is finished first, from wherever it stands. A partition a
+move fails for alone (an immutable directory: EPERM) is moved back and failed, and the others go on; any other I/O
+error stops the stage with the fence up, at a state that ``execute`` and ``rollback`` both finish. The fence comes
+down only when no partition has a directory in it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import errno
-import pickle
-from collections import deque
+import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 
-from migrate.errors import LocatedError, MigrateError, StateWriteError
-from migrate.model.plan_tree import PartitionPlan, Plan
-from migrate.model.run_state import EventKind, LogDirPhase, PartitionState, Problem, SegmentState
+from migrate.errors import LocatedError, MigrateError, SourceChangedError, StateWriteError
+from migrate.kafka.names import segment_name
+from migrate.model.plan_tree import ExchangeMethod, PartitionPlan, Plan
+from migrate.model.run_state import (
+    EventKind,
+    FileStat,
+    LogDirPhase,
+    PartitionExchange,
+    PartitionState,
+    Problem,
+    SegmentResult,
+    SegmentState,
+    Standing,
+)
 from migrate.model.stage_reports import PartitionProblem, SwapReport
+from migrate.prestage.cutover import complete_staged_dir, plan_staging_tree
+from migrate.prestage.tree import StagingTree
 from migrate.run import faults, fence
+from migrate.run.exchange import rename_noreplace
+from migrate.run.partition.after import PRESTAGE_RECORD_SUFFIX
+from migrate.run.partition.moves import (
+    Place,
+    build,
+    built_place,
+    cold_place,
+    move_in,
+    move_out,
+    supports_exchange,
+    write_record_in,
+)
+from migrate.run.partition.places import PartitionPlaces
+from migrate.run.partition.reconcile import open_reconciled, places_of
+from migrate.run.partition.record import record_text
+from migrate.run.partition.standing import standing
 from migrate.run.state import StateStore
-from migrate.run.swap_files import SegmentFiles, partition_dirs
-from migrate.run.swap_keys import SwapFileKey
-from migrate.run.swap_record import record_text_of, write_records
 from migrate.run.workspace import sync_filesystem
 from migrate.stages.common import kafka_lock, locate
-from migrate.stages.reconcile import files_mixed, open_reconciled
-from migrate.stages.swap_plan import PlanHelper, PlannedPartition, Texts, plan_batch
 
-# a batch's partitions share one syncfs before their first rename; its segments' texts are held until then (~3.5 KB
-# a segment), so a batch is bounded by both: 256 partitions of 100 segments held 90 MB
+# a batch's partitions share one syncfs before their first move and one after their last
 SWAP_BATCH_PARTITIONS = 256
-SWAP_BATCH_SEGMENTS = 2048
-_ISOLATED_ERRNOS = (errno.EPERM, errno.EACCES)  # one file's attribute or permission: its partition only
+_ISOLATED_ERRNOS = (errno.EPERM, errno.EACCES)  # one directory's attribute or permission: its partition only
 
 
 def swap_log_dir(plan: Plan, key: str, swap_ready: bool = True) -> SwapReport:
     """``swap_ready=False`` (the run stopped on an I/O error in this log dir): only finish partitions a crash left
-    mid-swap and lower the fence if nothing is mixed; ready partitions wait for the next execute."""
+    mid-swap and lower the fence if nothing is in it; ready partitions wait for the next execute."""
     entry, log_dir = locate(plan, key)
     opened, _ = open_reconciled(plan, key, entry, log_dir, write=True)
     if opened is None:
@@ -52,28 +77,22 @@ def swap_log_dir(plan: Plan, key: str, swap_ready: bool = True) -> SwapReport:
         migrated: list[str] = []
         failed: list[PartitionProblem] = []
         stopped: Problem | None = None
-        with kafka_lock(log_dir, store):
+        with kafka_lock(log_dir, store), plan_staging_tree(entry.log_dir, entry.staging_dir) as tree:
             if fence.raise_fence(log_dir, plan.plan_id):
                 store.record_event(EventKind.FENCE_UP)
             try:
-                done, stuck = _finish_swapping(plan, key, store)
+                done, failed = _finish_swapping(plan, key, store, tree)
                 migrated += done
-                failed += stuck
                 ready = store.partitions_in(PartitionState.READY) if swap_ready else []
-                # closed on the way out, whatever stops the loop: no helper is left reading files then
-                ahead = _planned_ahead(plan, key, store, list(_batches(plan, key, ready)))
-                with contextlib.closing(ahead) as planned_batches:
-                    for planned in planned_batches:
-                        done, bad = _swap_batch(plan, key, store, planned)
-                        migrated += done
-                        failed += bad
+                method = _method(plan, key, store) if ready else ExchangeMethod.EXCHANGE
+                for batch in _batches(ready):
+                    done, bad = _swap_batch(plan, key, store, batch, method, tree)
+                    migrated += done
+                    failed += bad
             except (OSError, StateWriteError) as exc:
                 stopped = Problem.of(exc) if isinstance(exc, OSError) else Problem("io-error", str(exc))
-            mixed = store.partitions_in(PartitionState.SWAPPING, PartitionState.ROLLING_BACK)
+            mixed = _mixed(plan, key, store)
             try:
-                # the fence is up exactly while a partition is mixed, whatever stopped the stage; the files are
-                # asked too, not only the state (but not of the partitions this call has just swapped whole)
-                mixed = sorted({*mixed, *files_mixed(plan, key, store, swapped_now=migrated)})
                 if not mixed and fence.lower_fence(log_dir):
                     store.record_event(EventKind.FENCE_DOWN)
                 if stopped is None and not store.partitions_in(
@@ -86,208 +105,263 @@ def swap_log_dir(plan: Plan, key: str, swap_ready: bool = True) -> SwapReport:
         return SwapReport(key, tuple(migrated), tuple(failed), tuple(mixed), fence.is_up(log_dir), stopped)
 
 
-def _batches(plan: Plan, key: str, names: list[str]) -> Iterator[list[str]]:
-    """``names`` in order, in batches of at most ``SWAP_BATCH_PARTITIONS`` partitions and, unless one partition has
-    more, ``SWAP_BATCH_SEGMENTS`` planned segments."""
-    batch: list[str] = []
-    segments = 0
-    for name in names:
-        count = len(plan.partition(key, name).segments)
-        if batch and (len(batch) == SWAP_BATCH_PARTITIONS or segments + count > SWAP_BATCH_SEGMENTS):
-            yield batch
-            batch, segments = [], 0
-        batch.append(name)
-        segments += count
-    if batch:
-        yield batch
+def _method(plan: Plan, key: str, store: StateStore) -> ExchangeMethod:
+    """The log dir's way of changing directories: the plan's, where the filesystem answers the exchange when asked
+    (tried in the fence's own directory), else two renames, said in the history."""
+    entry = plan.log_dir(key)
+    if entry.swap_method == ExchangeMethod.RENAMES:
+        return ExchangeMethod.RENAMES
+    if supports_exchange(str(fence.fence_path(entry.log_dir))):
+        return ExchangeMethod.EXCHANGE
+    store.record_event(EventKind.EXCHANGE_REFUSED, fallback=ExchangeMethod.RENAMES.value)
+    return ExchangeMethod.RENAMES
 
 
-def _files(plan: Plan, part: PartitionPlan, base: int) -> SegmentFiles:
-    return SegmentFiles(part.dir, plan.plan_id, base)
+def _batches(names: list[str]) -> Iterator[list[str]]:
+    for i in range(0, len(names), SWAP_BATCH_PARTITIONS):
+        yield names[i : i + SWAP_BATCH_PARTITIONS]
 
 
-def _finish_swapping(plan: Plan, key: str, store: StateStore) -> tuple[list[str], list[PartitionProblem]]:
-    """Partitions a crash left mid-swap: every rename they planned is done (their swap records hold each file's
-    identity), but only where every file of the partition is still the original or the verified output: one file
-    changed meanwhile stops the whole partition before its first rename, mixed as it is, for rollback to restore."""
-    names = store.partitions_in(PartitionState.SWAPPING)
+def _close(place: Place | None) -> None:
+    if place is not None:
+        place.close()
+
+
+def _finish_swapping(
+    plan: Plan, key: str, store: StateStore, tree: StagingTree | None
+) -> tuple[list[str], list[PartitionProblem]]:
+    """Partitions a crash left mid-swap, taken in from wherever they stand; one whose original is still at its path
+    is checked again first (a source changed since its conversion: its new directory removed, the partition left
+    wholly original and failed)."""
     done: list[str] = []
-    stuck: list[PartitionProblem] = []
-    for name in names:
-        part = plan.partition(key, name)
-        rows = [(row.base, row.swap) for row in store.segments_of(name) if row.swap]
-        problems = [p for base, files in rows for p in _files(plan, part, base).before_rename(files)]
-        if problems:
-            stuck.append(
-                PartitionProblem(
-                    name,
-                    Problem(
-                        "live-changed",
-                        f"{problems[0]}{f' (and {len(problems) - 1} more)' if len(problems) > 1 else ''}: the swap "
-                        "of this partition was not finished, and it may be mixed, so the fence stays up. "
-                        "`rollback` puts its originals back (`rollback --force` if a broker wrote to it)",
-                        part.dir,
-                    ),
-                )
-            )
-            continue
-        for base, files in rows:
-            _files(plan, part, base).swap_in(files)
+    failed: list[PartitionProblem] = []
+    for name in store.partitions_in(PartitionState.SWAPPING):
+        exchange = store.exchange_of(name)
+        if exchange is None:
+            continue  # never moved: prepared again with the ready ones
+        places = places_of(plan, key, name)
+        place = built_place(places, exchange.new, tree.fd if tree is not None else None)
+        try:
+            if standing(places, exchange.original, exchange.new) in (Standing.BUILT, Standing.IN_FENCE):
+                try:
+                    for base, result in _results(store, name):
+                        _check_sources(plan.partition(key, name), base, result)
+                except SourceChangedError as exc:
+                    move_out(places, exchange.original, exchange.new, exchange.method, place)
+                    problem = Problem.of(exc)
+                    store.fail_partition(name, problem)
+                    failed.append(PartitionProblem(name, problem))
+                    continue
+            move_in(places, exchange.original, exchange.new, exchange.method, place)
+        finally:
+            _close(place)
         done.append(name)
     if done:
         sync_filesystem(plan.log_dir(key).log_dir)
         store.set_partitions(done, PartitionState.MIGRATED, EventKind.PARTITION_MIGRATED, SegmentState.SWAPPED)
-    return done, stuck
-
-
-# as the batch swaps them: per segment also the result's JSON as stored and the segment's files
-_Planned = tuple[str, frozenset[str], list[tuple[int, tuple[SwapFileKey, ...], str, str, str, SegmentFiles]]]
-
-
-# a swap of at least this many segments plans its batches in a helper process, ahead of the renames: the plan is half
-# of a tiny segment's swap, and the second core is otherwise idle (below, the helper's start costs more)
-SWAP_HELPER_MIN_SEGMENTS = 16384
-SWAP_PLAN_AHEAD = 2  # batches the helper is asked for ahead of the one being renamed
-
-
-def _planned_ahead(
-    plan: Plan, key: str, store: StateStore, batches: list[list[str]]
-) -> Iterator[tuple[list[_Planned], list[PartitionProblem]]]:
-    """Each batch planned (``plan_batch``), in order. A large swap plans its first batch here while a helper process
-    (``swap_plan``) starts and plans the next ones, then every later batch in the helper, ``SWAP_PLAN_AHEAD`` ahead
-    of the one the caller renames: the state is read here (its connection is this process's), the helper only reads
-    files. A helper that cannot start or dies leaves the rest to this process."""
-
-    def read(names: list[str]) -> Texts:
-        return [(name, plan.partition(key, name).dir, store.verified_texts_of(name)) for name in names]
-
-    def joined(
-        texts: Texts, planned: tuple[list[PlannedPartition], list[PartitionProblem]]
-    ) -> tuple[list[_Planned], list[PartitionProblem]]:
-        results = {name: dict(rows) for name, _, rows in texts}
-        dirs = {name: part_dir for name, part_dir, _ in texts}
-        batch = [
-            (
-                name,
-                work_names,
-                [
-                    (base, swap, text, results[name][base], edges, SegmentFiles(dirs[name], plan.plan_id, base))
-                    for base, swap, text, edges in segments
-                ],
-            )
-            for name, work_names, segments in planned[0]
-        ]
-        return batch, planned[1]
-
-    segments = sum(len(plan.partition(key, name).segments) for names in batches for name in names)
-    if len(batches) < 2 or segments < SWAP_HELPER_MIN_SEGMENTS:
-        for names in batches:
-            texts = read(names)
-            yield joined(texts, plan_batch(plan.plan_id, texts))
-        return
-    try:
-        helper: PlanHelper | None = PlanHelper()
-    except OSError:  # no process can start here: this one plans every batch
-        helper = None
-    asked: deque[Texts] = deque()  # batches after the current one, read and submitted, oldest first
-    try:
-        for i, names in enumerate(batches):
-            if asked:
-                texts = asked.popleft()
-                planned = None
-                if helper is not None:
-                    try:
-                        planned = helper.result()
-                    except (EOFError, OSError, pickle.UnpicklingError):
-                        # the helper died, or met an I/O error: this process plans the rest (and meets that error
-                        # again, if the disk gives it)
-                        helper = _closed(helper)
-            else:
-                texts, planned = read(names), None
-            # the next batches, planned there while this one is renamed: a few ahead, so that one batch slower to
-            # plan than to rename does not hold the swap
-            while helper is not None and i + len(asked) + 1 < min(len(batches), i + 1 + SWAP_PLAN_AHEAD):
-                ahead = read(batches[i + len(asked) + 1])
-                asked.append(ahead)
-                helper.submit(plan.plan_id, ahead)  # queued: a helper gone by then says so at its ``result``
-            yield joined(texts, planned if planned is not None else plan_batch(plan.plan_id, texts))
-    finally:
-        _closed(helper)
-
-
-def _closed(helper: PlanHelper | None) -> None:
-    if helper is not None:
-        helper.close()
-    return None
-
-
-def _swap_batch(
-    plan: Plan, key: str, store: StateStore, planned: tuple[list[_Planned], list[PartitionProblem]]
-) -> tuple[list[str], list[PartitionProblem]]:
-    """A planned batch's swap: its swap plan committed, the files' own records durable, then every rename."""
-    batch, failed = planned
-    for problem in failed:
-        store.fail_partition(problem.partition, problem.problem)
-    failed = list(failed)
-    if not batch:
-        return [], failed
-    store.begin_swap([(name, [(s[0], s[2]) for s in segments]) for name, _, segments in batch])
-    # the files' own record of the swap, durable before the first rename: whatever becomes of the database, the
-    # files then say which partition is original, mixed or converted (migrate.run.swap_record)
-    write_records(
-        [
-            (
-                plan.partition(key, name).dir,
-                plan.plan_id,
-                record_text_of(
-                    plan.plan_id, name, ((base, text, result, edges) for base, _, text, result, edges, _ in segments)
-                ),
-            )
-            for name, _, segments in batch
-        ]
-    )
-    sync_filesystem(plan.log_dir(key).log_dir)
-    done = []
-    for name, work_names, segments in batch:
-        part = plan.partition(key, name)
-        try:
-            with partition_dirs(part.dir, plan.plan_id) as dirs:
-                for _, files, *_, at in segments:
-                    at.swap_in_keys(files, work_names, dirs)
-            done.append(name)
-        except (OSError, LocatedError) as exc:
-            problem = Problem.of(exc)
-            if isinstance(exc, OSError) and exc.errno not in _ISOLATED_ERRNOS:
-                # a disk-wide failure: undo this partition if we can, then stop with the state recorded
-                _undo(plan, part, [(s[0], s[1]) for s in segments], store, problem)
-                if done:
-                    sync_filesystem(plan.log_dir(key).log_dir)
-                    store.set_partitions(
-                        done, PartitionState.MIGRATED, EventKind.PARTITION_MIGRATED, SegmentState.SWAPPED
-                    )
-                raise
-            if _undo(plan, part, [(s[0], s[1]) for s in segments], store, problem):
-                failed.append(PartitionProblem(name, problem))
-    faults.point("before:syncfs-swap")
-    sync_filesystem(plan.log_dir(key).log_dir)
-    if done:
-        store.set_partitions(done, PartitionState.MIGRATED, EventKind.PARTITION_MIGRATED, SegmentState.SWAPPED)
     return done, failed
 
 
-def _undo(
-    plan: Plan,
-    part: PartitionPlan,
-    segments: list[tuple[int, tuple[SwapFileKey, ...]]],
-    store: StateStore,
-    problem: Problem,
-) -> bool:
-    """Put a partition whose swap failed half way back to its originals; True if it is wholly original again."""
+@dataclass(frozen=True)
+class _Prepared:
+    name: str
+    places: PartitionPlaces
+    exchange: PartitionExchange
+    place: Place
+
+
+def _swap_batch(
+    plan: Plan, key: str, store: StateStore, names: list[str], method: ExchangeMethod, tree: StagingTree | None
+) -> tuple[list[str], list[PartitionProblem]]:
+    prepared: list[_Prepared] = []
+    failed: list[PartitionProblem] = []
     try:
-        for base, files in reversed(segments):
-            _files(plan, part, base).restore_keys(files)
-        sync_filesystem(part.dir)
-    except (OSError, LocatedError):
+        for name in names:
+            try:
+                prepared.append(_prepare(plan, key, store, name, method, tree))
+            except (LocatedError, MigrateError) as exc:
+                failed.append(PartitionProblem(name, Problem.of(exc)))
+            except OSError as exc:
+                if exc.errno not in _ISOLATED_ERRNOS:
+                    raise
+                failed.append(PartitionProblem(name, Problem.of(exc)))
+        for refused in failed:
+            store.fail_partition(refused.partition, refused.problem)
+        if not prepared:
+            return [], failed
+        # the new directories, their hard links and their records durable before the first of them moves
+        sync_filesystem(plan.log_dir(key).log_dir)
+        store.begin_exchange([(p.name, p.exchange) for p in prepared])
+        done = []
+        for p in prepared:
+            try:
+                move_in(p.places, p.exchange.original, p.exchange.new, p.exchange.method, p.place)
+                done.append(p.name)
+            except OSError as exc:
+                problem = Problem.of(exc)
+                if exc.errno not in _ISOLATED_ERRNOS:
+                    _settle(plan, key, store, done)
+                    raise
+                if _undo(p):
+                    store.fail_partition(p.name, problem)
+                    failed.append(PartitionProblem(p.name, problem))
+        faults.point("before:syncfs-swap")
+        _settle(plan, key, store, done)
+        return done, failed
+    finally:
+        for p in prepared:
+            _close(p.place)
+
+
+def _settle(plan: Plan, key: str, store: StateStore, done: list[str]) -> None:
+    if done:
+        sync_filesystem(plan.log_dir(key).log_dir)
+        store.set_partitions(done, PartitionState.MIGRATED, EventKind.PARTITION_MIGRATED, SegmentState.SWAPPED)
+
+
+def _undo(p: _Prepared) -> bool:
+    """A partition a move failed for, back to its original; True if it is wholly original again."""
+    try:
+        move_out(p.places, p.exchange.original, p.exchange.new, p.exchange.method, p.place)
+        sync_filesystem(p.places.log_dir)
+    except (OSError, MigrateError):
         return False  # stays swapping: the fence stays up and the next execute or rollback finishes it
-    store.fail_partition(part.name, problem)
     return True
+
+
+def _prepare(
+    plan: Plan, key: str, store: StateStore, name: str, method: ExchangeMethod, tree: StagingTree | None
+) -> _Prepared:
+    """One partition made ready to move: its sources checked, its new directory completed, its record written."""
+    part = plan.partition(key, name)
+    places = places_of(plan, key, name)
+    results = _results(store, name)
+    for base, result in results:
+        _check_sources(part, base, result)
+    if places.staging is not None:
+        if tree is None:
+            raise MigrateError(f"{places.staging}: the staging tree of the plan is gone; run `plan` again")
+        place, outputs, ours = _complete_staged(plan, key, part, places, tree, results)
+    else:
+        cold = cold_place(places, create=True)
+        assert cold is not None
+        place, outputs, ours = cold, _output_names(results), frozenset()
+    try:
+        built = build(places, place, outputs, lambda n: n in ours)
+        text = record_text(
+            plan.plan_id,
+            name,
+            method,
+            built.original,
+            built.new,
+            list(built.linked),
+            [(base, text) for base, text in store.verified_texts_of(name) if text is not None],
+        )
+        faults.point("before:swap-record")
+        write_record_in(place, places.work_name, text)
+        faults.point("after:swap-record")
+    except BaseException:
+        _close(place)
+        raise
+    return _Prepared(name, places, PartitionExchange(method, built.original, built.new), place)
+
+
+def _results(store: StateStore, name: str) -> list[tuple[int, SegmentResult]]:
+    """(base, result) of the partition's verified segments, by base offset."""
+    return [
+        (row.base, row.result) for row in store.segments_of(name) if row.state == SegmentState.VERIFIED and row.result
+    ]
+
+
+def _output_names(results: list[tuple[int, SegmentResult]]) -> frozenset[str]:
+    names: set[str] = set()
+    for base, result in results:
+        names.update(segment_name(base, sfx) for sfx in result.outputs)
+        for part in result.parts or ():
+            names.update(segment_name(part.base_offset, sfx) for sfx in part.outputs)
+    return frozenset(names)
+
+
+def _check_sources(part: PartitionPlan, base: int, result: SegmentResult) -> None:
+    """The live files a conversion replaces must be as it saw them: a file changed since (a broker ran) fails the
+    partition before anything moves."""
+    prefix = os.path.join(part.dir, "")
+    for sfx, seen in result.live_before.items():
+        path = f"{prefix}{segment_name(base, sfx)}"
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            raise SourceChangedError(f"{path} is gone since it was converted", path=path) from None
+        now = FileStat.of(st)
+        ctime = result.source_ctime_ns
+        if now != seen or (sfx == ".log" and ctime and st.st_ctime_ns != ctime):
+            raise SourceChangedError(
+                f"{path} changed after it was converted: inode {now.inode}, {now.size} bytes, mtime_ns "
+                f"{now.mtime_ns}, ctime_ns {st.st_ctime_ns}; converted from inode {seen.inode}, {seen.size} bytes, "
+                f"mtime_ns {seen.mtime_ns}",
+                path=path,
+                hint="Nothing was changed. A broker may have run on this log dir: `execute` again converts it anew.",
+            )
+
+
+def _complete_staged(
+    plan: Plan,
+    key: str,
+    part: PartitionPlan,
+    places: PartitionPlaces,
+    tree: StagingTree,
+    results: list[tuple[int, SegmentResult]],
+) -> tuple[Place, frozenset[str], frozenset[str]]:
+    """A cut-over's partition: its staging dir made to hold exactly the staged segments taken and the window's
+    outputs. Where that cannot be (a file no record names is in the way, or an earlier attempt chose so), the cold
+    place instead: the taken staged files moved there beside the window's outputs (a rename each)."""
+    staging_prefix = os.path.join(places.staging or "", "")
+    taken = {base for base, r in results if r.outputs.get(".log", "").startswith(staging_prefix)}
+    taken_names = _output_names([(b, r) for b, r in results if b in taken])
+    delta = _output_names([(b, r) for b, r in results if b not in taken])
+    window = cold_place(places, create=True)
+    assert window is not None
+    try:
+        window_dir = os.open(window.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=window.parent)
+        try:
+            present = set(os.listdir(window_dir))
+            if not taken_names & present:
+                try:
+                    staging, _left = complete_staged_dir(tree, part.name, taken, window_dir, sorted(delta & present))
+                except FileExistsError:
+                    pass
+                else:
+                    staging.close()  # checked again at every move: the place names it by the tree's descriptor
+                    window.close()
+                    ours = frozenset(segment_name(b, PRESTAGE_RECORD_SUFFIX) for b in taken)
+                    return Place(tree.fd, part.name, places.staging or ""), taken_names | delta, ours
+            found = tree.partition(part.name)
+            if found is None:
+                raise MigrateError(f"{places.staging}: the partition's staging dir is gone since the plan")
+            with found as staging:
+                for name in sorted(taken_names - present):
+                    rename_noreplace(staging.fd, name, window_dir, name)
+        finally:
+            os.close(window_dir)
+    except BaseException:
+        window.close()
+        raise
+    return window, taken_names | delta, frozenset()
+
+
+def _mixed(plan: Plan, key: str, store: StateStore) -> list[str]:
+    """Partitions whose swap or rollback the stage left unfinished: the fence stays up for them. A partition left
+    swapping with nothing moved yet (a stop before its first move) is ready again instead: wholly original at its
+    path, nothing keeps a broker out of it, and the next execute prepares it again."""
+    out = []
+    unmoved = []
+    for name, (state, exchange) in store.exchanges().items():
+        if state in (PartitionState.SWAPPING, PartitionState.ROLLING_BACK):
+            where = standing(places_of(plan, key, name), exchange.original, exchange.new)
+            if state == PartitionState.SWAPPING and where in (Standing.ORIGINAL, Standing.BUILT):
+                unmoved.append(name)
+            else:  # moved, but not recorded migrated (its moves may not be durable): finished by the next execute
+                out.append(name)
+    if unmoved:
+        store.set_partitions(unmoved, PartitionState.READY, EventKind.STATE_CORRECTED)
+    return out

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+import shutil
 import sys
 import threading
 import time
@@ -432,11 +433,23 @@ class Progress:
         self.tick(final=True)
 
 
-def result(data: Any, as_json: bool, text: str) -> None:
-    """A command's result: JSON for machines or text for people, on stdout (and in the run log)."""
+def result(data: Any, as_json: bool, text: str, page: bool = False) -> None:
+    """A command's result: JSON for machines or text for people, on stdout (and in the run log). ``page``: text
+    longer than the terminal goes through the operator's pager ($PAGER, else less) when stdout is a terminal; in
+    full, unpaged, anywhere else."""
     import json
 
-    emit(json.dumps(data, indent=2) if as_json else text)
+    if as_json:
+        emit(json.dumps(data, indent=2))
+        return
+    if page and sys.stdout.isatty() and text.count("\n") + 1 > shutil.get_terminal_size().lines - 2:
+        import pydoc
+
+        if _current is not None:
+            _current.write(text)
+        pydoc.pager(text)
+        return
+    emit(text)
 
 
 class _Terminal:

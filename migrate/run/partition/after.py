@@ -1,0 +1,255 @@
+"""What became of a converted partition's files after its swap, judged the way Kafka's own recovery would.
+
+After the swap the broker owns the files, and a broker that runs on converted data changes them, each change one of
+its own operations (``LogSegment``, ``LocalLog``, ``LogCleaner``, ``OffsetIndex`` in Apache Kafka):
+
+- every start maps the active segment's ``.index`` and ``.timeindex``, resized to ``segment.index.bytes``, and trims
+  them back to their entries at close (``AbstractIndex.resize``, ``trimToValidSize``): the same bytes, a new mtime
+  (and, while the broker runs, a longer file that starts with the same bytes);
+- producers append to the active segment (``LogSegment.append``): the swapped bytes stay its start;
+- the log rolls (``LocalLog.roll``): new segments after the last one;
+- a follower truncates the log's end to where its leader agrees and fetches again (``LocalLog.truncateTo``,
+  ``LogSegment.truncateTo``): the last segment shorter, perhaps refilled, and the segments after it deleted;
+- the cleaner of a compacted partition merges segments into one written under the first one's name and deletes the
+  rest (``Cleaner.cleanSegments``, ``LocalLog.replaceSegments``);
+- retention deletes segments from the log's start (``UnifiedLog.deleteOldSegments``);
+- checkpoints, ``partition.metadata`` and producer snapshots are rewritten or made anew.
+
+A converted segment is still the tool's when its bytes are: its size and the digest of its edges
+(``migrate.segment.identity.edges_digest``, recorded when it was written), whatever its mtime and inode. What
+changed otherwise is judged by where in the log it happened; only a change no operation above explains is
+REWRITTEN: the one thing that stops finalize, and the only "bytes differ" of verify.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from migrate.errors import MalformedLogDirFileError
+from migrate.format.entries import walk_entries
+from migrate.kafka.names import CLEANER_CHECKPOINT, INDEX_RE, SEGMENT_RE, segment_name
+from migrate.kafka.properties import read_offset_checkpoint
+from migrate.model.run_state import Fate, FileAfter, FileStat, PartitionAfter
+from migrate.run.partition.places import PartitionPlaces
+from migrate.run.partition.record import ConvertedSegment, LinkedFile
+from migrate.segment.identity import edges_digest_of
+
+PRESTAGE_RECORD_SUFFIX = ".prestaged.json"  # a cut-over's pre-stage records, carried in with the staged segments
+
+
+@dataclass(frozen=True)
+class _Output:
+    base: int
+    suffix: str
+    stat: FileStat
+    digest: str  # "" where the conversion recorded none (then the size and the inode decide)
+
+
+def _outputs(segments: Sequence[ConvertedSegment]) -> dict[str, _Output]:
+    out: dict[str, _Output] = {}
+    for seg in segments:
+        r = seg.result
+        for sfx, st in r.output_stats.items():
+            out[segment_name(seg.base_offset, sfx)] = _Output(seg.base_offset, sfx, st, r.output_digests.get(sfx, ""))
+        for part in r.parts or ():
+            for sfx, st in part.output_stats.items():
+                name = segment_name(part.base_offset, sfx)
+                out[name] = _Output(part.base_offset, sfx, st, part.output_digests.get(sfx, ""))
+    return out
+
+
+def cleaned_partitions(log_dir: str) -> frozenset[str]:
+    """The partitions of ``log_dir`` the log cleaner has a position for (``cleaner-offset-checkpoint``): compacted
+    ones. Unreadable as Kafka's reader would find it: none (every merge then counts as unexplained, never the
+    other way round)."""
+    try:
+        entries = read_offset_checkpoint(os.path.join(log_dir, CLEANER_CHECKPOINT))
+    except (OSError, MalformedLogDirFileError):
+        return frozenset()
+    return frozenset(f"{topic}-{partition}" for topic, partition in entries)
+
+
+def judge_after_swap(
+    places: PartitionPlaces,
+    segments: Sequence[ConvertedSegment],
+    linked_files: Sequence[LinkedFile] | None,
+    compacted: bool,
+) -> PartitionAfter:
+    """Every file the swap put in the partition's new directory and every file in it now, each with its fate.
+    ``segments``: the converted ones (the swap record's, or the state's after finalize removed the record);
+    ``linked_files``: the original's files the new directory took as they were (None: not known any more, after
+    finalize: then only the converted segments and what is new after them are judged). ``compacted``: the
+    partition's topic is compacted (the cleaner may have merged or deleted its segments)."""
+    outputs = _outputs(segments)
+    linked = {f.name: f for f in linked_files or ()}
+    swapped_logs = sorted(
+        {o.base for o in outputs.values() if o.suffix == ".log"}
+        | {int(m.group(1)) for name in linked if (m := SEGMENT_RE.match(name))}
+    )
+    last_swapped = swapped_logs[-1] if swapped_logs else -1
+    present: dict[str, os.stat_result] = {}
+    with os.scandir(places.live) as entries:
+        for entry in entries:
+            if entry.name == places.work_name or entry.name.endswith(PRESTAGE_RECORD_SUFFIX):
+                continue
+            st = entry.stat(follow_symlinks=False)
+            if stat.S_ISREG(st.st_mode):
+                present[entry.name] = st
+    now_logs = sorted(int(m.group(1)) for name in present if (m := SEGMENT_RE.match(name)))
+    log_fates: dict[int, Fate] = {}
+    files: list[FileAfter] = []
+    for name, out in sorted(outputs.items(), key=lambda kv: (kv[1].base, kv[1].suffix != ".log", kv[0])):
+        if out.suffix != ".log":
+            continue
+        judged = _log_fate(places, out, present.get(name), now_logs, swapped_logs, last_swapped, compacted)
+        log_fates[out.base] = judged.fate
+        files.append(judged)
+    for name, out in sorted(outputs.items()):
+        if out.suffix != ".log":
+            files.append(_index_fate(places, name, out, present.get(name), log_fates.get(out.base), last_swapped))
+    for name, was in sorted(linked.items()):
+        now = present.get(name)
+        if now is None:
+            files.append(FileAfter(name, Fate.DELETED, "one of the original's files, deleted by the broker since"))
+        elif (now.st_ino, now.st_size, now.st_mtime_ns) != (was.inode, was.size, was.mtime_ns):
+            fate = Fate.APPENDED if now.st_ino == was.inode and now.st_size > was.size else Fate.NEW
+            files.append(FileAfter(name, fate, "one of the original's files, written by the broker since"))
+        else:
+            files.append(FileAfter(name, Fate.UNCHANGED))
+    for name in sorted(present.keys() - outputs.keys() - linked.keys()):
+        m = SEGMENT_RE.match(name) or INDEX_RE.match(name)
+        if linked_files is None and not (m and int(m.group(1)) > last_swapped):
+            continue  # one of the original's files, or the broker's: not known apart without the record
+        what = "a segment rolled since" if m and int(m.group(1)) > last_swapped else "a file the broker made since"
+        files.append(FileAfter(name, Fate.NEW, f"{what} ({present[name].st_size} bytes)"))
+    return PartitionAfter(places.name, tuple(files))
+
+
+def _log_fate(
+    places: PartitionPlaces,
+    out: _Output,
+    st: os.stat_result | None,
+    now_logs: list[int],
+    swapped_logs: list[int],
+    last_swapped: int,
+    compacted: bool,
+) -> FileAfter:
+    name = segment_name(out.base, ".log")
+    path = os.path.join(places.live, name)
+    base = out.base
+    if st is None:
+        if not now_logs or base < now_logs[0]:
+            return FileAfter(name, Fate.DELETED, "before the log's start now: deleted by retention")
+        if base > now_logs[-1]:
+            return FileAfter(name, Fate.DELETED, "after the log's end now: deleted by a truncation")
+        if compacted:
+            return FileAfter(name, Fate.DELETED, "merged into an earlier segment by the log cleaner")
+        return FileAfter(
+            name,
+            Fate.REWRITTEN,
+            "gone from the middle of the log: only the cleaner does that, and this partition is not compacted",
+        )
+    was = out.stat
+    same = (st.st_ino, st.st_mtime_ns) == (was.inode, was.mtime_ns)
+    if st.st_size == was.size and _holds(path, out, st):
+        return FileAfter(name, Fate.UNCHANGED, metadata_only=not same)
+    later_swapped = [b for b in swapped_logs if b > base]
+    at_end = bool(now_logs) and base == now_logs[-1] and not any(b in now_logs for b in later_swapped)
+    if st.st_size > was.size and _holds(path, out, st):
+        if base == last_swapped or at_end:
+            return FileAfter(name, Fate.APPENDED, f"{_appended(path, was.size, st.st_size)} appended by the broker")
+        if compacted:
+            return FileAfter(name, Fate.REPLACED, "rewritten by the log cleaner (its merge begins with this segment)")
+    if at_end:  # the log's end since: a follower truncated into it, and may have fetched again
+        return FileAfter(
+            name,
+            Fate.TRUNCATED,
+            f"{was.size} bytes at the swap, {st.st_size} now: the log's end, truncated by the broker",
+        )
+    if compacted:
+        return FileAfter(name, Fate.REPLACED, "another segment under its name: the log cleaner's merge")
+    return FileAfter(
+        name,
+        Fate.REWRITTEN,
+        f"{st.st_size} bytes now, {was.size} at the swap, and not the bytes the swap put there, in the middle of a "
+        "log that is not compacted: no broker operation explains it",
+    )
+
+
+def _index_fate(
+    places: PartitionPlaces,
+    name: str,
+    out: _Output,
+    st: os.stat_result | None,
+    log_fate: Fate | None,
+    last_swapped: int,
+) -> FileAfter:
+    if log_fate not in (Fate.UNCHANGED, None):  # the index follows its segment: appended, truncated, cleaned, gone
+        return FileAfter(name, log_fate, "as its segment")
+    if st is None:
+        return FileAfter(name, Fate.DELETED, "its segment intact: the broker rebuilds a missing index itself")
+    path = os.path.join(places.live, name)
+    was = out.stat
+    same = (st.st_ino, st.st_mtime_ns) == (was.inode, was.mtime_ns)
+    if st.st_size == was.size and _holds(path, out, st):
+        return FileAfter(name, Fate.UNCHANGED, metadata_only=not same)
+    if out.base == last_swapped and st.st_size > was.size and _holds(path, out, st):
+        return FileAfter(name, Fate.UNCHANGED, "resized by a running broker (the same entries)", metadata_only=True)
+    return FileAfter(name, Fate.NEW, "its segment intact: rebuilt by the broker (Kafka rebuilds indexes itself)")
+
+
+def _holds(path: str, out: _Output, st: os.stat_result) -> bool:
+    """``path`` starts with the bytes the swap put there: its edges over their size are the recorded digest (or,
+    for an output recorded without one, it is that very file, untouched)."""
+    if not out.digest:
+        return (st.st_ino, st.st_size, st.st_mtime_ns) == (out.stat.inode, out.stat.size, out.stat.mtime_ns)
+    return _edges(path, out.stat.size) == out.digest
+
+
+def _edges(path: str, size: int) -> str:
+    """The edges digest of the first ``size`` bytes of ``path`` ('' where it cannot be read)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return ""
+    try:
+        return edges_digest_of(fd, size)
+    finally:
+        os.close(fd)
+
+
+def _appended(path: str, start: int, end: int) -> str:
+    """What lies in ``path`` from ``start`` to ``end``, for an operator: its offsets where it reads as whole entries."""
+    span = end - start
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            data = os.pread(fd, min(span, 64 << 20), start)
+        finally:
+            os.close(fd)
+    except OSError:
+        return f"{span} bytes"
+    offsets = entry_offsets(data)
+    return f"{span} bytes" if offsets is None else f"offsets {offsets[0]}..{offsets[1]} ({span} bytes)"
+
+
+def entry_offsets(data: bytes) -> tuple[int, int] | None:
+    """(first, last) offset of the whole entries at the start of ``data``, None where it holds none: a v2 batch
+    names its base offset and its last offset delta; a legacy entry its (last) offset only."""
+    walk = walk_entries(data)
+    if not len(walk.positions):
+        return None
+    first_at, last_at = int(walk.positions[0]), int(walk.positions[-1])
+    first = int.from_bytes(data[first_at : first_at + 8], "big", signed=True)
+    last = int.from_bytes(data[last_at : last_at + 8], "big", signed=True)
+    if int(walk.magics[-1]) >= 2:
+        last += int.from_bytes(data[last_at + 23 : last_at + 27], "big", signed=True)
+    return first, last
+
+
+def appended_since_swap(after: PartitionAfter) -> list[str]:
+    """What a rollback of this partition would lose, for an operator: what the broker appended, rolled or cleaned."""
+    return [f"{after.partition}/{f.name}: {f.fate}, {f.detail}".rstrip(", ") for f in after.by_broker]
