@@ -683,11 +683,12 @@ def verify_live(plan: Plan, engine: Engine, plan_path: str | Path | None = None)
     A big log dir is checked by several calls, each a run of its partitions (``log_dir_shards``), joined here."""
     calls = []
     errors: list[StageError] = []
+    run = uuid.uuid4().hex[:12]  # the calls of this verify, as the state records their outcomes
     for d in plan.log_dirs:
         archived = archive_path(plan_path, d.key) if plan_path is not None else None
         n = log_dir_shards(d)
         if archived is None or not archived.exists():
-            calls += [StageCall((d.key, None, None, (i, n)), d.host, plan, d.key) for i in range(n)]
+            calls += [StageCall((d.key, None, None, (i, n), run), d.host, plan, d.key) for i in range(n)]
         elif engine.shares_files:  # opened where it is: a copy is ~2 KB a segment, 2 GB at 10^6, held twice
             calls += [StageCall((d.key, None, str(archived), (i, n)), d.host, plan, d.key) for i in range(n)]
         else:  # a copy sent to the host, read by one call there and removed by it

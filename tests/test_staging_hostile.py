@@ -264,7 +264,7 @@ def test_a_forged_staged_segment_is_taken_but_finalize_refuses_and_rollback_rest
         shutil.copy2(donor / segment_name(100, sfx), forged)
         st = forged.stat()
         record["staged"][sfx].update(inode=st.st_ino, size=st.st_size, mtime_ns=st.st_mtime_ns, ctime_ns=st.st_ctime_ns)
-    for key in ("source_digest", "output_digest_ts", "records", "output_bytes", "output_stats"):
+    for key in ("source_digest", "output_digest_ts", "records", "output_bytes", "output_stats", "output_digests"):
         record["result"][key] = donor_record["result"][key]
     record_file.unlink()
     record_file.write_text(json.dumps(record))

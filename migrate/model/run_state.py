@@ -102,6 +102,20 @@ class FileAfter:
     fate: Fate
     detail: str = ""
     metadata_only: bool = False  # unchanged bytes, another mtime or inode
+    # what a rollback would lose with it: records the broker wrote since the swap (appended, fetched again, rolled
+    # into new segments, merged by the cleaner) that the original directory does not hold
+    lost_by_rollback: bool = False
+
+
+@dataclass(frozen=True)
+class LiveVerdict:
+    """One call of a ``verify`` of the live files, as the state records it (a ``LIVE_VERIFIED`` event): its run's
+    token (shared by the calls of one verify), whether it passed, and its problems' count and first line."""
+
+    run: str
+    ok: bool
+    problems: int = 0
+    first: str = ""
 
 
 @dataclass(frozen=True)
@@ -121,6 +135,10 @@ class PartitionAfter:
     @property
     def by_broker(self) -> list[FileAfter]:
         return [f for f in self.files if f.fate.brokers]
+
+    @property
+    def lost_by_rollback(self) -> list[FileAfter]:
+        return [f for f in self.files if f.lost_by_rollback or f.fate == Fate.REWRITTEN]
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -195,6 +213,7 @@ class EventKind(str, enum.Enum):
     PARTITION_ROLLED_BACK = "partition-rolled-back"
     ROLLED_BACK = "rolled-back"
     FINALIZED = "finalized"
+    LIVE_VERIFIED = "live-verified"  # a verify of the live files (one call of its run): ok or not, and its problems
     STATE_REBUILT = "state-rebuilt"  # the state database was missing or unusable: rebuilt from the files
     STATE_CORRECTED = "state-corrected"  # a partition's recorded state disagreed with its files: the files won
 

@@ -68,6 +68,7 @@ from migrate.run.exchange import expected_method
 from migrate.run.workspace import write_durably
 from migrate.segment.profile import SegmentProfile, profile_segment
 from migrate.segment.split import predict_split
+from migrate.units import human_bytes
 
 # Growth of one uncompressed legacy message rewritten as a single-record v2 batch: 61 bytes of batch header and
 # about 7 of record framing replace 26 (v0) or 34 (v1) bytes of message overhead.
@@ -111,15 +112,19 @@ def build_plan(request: PlanRequest) -> Plan:
         override = request.staging_dir_of(raw, log_dir)
         tree = _staging_tree(log_dir, override, request) if request.use_staged else None
         partitions = []
+        outgrown = _Outgrown()
         try:
             for planned, refusals, warnings in _plan_partitions(wanted, request, tree):
                 found.refusals += refusals
                 found.warnings += warnings
                 if planned is not None:
+                    if request.options.max_segment_bytes is None:
+                        outgrown.add(planned)
                     partitions.append(planned if builder is None else builder.absorb(str(log_dir), planned))
         finally:
             if tree is not None:
                 tree.close()
+        found.warnings += outgrown.warnings(str(log_dir))
         staging = tree.root if tree is not None else None
         log_dir_plans.append(
             LogDirPlan(
@@ -162,6 +167,46 @@ def build_plan(request: PlanRequest) -> Plan:
         form=PlanForm.COLUMNAR if request.form == PlanForm.COLUMNAR else None,
     )
     return replace(plan, plan_id=plan_id_of(plan))
+
+
+FULL_SEGMENT = 0.9  # of the largest closed segment: a source this large was rolled by size
+
+
+class _Outgrown:
+    """Converted segments larger than their broker rolls segments at. A broker rolls a segment when the next append
+    would pass the topic's ``segment.bytes``, so a partition's largest closed source shows about where that is; v2
+    is larger than v0 and v1 (a batch header per message), so a full segment's conversion passes it: the broker
+    then rolls at the first append, and the cleaner of a compacted topic rewrites it at once."""
+
+    def __init__(self) -> None:
+        self.by_partition: list[tuple[str, int, int, int, float]] = []  # name, over, planned, cap, growth
+
+    def add(self, part: PartitionPlan) -> None:
+        segments = list(part.segments)
+        if len(segments) < 2 or not part.bytes:
+            return
+        cap = max(s.size for s in segments[:-1])  # the last may be the one that was active
+        # a full segment (rolled by size, not by time) whose conversion passes where its broker rolls
+        over = sum(1 for s in segments if s.estimated_output_bytes > cap and s.size >= FULL_SEGMENT * cap)
+        if over:
+            self.by_partition.append((part.name, over, len(segments), cap, part.estimated_output_bytes / part.bytes))
+
+    def warnings(self, log_dir: str) -> list[str]:
+        if not self.by_partition:
+            return []
+        over = sum(n for _, n, _, _, _ in self.by_partition)
+        shown = ", ".join(
+            f"{name}: {n} of {total} above {human_bytes(cap)} (+{(growth - 1) * 100:.0f}%)"
+            for name, n, total, cap, growth in self.by_partition[:5]
+        )
+        more = f" and {len(self.by_partition) - 5} more partitions" if len(self.by_partition) > 5 else ""
+        return [
+            f"{log_dir}: {over} converted segment(s) in {len(self.by_partition)} partition(s) will be larger than "
+            f"the largest closed segment of their partition, about where their broker rolls (its segment.bytes): "
+            f"{shown}{more}. A broker rolls such a partition at its first append, and the cleaner of a compacted "
+            "topic rewrites those segments at once. `plan --max-segment-bytes N` (the topic's segment.bytes) cuts "
+            "them at N."
+        ]
 
 
 def _warn_blank_headers(request: PlanRequest, found: _Findings) -> None:

@@ -37,6 +37,7 @@ from migrate.model.plan_tree import LogDirPlan
 from migrate.model.run_state import (
     EVERY_PARTITION,
     EventKind,
+    LiveVerdict,
     LogDirPhase,
     PartitionExchange,
     PartitionRange,
@@ -753,6 +754,18 @@ class StateStore:
         return self.conn.execute(
             "SELECT partition, base, problem FROM segments WHERE problem IS NOT NULL ORDER BY partition, base"
         ).fetchall()
+
+    def failed_verify_since_swap(self) -> tuple[float, list[LiveVerdict]] | None:
+        """The last verify of the live files since the last partition was swapped in, where it failed: when, and
+        its failed calls; None where it passed, or none ran since."""
+        rows = self.conn.execute(
+            "SELECT time, detail FROM events WHERE kind=? AND id > "
+            "(SELECT COALESCE(MAX(id), 0) FROM events WHERE kind=?) ORDER BY id",
+            (EventKind.LIVE_VERIFIED.value, EventKind.PARTITION_MIGRATED.value),
+        ).fetchall()
+        verdicts = [(at, from_json(LiveVerdict, json.loads(text))) for at, text in rows]
+        failed = [v for _, v in verdicts if v.run == verdicts[-1][1].run and not v.ok] if verdicts else []
+        return (verdicts[-1][0], failed) if failed else None
 
     def last_event_time(self, kinds: Iterable[EventKind], start: float, limit: float) -> float | None:
         """The time of the latest event of ``kinds`` in [start, limit)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -66,6 +67,15 @@ def finalize_log_dir(plan: Plan, key: str, partial: bool = False) -> FinalizeRep
                 f"{states[others[0]].value}). Finish them with `execute`, or roll everything back with `rollback`; "
                 "`finalize --partial` deletes the originals of the migrated partitions only and leaves the others "
                 "as they are."
+            )
+        failed_verify = store.failed_verify_since_swap()
+        if failed_verify is not None:
+            at, failed = failed_verify
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))
+            raise MigrateError(
+                f"{log_dir}: refusing to finalize: the verify at {stamp} found {sum(v.problems for v in failed)} "
+                f"difference(s), e.g. {failed[0].first}. Nothing was deleted. Run `verify --plan` again once the "
+                "cause is found (a verify that passes lifts this); `rollback` puts the originals back."
             )
         found, rewritten, untouched = _judge_migrated(plan, key, store, migrated)
         if rewritten:

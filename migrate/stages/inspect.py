@@ -10,12 +10,15 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
+from migrate.codec import to_json
 from migrate.errors import LocatedError, MigrateError
 from migrate.kafka.names import segment_name
 from migrate.model.plan_tree import Plan
 from migrate.model.run_state import (
     EVERY_PARTITION,
+    EventKind,
     Fate,
+    LiveVerdict,
     LogDirPhase,
     LogDirStatus,
     PartitionRange,
@@ -111,20 +114,27 @@ def verify_live_log_dir(
     archived: ArchiveCopy | None = None,
     archive_file: str | None = None,
     shard: tuple[int, int] = (0, 1),
+    run: str = "",
 ) -> LiveCheck:
-    """Re-read every migrated segment's live files: they must still be what was swapped in (identity, digests, CRCs,
-    indexes). Partitions not migrated are listed, not checked. After finalize or rollback the state has left the log
-    dir: the copy beside the plan tells what was done, and the live files are checked against it: ``archive_file``,
-    its path where this host reads it, or ``archived``, the copy ``receive_archive_piece`` put together on this host
-    (removed once read, whatever the outcome). ``shard`` (i, n): only the i-th of n runs of the log dir's partitions
-    by name (``shard_names``), so that n calls check a big log dir on every core; ``join_live_checks`` puts their
-    results back together."""
+    """Judge every migrated partition's live files (``_check_live``); partitions not migrated are listed, not
+    checked. Where the run's state is in the log dir, the outcome is recorded there (``run``: the verify's token,
+    shared by its calls): a failed verify since the last swap blocks finalize. After finalize or rollback the state
+    has left the log dir: the copy beside the plan tells what was done, and the live files are checked against it:
+    ``archive_file``, its path where this host reads it, or ``archived``, the copy ``receive_archive_piece`` put
+    together on this host (removed once read, whatever the outcome). ``shard`` (i, n): only the i-th of n runs of
+    the log dir's partitions by name (``shard_names``), so that n calls check a big log dir on every core;
+    ``join_live_checks`` puts their results back together."""
     entry, log_dir = locate(plan, key)
     if StateStore.exists(log_dir, plan.plan_id):
         if archived is not None:
             _remove_copy(plan.plan_id, archived.token)
         with StateStore.open(log_dir, plan.plan_id) as store:
-            return _check_live(plan, key, store, shard)
+            check = _check_live(plan, key, store, shard)
+            if run:
+                first = check.problems[0] if check.problems else ""
+                verdict = LiveVerdict(run, not check.problems, len(check.problems), first)
+                store.record_event(EventKind.LIVE_VERIFIED, **to_json(verdict))
+            return check
     if archive_file is not None:
         with StateStore.open_file(Path(archive_file)) as store:
             return _check_archived(plan, key, store, shard)
@@ -264,7 +274,7 @@ def _check_live(plan: Plan, key: str, store: StateStore, shard: tuple[int, int] 
                 for s in result.parts or ()
             )
             try:
-                check = verify_segment(replace(result, outputs=live, parts=parts or None), options)
+                check = verify_segment(replace(result, outputs=live, parts=parts or None), options, mtimes=False)
             except (OSError, LocatedError) as exc:
                 problems.append(f"{name}/{row.base}: {exc}")
                 continue

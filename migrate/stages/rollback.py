@@ -66,7 +66,7 @@ def _changes(plan: Plan, key: str, store: StateStore, reconciled: Reconciliation
         after = partition_after(plan, key, name, cleaned, store)
         if after is not None:
             directory = plan.partition(key, name).dir
-            out += [f"{directory}/{f.name}: {f.fate}: {f.detail}" for f in (*after.by_broker, *after.rewritten)]
+            out += [f"{directory}/{f.name}: {f.fate}: {f.detail}" for f in after.lost_by_rollback]
     return out
 
 

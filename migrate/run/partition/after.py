@@ -111,21 +111,44 @@ def judge_after_swap(
         if out.suffix != ".log":
             files.append(_index_fate(places, name, out, present.get(name), log_fates.get(out.base), last_swapped))
     for name, was in sorted(linked.items()):
-        now = present.get(name)
-        if now is None:
-            files.append(FileAfter(name, Fate.DELETED, "one of the original's files, deleted by the broker since"))
-        elif (now.st_ino, now.st_size, now.st_mtime_ns) != (was.inode, was.size, was.mtime_ns):
-            fate = Fate.APPENDED if now.st_ino == was.inode and now.st_size > was.size else Fate.NEW
-            files.append(FileAfter(name, fate, "one of the original's files, written by the broker since"))
-        else:
-            files.append(FileAfter(name, Fate.UNCHANGED))
+        files.append(_linked_fate(places, name, was, present.get(name)))
     for name in sorted(present.keys() - outputs.keys() - linked.keys()):
         m = SEGMENT_RE.match(name) or INDEX_RE.match(name)
         if linked_files is None and not (m and int(m.group(1)) > last_swapped):
             continue  # one of the original's files, or the broker's: not known apart without the record
-        what = "a segment rolled since" if m and int(m.group(1)) > last_swapped else "a file the broker made since"
-        files.append(FileAfter(name, Fate.NEW, f"{what} ({present[name].st_size} bytes)"))
+        rolled = bool(m) and int(m.group(1)) > last_swapped
+        what = "a segment rolled since" if rolled else "a file the broker made since"
+        records = rolled and name.endswith(".log") and present[name].st_size > 0
+        files.append(FileAfter(name, Fate.NEW, f"{what} ({present[name].st_size} bytes)", lost_by_rollback=records))
     return PartitionAfter(places.name, tuple(files))
+
+
+def _linked_fate(places: PartitionPlaces, name: str, was: LinkedFile, now: os.stat_result | None) -> FileAfter:
+    """One of the original's files the swap carried over as it was (the same inode in both directories)."""
+    if now is None:
+        return FileAfter(name, Fate.DELETED, "one of the original's files, deleted by the broker since")
+    if (now.st_ino, now.st_size, now.st_mtime_ns) == (was.inode, was.size, was.mtime_ns):
+        return FileAfter(name, Fate.UNCHANGED)
+    if now.st_ino == was.inode:  # written in place: the original directory holds the same inode, and keeps it
+        fate = Fate.APPENDED if now.st_size > was.size else Fate.TRUNCATED
+        return FileAfter(name, fate, "one of the original's files, written in place (the original holds it too)")
+    if now.st_size == was.size and now.st_size <= _SMALL and _same_bytes(os.path.join(places.kept, name), places, name):
+        return FileAfter(name, Fate.UNCHANGED, "rewritten with the same bytes", metadata_only=True)
+    segment = SEGMENT_RE.match(name) is not None
+    return FileAfter(
+        name, Fate.NEW, "one of the original's files, written anew by the broker since", lost_by_rollback=segment
+    )
+
+
+_SMALL = 1 << 20  # a file compared whole with the original's copy: a checkpoint, partition.metadata
+
+
+def _same_bytes(original: str, places: PartitionPlaces, name: str) -> bool:
+    try:
+        with open(original, "rb") as a, open(os.path.join(places.live, name), "rb") as b:
+            return a.read(_SMALL + 1) == b.read(_SMALL + 1)
+    except OSError:
+        return False
 
 
 def _log_fate(
@@ -160,9 +183,11 @@ def _log_fate(
     at_end = bool(now_logs) and base == now_logs[-1] and not any(b in now_logs for b in later_swapped)
     if st.st_size > was.size and _holds(path, out, st):
         if base == last_swapped or at_end:
-            return FileAfter(name, Fate.APPENDED, f"{_appended(path, was.size, st.st_size)} appended by the broker")
+            what = f"{_appended(path, was.size, st.st_size)} appended by the broker"
+            return FileAfter(name, Fate.APPENDED, what, lost_by_rollback=True)
         if compacted:
-            return FileAfter(name, Fate.REPLACED, "rewritten by the log cleaner (its merge begins with this segment)")
+            why = "rewritten by the log cleaner (its merge begins with this segment)"
+            return FileAfter(name, Fate.REPLACED, why, lost_by_rollback=True)
     if at_end:  # the log's end since: a follower truncated into it, and may have fetched again
         return FileAfter(
             name,
@@ -170,7 +195,9 @@ def _log_fate(
             f"{was.size} bytes at the swap, {st.st_size} now: the log's end, truncated by the broker",
         )
     if compacted:
-        return FileAfter(name, Fate.REPLACED, "another segment under its name: the log cleaner's merge")
+        return FileAfter(
+            name, Fate.REPLACED, "another segment under its name: the log cleaner's merge", lost_by_rollback=True
+        )
     return FileAfter(
         name,
         Fate.REWRITTEN,

@@ -1,0 +1,175 @@
+"""After the swap the broker owns the files: finalize, verify and rollback judge a converted partition the way Kafka's
+own recovery would, after the broker's own operations (tests/broker_life.py does each as Kafka's code does it):
+a start and a clean stop, appends, a roll, a follower's truncation, the cleaner's merge, retention; and a converted
+closed segment changed by hand is still refused."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from broker_life import append, clean, delete_oldest, roll, start_and_stop, truncate_to
+from kafka_layout import make_broker_logdir
+from runs import make_plan, snapshot
+
+from migrate import pipeline
+from migrate.cli import main
+from migrate.engines import SerialEngine
+from migrate.kafka.names import segment_name
+
+PARTITIONS = ["plain-v0-0", "compacted-v0-0", "lz4-v1-0"]
+
+
+@pytest.fixture
+def migrated(tmp_path):
+    broker = make_broker_logdir(tmp_path, partitions=PARTITIONS)
+    plan, plan_path = make_plan(tmp_path, broker)
+    before = snapshot(broker)
+    assert pipeline.execute(plan, SerialEngine()).ok
+    return broker, plan_path, before
+
+
+def cli(capsys, *argv: str) -> tuple[int, str]:
+    capsys.readouterr()
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out + out.err
+
+
+def bases(part: Path) -> list[int]:
+    return sorted(int(p.name[:20]) for p in part.glob("*.log"))
+
+
+def partitions_of(snap: dict) -> dict:
+    return {k: v for k, v in snap.items() if "/" in k and k.split("/")[0] in PARTITIONS}
+
+
+def test_a_start_and_a_clean_stop_change_only_metadata_and_finalize_deletes_the_originals(migrated, capsys):
+    """The real broker's first case: started on the converted data and stopped cleanly, with no client at all."""
+    broker, plan_path, _ = migrated
+    start_and_stop(broker)
+    active_index = broker / "plain-v0-0" / segment_name(bases(broker / "plain-v0-0")[-1], ".index")
+    code, out = cli(capsys, "verify", "--plan", str(plan_path))
+    assert code == 0, out
+    assert "OK: every converted segment is exact" in out and "same bytes, another mtime or inode" in out, out
+    assert str(active_index) in out or "file(s), e.g." in out
+    code, out = cli(capsys, "finalize", "--plan", str(plan_path))
+    assert code == 0, out
+    assert "originals of 3 partitions deleted" in out, out
+    assert not list(broker.rglob(".kafka-log-migrate-*/"))
+
+
+def test_a_rollback_after_a_start_loses_nothing_and_needs_no_force(migrated, capsys):
+    broker, plan_path, before = migrated
+    start_and_stop(broker)
+    code, out = cli(capsys, "rollback", "--plan", str(plan_path))
+    assert code == 0, out
+    assert partitions_of(snapshot(broker)) == partitions_of(before)  # every original file back, bytes and mtimes
+
+
+def test_appends_a_roll_a_cleaner_merge_and_retention_are_the_brokers(migrated, capsys):
+    broker, plan_path, _before = migrated
+    plain, compacted, lz4 = (broker / name for name in PARTITIONS)
+    start_and_stop(broker)
+    appended = append(plain, 20)
+    rolled = roll(plain)
+    append(plain, 5)
+    merged = clean(compacted, bases(compacted)[:2])
+    gone = delete_oldest(lz4)
+    start_and_stop(broker)
+
+    code, out = cli(capsys, "verify", "--plan", str(plan_path))
+    assert code == 5, out
+    assert "TAKEN OVER" in out and "differs:" not in out, out
+    assert f"appended: offsets {appended[0]}..{appended[-1]}" in out, out
+    assert f"{plain}/{segment_name(rolled, '.log')}: new: a segment rolled since" in out, out
+    assert f"{merged}: replaced" in out, out
+    assert f"{lz4}/{segment_name(gone, '.log')}: deleted: before the log's start now: deleted by retention" in out, out
+
+    code, out = cli(capsys, "rollback", "--plan", str(plan_path))
+    assert code == 1 and "would lose" in out, out
+    assert f"appended: offsets {appended[0]}..{appended[-1]}" in out and f"{merged}: replaced" in out, out
+
+    code, out = cli(capsys, "finalize", "--plan", str(plan_path))
+    assert code == 0, out
+    for line in ("plain-v0-0: ", "compacted-v0-0: ", "lz4-v1-0: "):
+        assert line in out, out
+    assert "appended" in out and "replaced" in out and "deleted" in out and "new" in out, out
+    assert not list(broker.rglob(".kafka-log-migrate-*/"))
+    assert bases(plain)[-1] == rolled and merged.exists()
+
+
+def test_a_followers_truncation_and_fetch_again_are_the_brokers(migrated, capsys):
+    broker, plan_path, _ = migrated
+    plain = broker / "plain-v0-0"
+    last = bases(plain)[-1]
+    start_and_stop(broker)
+    truncate_to(plain, last + 5)  # the leader agrees up to 5 records into the last segment
+    append(plain, 12, value=b"fetched from the leader")
+    code, out = cli(capsys, "verify", "--plan", str(plan_path))
+    assert code == 5, out
+    assert f"{plain}/{segment_name(last, '.log')}: " in out and ("truncated" in out or "appended" in out), out
+    code, out = cli(capsys, "finalize", "--plan", str(plan_path))
+    assert code == 0, out
+
+
+def test_a_truncation_into_a_closed_segment_deletes_the_later_ones_as_the_broker(migrated, capsys):
+    broker, plan_path, _ = migrated
+    plain = broker / "plain-v0-0"
+    first, *later = bases(plain)
+    assert later
+    start_and_stop(broker)
+    truncate_to(plain, first + 3)
+    code, out = cli(capsys, "verify", "--plan", str(plan_path))
+    assert code == 5, out
+    assert f"{plain}/{segment_name(first, '.log')}: truncated" in out, out
+    assert f"{plain}/{segment_name(later[-1], '.log')}: deleted: after the log's end now" in out, out
+    code, out = cli(capsys, "finalize", "--plan", str(plan_path))
+    assert code == 0, out
+
+
+def test_a_converted_closed_segment_gone_from_the_middle_of_a_log_that_is_not_compacted_stops_finalize(
+    migrated, capsys
+):
+    broker, plan_path, _ = migrated
+    plain = broker / "plain-v0-0"
+    middle = bases(plain)[1]
+    start_and_stop(broker)
+    (plain / segment_name(middle, ".log")).unlink()  # not retention (not the oldest), not the cleaner (not compacted)
+    code, out = cli(capsys, "verify", "--plan", str(plan_path))
+    assert code == 3 and "gone from the middle of the log" in out, out
+    code, out = cli(capsys, "finalize", "--plan", str(plan_path))
+    assert code == 1 and str(plain / segment_name(middle, ".log")) in out, out
+    assert list(broker.rglob(".kafka-log-migrate-*/original")), "an original was deleted"
+
+
+def test_a_failed_verify_since_the_swap_blocks_finalize_until_a_verify_passes(tmp_path, capsys):
+    """Rot in the middle of a large converted segment: its size and edges are intact (finalize's own judgement sees
+    nothing), its CRCs are not. The verify that reads it whole fails, and finalize refuses, naming that verify, until
+    a verify passes."""
+    from prestage_layout import broker_log_dir
+
+    log_dir = broker_log_dir(tmp_path / "data", partitions=1, segments=2, records=3000)
+    plan, plan_path = make_plan(tmp_path, log_dir)
+    assert pipeline.execute(plan, SerialEngine()).ok
+    victim = log_dir / "t-0" / segment_name(0, ".log")
+    st = victim.stat()
+    assert st.st_size > 3 * 64 * 1024  # the edges are 64 KiB at each end: the middle is past both
+    middle = st.st_size // 2
+    good = victim.read_bytes()[middle : middle + 1]
+    with open(victim, "r+b") as f:
+        f.seek(middle)
+        f.write(bytes([good[0] ^ 0x01]))
+    os.utime(victim, ns=(st.st_atime_ns, st.st_mtime_ns))
+    code, out = cli(capsys, "verify", "--plan", str(plan_path))
+    assert code == 3, out
+    code, out = cli(capsys, "finalize", "--plan", str(plan_path))
+    assert code == 1 and "the verify at" in out and "difference(s)" in out, out
+    with open(victim, "r+b") as f:  # repaired (from a replica, say)
+        f.seek(middle)
+        f.write(good)
+    code, out = cli(capsys, "verify", "--plan", str(plan_path))
+    assert code == 0, out
+    code, out = cli(capsys, "finalize", "--plan", str(plan_path))
+    assert code == 0, out
