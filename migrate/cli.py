@@ -54,7 +54,7 @@ EPILOG = """exit codes:
   1  failure: bad input (file and byte position named), refused (what to do is named), or a stage failed
   2  usage error
   3  verify found differences between live data and what was swapped in that no broker operation explains
-  4  scan found legacy (v0/v1) data left
+  4  scan found legacy (v0/v1) data left (rolling: its scan after the last broker)
   5  verify found the converted data intact and the broker's own changes since the swap (appends, rolls,
      truncation, cleaning, retention): listed, not differences
 

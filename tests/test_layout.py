@@ -31,7 +31,19 @@ ALLOWED = {
     # of segments and their formats, below it)
     "run": {"codec", "errors", "extensions", "format", "kafka", "model", "segment"},
     "watch": {"codec", "errors", "model", "units"},
-    "stages": {"compaction", "errors", "format", "kafka", "model", "planning", "prestage", "run", "segment", "watch"},
+    "stages": {
+        "codec",
+        "compaction",
+        "errors",
+        "format",
+        "kafka",
+        "model",
+        "planning",
+        "prestage",
+        "run",
+        "segment",
+        "watch",
+    },
     "engines": {"errors", "format", "model", "run", "watch"},
     "prestage": {"codec", "errors", "kafka", "model", "run", "segment", "units"},
     # a cluster manifest's verbs: each broker runs the verbs below it over its own part, on its own host
@@ -46,6 +58,7 @@ ALLOWED = {
         "pipeline",
         "planning",
         "prestage",
+        "reports",
         "run",
         "stages",
         "units",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,12 +19,14 @@ from pathlib import Path
 import pytest
 from cluster_harness import BrokerCluster, can_unshare, make_tls
 from conftest import needs_root_power
+from kafka_admin_stub import AdminCluster, KafkaAdminStub
 from kafka_layout import make_broker_logdir
 from runs import snapshot
 from test_cluster import diverge
 
 from migrate.cli import main
 from migrate.planning.plan import load_plan
+from migrate.rolling.broker_host import release_state
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("rolling_cluster")]
 HOLDINGS = {
@@ -121,12 +124,22 @@ def running(cluster, tmp_path):
         for pid_file in tmp_path.glob("broker-*.pid"):
             with contextlib.suppress(ProcessLookupError, ValueError):
                 os.kill(int(pid_file.read_text()), signal.SIGKILL)
+        for d in brokers.values():  # the next test's brokers take the same path
+            shutil.rmtree(d, ignore_errors=True)
 
 
 def run(capsys, *argv: str) -> tuple[int, str]:
     code = main(list(argv))
     captured = capsys.readouterr()
     return code, captured.out + "\n" + captured.err
+
+
+def wait_stopped(log_dir: Path) -> None:
+    """Until the broker process has let go of ``log_dir``: its marker written and its ``.lock`` released."""
+    deadline = time.monotonic() + 30
+    while not all(d.released for d in release_state((str(log_dir),))):
+        assert time.monotonic() < deadline, f"the broker of {log_dir} did not stop"
+        time.sleep(0.05)
 
 
 def events(root: Path) -> list[str]:
@@ -230,9 +243,7 @@ def test_brokers_are_cut_over_one_by_one_behind_the_gate_and_one_rolls_back_byte
 
     # roll broker 2 back: stopped as an operator would, its partitions are what they were, byte for byte
     subprocess.run(commands["stop"].replace("{broker}", "2").split(), check=True, capture_output=True)
-    deadline = time.monotonic() + 10
-    while not (brokers[2] / ".kafka_cleanshutdown").exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_stopped(brokers[2])
     secure = ["--scheduler", c.address, "--tls-dir", str(tls)]
     code, out = run(capsys, "rollback", "--plan", str(tmp_path / "run" / "broker-2.plan.json"), *secure)
     assert code == 0, out
@@ -282,3 +293,107 @@ def test_a_canary_migrated_alone_is_compared_with_the_others_when_they_run(clust
     assert (brokers[3] / "lz4-v1-1" / "00000000000000000000.log").read_bytes()[16] == 2
     assert all((brokers[2] / p / "00000000000000000000.log").read_bytes()[16] == 2 for p in HOLDINGS[2])
     assert snapshot(brokers[1]) == before_1  # the canary was only read
+
+
+def admin_cluster(ibp_of_broker_2: str) -> AdminCluster:
+    """The Admin API of the three brokers, healthy; broker 2 at ``ibp_of_broker_2`` with the old message format."""
+    replicas = sorted(HOLDINGS)
+    return AdminCluster(
+        brokers={b: True for b in HOLDINGS},
+        topics={"orders": [(0, 1, replicas, replicas)]},
+        broker_configs={
+            1: {"inter.broker.protocol.version": "3.9", "log.message.format.version": "3.9"},
+            2: {"inter.broker.protocol.version": ibp_of_broker_2, "log.message.format.version": "0.10.2-IV0"},
+            3: {"inter.broker.protocol.version": "3.9", "log.message.format.version": "3.9"},
+        },
+    )
+
+
+def rolling_argv(c, brokers, commands, tls, tmp_path, kafka) -> list[str]:
+    return [
+        "rolling",
+        "--brokers",
+        "1,2,3",
+        "--log-dirs",
+        str(c.path_of(1) / "rolling-logs"),
+        "--run-dir",
+        str(tmp_path / "run"),
+        "--bootstrap-server",
+        kafka.bootstrap,
+        "--gate-interval",
+        "0.2",
+        "--gate-timeout",
+        "20",
+        "--stop-command",
+        commands["stop"],
+        "--start-command",
+        commands["start"],
+        "--scheduler",
+        c.address,
+        "--tls-dir",
+        str(tls),
+        "--timestamps",
+        "none",
+    ]
+
+
+def test_a_broker_that_writes_v1_refuses_the_run_before_any_stop_naming_it_and_its_settings(running, tmp_path, capsys):
+    c, brokers, commands, tls = running
+    before = {b: partitions(d, HOLDINGS[b]) for b, d in brokers.items()}
+    with KafkaAdminStub(admin_cluster("2.8-IV1")) as kafka:
+        code, out = run(capsys, *rolling_argv(c, brokers, commands, tls, tmp_path, kafka))
+    assert code == 1, out
+    assert "refusing the rolling run, nothing was stopped: not every broker writes v2." in out
+    assert (
+        "broker 2 has inter.broker.protocol.version 2.8-IV1, log.message.format.version 0.10.2-IV0: as a leader it "
+        "writes v1 batches" in out
+    )
+    assert "Set inter.broker.protocol.version=3.0 or higher" in out and "not started: broker(s) 1, 2, 3" in out
+    assert events(tmp_path) == []  # no broker was stopped
+    assert {b: partitions(d, HOLDINGS[b]) for b, d in brokers.items()} == before
+
+
+def test_a_refusal_that_needs_no_stopped_broker_is_found_before_the_first_stop(running, tmp_path, capsys):
+    c, brokers, commands, tls = running
+    # an earlier migration of broker 3, neither finalized nor rolled back: its plan would be refused after the stop
+    subprocess.run(commands["stop"].replace("{broker}", "3").split(), check=True, capture_output=True)
+    wait_stopped(brokers[3])
+    earlier = tmp_path / "earlier.json"
+    assert main(["plan", "--log-dirs", str(brokers[3]), "--timestamps", "none", "-o", str(earlier)]) == 0
+    assert main(["execute", "--plan", str(earlier), "--engine", "serial"]) == 0
+    subprocess.run(commands["start"].replace("{broker}", "3").split(), check=True, capture_output=True)
+    (tmp_path / "events").write_text("")
+    capsys.readouterr()
+    with KafkaAdminStub(admin_cluster("3.9")) as kafka:
+        code, out = run(capsys, *rolling_argv(c, brokers, commands, tls, tmp_path, kafka))
+    assert code == 1, out
+    assert "refusing the rolling run, nothing was stopped:" in out
+    assert "broker 3: " in out and "holds the state of a migration that was not finalized or rolled back" in out
+    assert events(tmp_path) == []
+
+
+def test_a_v1_append_slipped_in_after_a_cut_over_means_the_run_does_not_end_v2_only(running, tmp_path, capsys):
+    c, brokers, commands, tls = running
+    # broker 2, once started again, follows a leader that still writes v1: its fetcher appends those batches as is
+    follower = tmp_path / "start-and-follow-v1.sh"
+    copy_v1 = (
+        f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); from pathlib import Path; "
+        f"from broker_life import append; append(Path({str(brokers[2] / 'gzip-v0-0')!r}), 3, magic=1)"
+    )
+    follower.write_text(
+        f"#!/bin/sh\nset -e\n{commands['start'].replace('{broker}', '$1')}\n"
+        f'if [ "$1" = 2 ]; then {sys.executable} -c "{copy_v1}"; fi\n'
+    )
+    follower.chmod(0o755)
+    with KafkaAdminStub(admin_cluster("3.9")) as kafka:
+        argv = rolling_argv(c, brokers, commands, tls, tmp_path, kafka)
+        argv[argv.index(commands["start"])] = f"{follower} {{broker}}"
+        code = main(argv)
+    captured = capsys.readouterr()
+    out = captured.out + captured.err
+    assert code == 4, out
+    assert "broker 3: converted" in out
+    assert "legacy data: gzip-v0-0 in " in out and "hold v0/v1 batches again (gzip-v0-0)" in out
+    last = captured.out.strip().splitlines()[-1]  # the report's last line, after the progress notes
+    assert "Every broker is converted and back, but the cluster is NOT v2-only: 1 partition(s)" in last
+    assert "v2-only: the log dirs of" not in out

@@ -12,8 +12,9 @@ from aiokafka.protocol.admin import (
     ListPartitionReassignmentsResponse_v0,
 )
 from aiokafka.protocol.metadata import MetadataResponse_v1, MetadataResponse_v5
+from kafka_admin_stub import AdminCluster, KafkaAdminStub
 
-from migrate.rolling.gate import ReasonKind, judge
+from migrate.rolling.gate import GateReason, ReasonKind, judge, judge_formats
 from migrate.rolling.kafka_admin import AdminApiGate, snapshot_from
 from migrate.rolling.operator_gate import CommandGate, wait_for_go
 
@@ -167,6 +168,75 @@ def test_kafka_unreachable_is_no_go_saying_why():
     assert "could not ask Kafka at 127.0.0.1:1" in verdict.reasons[0].message
 
 
+def format_configs(brokers, topics=()):
+    """DescribeConfigs as a cluster answers it: each broker's (id, inter.broker.protocol.version,
+    log.message.format.version), None where the broker has no such setting (Kafka 4), and each topic's
+    (name, message.format.version, source)."""
+    resources = []
+    for b, ibp, lmf in brokers:
+        entries = [("min.insync.replicas", "1", True, STATIC_BROKER_CONFIG, False, [])]
+        entries += [
+            (name, value, True, STATIC_BROKER_CONFIG, False, [])
+            for name, value in (("inter.broker.protocol.version", ibp), ("log.message.format.version", lmf))
+            if value is not None
+        ]
+        resources.append((0, None, 4, str(b), entries))
+    topic_resources = [
+        (0, None, 2, name, [("message.format.version", value, False, source, False, [])])
+        for name, value, source in topics
+    ]
+    return [wire(DescribeConfigsResponse_v1(0, resources)), wire(DescribeConfigsResponse_v1(0, topic_resources))]
+
+
+def formats_verdict(brokers, topics=()):
+    return judge_formats(snapshot_from(metadata(HEALTHY), format_configs(brokers, topics), no_reassignments()))
+
+
+def test_brokers_at_protocol_3_0_or_later_or_on_kafka_4_write_v2_only_and_pass_the_format_check():
+    assert formats_verdict([(1, "3.0-IV1", "0.10.2-IV0"), (2, "3.9", "3.9-IV0"), (3, "3.9", None)]).go
+    assert formats_verdict([(1, None, None), (2, None, None), (3, None, None)]).go  # Kafka 4: no such settings
+    # a topic's old message.format.version is ignored from 3.0 on (KIP-724)
+    assert formats_verdict([(b, "3.6", "3.6") for b in (1, 2, 3)], [("ret", "0.10.2", TOPIC_CONFIG)]).go
+
+
+def test_a_broker_whose_leaders_write_v1_refuses_naming_the_broker_its_settings_and_what_to_raise():
+    verdict = formats_verdict([(1, "3.9", "3.9"), (2, "2.8-IV1", "0.10.2-IV0"), (3, "3.9", "3.9")])
+    assert not verdict.go
+    [reason] = verdict.reasons
+    assert (reason.kind, reason.brokers) == (ReasonKind.WRITES_LEGACY, (2,))
+    assert reason.message.startswith(
+        "broker 2 has inter.broker.protocol.version 2.8-IV1, log.message.format.version 0.10.2-IV0: as a leader it "
+        "writes v1 batches, and its followers copy them as they are"
+    )
+    assert "Set inter.broker.protocol.version=3.0 or higher in every broker's server.properties" in reason.message
+    assert "a plain rolling restart first" in reason.message
+    assert verdict.summary().startswith("gate (kafka-admin) for the brokers' write format: NO GO")
+    v0 = formats_verdict([(1, "0.9.0", "0.9.0"), (2, "3.9", "3.9"), (3, "3.9", "3.9")]).reasons[0].message
+    assert "as a leader it writes v0 batches" in v0
+
+
+def test_a_broker_below_protocol_3_0_that_writes_v2_is_refused_too_and_a_topics_old_format_is_named():
+    verdict = formats_verdict(
+        [(1, "2.8", "2.8"), (2, "3.9", "3.9"), (3, "3.9", "3.9")],
+        [("ret", "0.10.2", TOPIC_CONFIG), ("orders", "0.10.2", DEFAULT_CONFIG), ("audit", "2.8", TOPIC_CONFIG)],
+    )
+    assert [(r.kind, r.topic, r.brokers) for r in verdict.reasons] == [
+        (ReasonKind.WRITES_LEGACY, "", (1,)),
+        (ReasonKind.WRITES_LEGACY, "ret", (1,)),  # only the topic's own setting; orders only reports a default
+    ]
+    assert "it writes v2 now, but below 3.0 a topic's message.format.version" in verdict.reasons[0].message
+    assert (
+        "topic ret sets message.format.version 0.10.2: its leaders on broker(s) [1] write v1. Delete the setting "
+        "(kafka-configs.sh --alter --entity-type topics --entity-name ret --delete-config message.format.version)"
+        in verdict.reasons[1].message
+    )
+
+
+def test_kafka_unreachable_leaves_the_format_check_no_go_too():
+    verdict = AdminApiGate("127.0.0.1:1", timeout_s=2).check_formats()
+    assert not verdict.go and verdict.reasons[0].kind == ReasonKind.GATE_UNAVAILABLE
+
+
 # --- the operator's gate command ------------------------------------------------------------------------------
 
 
@@ -218,3 +288,50 @@ def test_waiting_for_the_gate_retries_until_it_opens_or_the_timeout(tmp_path):
 @pytest.mark.parametrize("command", ["exit 0", "echo ok"])
 def test_the_broker_placeholder_is_optional(command):
     assert CommandGate(command).check(7).go
+
+
+# --- the Admin API client over a socket -----------------------------------------------------------------------
+
+
+def stub_cluster(reachable=(1, 2, 3), ibp="3.9"):
+    return AdminCluster(
+        brokers={b: b in reachable for b in (1, 2, 3)},
+        topics={"orders": [(0, 1, [1, 2, 3], [1, 2, 3])], "ret": [(0, 2, [2, 3, 1], [2, 3, 1])]},
+        broker_configs={
+            1: {"inter.broker.protocol.version": "3.9", "log.message.format.version": "3.9"},
+            2: {"inter.broker.protocol.version": ibp, "log.message.format.version": "0.10.2-IV0"},
+            3: {"inter.broker.protocol.version": "3.9"},
+        },
+        topic_configs={"ret": {"message.format.version": "0.10.2"}},
+    )
+
+
+def test_the_admin_api_gate_reads_a_clusters_formats_and_health_through_kafkas_protocol():
+    with KafkaAdminStub(stub_cluster(ibp="2.8-IV1")) as kafka:
+        gate = AdminApiGate(kafka.bootstrap, timeout_s=5)
+        snapshot = gate.snapshot()
+        assert not isinstance(snapshot, GateReason), snapshot
+        assert [(b.broker, b.inter_broker_protocol, b.log_message_format) for b in snapshot.broker_formats] == [
+            (1, "3.9", "3.9"),
+            (2, "2.8-IV1", "0.10.2-IV0"),
+            (3, "3.9", None),
+        ]
+        assert snapshot.topic_formats == {"ret": "0.10.2"}
+        assert gate.check(1).go
+        formats = gate.check_formats()
+        assert [(r.kind, r.topic, r.brokers) for r in formats.reasons] == [
+            (ReasonKind.WRITES_LEGACY, "", (2,)),
+            (ReasonKind.WRITES_LEGACY, "ret", (2,)),
+        ]
+        assert "broker 2 has inter.broker.protocol.version 2.8-IV1" in formats.summary()
+
+
+def test_a_broker_named_by_kafka_that_does_not_answer_is_its_own_no_go_not_advice_to_check_the_configuration():
+    with KafkaAdminStub(stub_cluster(reachable=(1, 3))) as kafka:  # broker 2 is stopping: its port refuses
+        verdict = AdminApiGate(kafka.bootstrap, timeout_s=1).check(1)
+    assert not verdict.go
+    [reason] = verdict.reasons
+    assert reason.kind == ReasonKind.NODE_NOT_READY, reason
+    assert f"Kafka at {kafka.bootstrap} answered, but a broker it named did not" in reason.message
+    assert "usual for a few seconds while a broker stops or starts" in reason.message
+    assert "--bootstrap-server" not in reason.message

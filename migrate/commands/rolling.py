@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from migrate.codec import to_json
 from migrate.commands.engine import add_cluster_options, make_engine, parse_brokers
@@ -11,17 +12,25 @@ from migrate.commands.migration import add_plan_options, plan_request_from
 from migrate.errors import MigrateError
 from migrate.watch.runlog import note, result
 
+if TYPE_CHECKING:
+    from migrate.rolling.driver import RollingReport
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "rolling",
         help="cut a running cluster over one broker at a time, each behind a gate",
-        description="For each broker of --brokers in order: wait for the gate (Kafka's Admin API at "
+        description="Before any stop: refuse a broker whose leaders write, or may write, v0/v1 batches "
+        "(inter.broker.protocol.version below 3.0, read through --bootstrap-server) and every refusal a broker's plan "
+        "would meet that can be told while it runs (an earlier migration not finalized). Then for each broker of "
+        "--brokers in order: wait for the gate (Kafka's Admin API at "
         "--bootstrap-server: no under-replicated or offline partition, none that stopping this broker would put "
         "under min.insync.replicas, no reassignment in flight; and/or --gate-command), run --stop-command, wait for "
         "its log dirs' .lock to be released and the clean-shutdown marker to appear (refused otherwise), plan and "
         "execute its log dirs on its own Dask worker, run --start-command, and wait for the gate again. Stops at the "
-        "first failure, naming the broker and what to run next; never goes on to the next broker after a failure.",
+        "first failure, naming the broker and what to run next; never goes on to the next broker after a failure. "
+        "After the last broker, every broker's log dirs are scanned through its worker: exit 0 only when the cluster "
+        "is v2-only, 4 when a partition holds v0/v1 batches (each named), 1 on any failure.",
     )
     p.add_argument("--brokers", required=True, help="broker ids in the order to cut over, the canary first: 1,2,3")
     p.add_argument("--log-dirs", help="comma-separated log dirs, at the same paths on every broker")
@@ -115,19 +124,65 @@ def run_rolling(args: argparse.Namespace) -> int:
         report = RollingRun(engine, settings, gates, say=note).run()
     finally:
         engine.close()
+    result(to_json(report), args.json, "\n".join(outcome_lines(report)))
+    return outcome_code(report)
+
+
+EXIT_LEGACY_LEFT = 4  # as scan's: legacy (v0/v1) data is left
+
+
+def outcome_code(report: RollingReport) -> int:
+    if not report.ok:
+        return 1
+    if report.v2_only:
+        return 0
+    return EXIT_LEGACY_LEFT if any(s.partitions for s in report.scanned) else 1
+
+
+def outcome_lines(report: RollingReport) -> list[str]:
+    """Per broker, then the last line: v2-only only when every broker's scan says so."""
     lines = [
         f"broker {b.broker}: {'converted' if b.ok else 'FAILED'}" + (f" (plan {b.plan_path})" if b.plan_path else "")
         for b in report.brokers
     ]
+    if report.refused:
+        lines.append(report.refused)
     if report.not_started:
         lines.append(f"not started: broker(s) {', '.join(map(str, report.not_started))}")
-    if report.ok:
+    if not report.ok:
+        return lines
+    scanned = ", ".join(s.worker for s in report.scanned)
+    legacy = [(s.worker, p) for s in report.scanned for p in s.partitions]
+    unreadable = [u for s in report.scanned for u in s.unreadable]
+    for worker, p in legacy[:50]:
+        lines.append(f"  legacy data: {p.partition} in {p.log_dir} on {worker}: {p.legacy_bytes} B of v0/v1 batches")
+    if len(legacy) > 50:
+        lines.append(f"  ... and {len(legacy) - 50} more partitions (--json lists every one)")
+    lines += [f"  not read: {u}" for u in unreadable[:20]]
+    after = (
+        "Per broker: `kafka-log-migrate verify --plan <run dir>/broker-<id>.plan.json --scheduler ...`; once "
+        "satisfied, `finalize` each plan (or `rollback` one, its broker stopped)."
+    )
+    if report.v2_only:
         lines.append(
-            "Every broker is converted and back. Per broker: `kafka-log-migrate verify --plan <run dir>/broker-<id>"
-            ".plan.json --scheduler ...`; once satisfied, `finalize` each plan (or `rollback` one, its broker stopped)."
+            f"Every broker is converted and back, and the cluster is v2-only: the log dirs of {scanned} hold v2 "
+            f"batches only. {after}"
         )
-    result(to_json(report), args.json, "\n".join(lines))
-    return 0 if report.ok else 1
+    elif legacy:
+        names = ", ".join(sorted({p.partition for _, p in legacy})[:10])
+        lines.append(
+            f"Every broker is converted and back, but the cluster is NOT v2-only: {len(legacy)} partition(s) hold "
+            f"v0/v1 batches again ({names}{', ...' if len(legacy) > 10 else ''}), written by leaders that still "
+            "write a legacy format and copied by their followers. Raise inter.broker.protocol.version to 3.0 or "
+            "higher on every broker (a plain rolling restart), `finalize` each plan of this run, then run `rolling` "
+            "again for what is left."
+        )
+    else:
+        lines.append(
+            f"Every broker is converted and back, but the cluster is not certified v2-only: a log dir or partition "
+            f"of {scanned} could not be read (above). Run `kafka-log-migrate scan` on that broker once it is fixed."
+        )
+    return lines
 
 
 def _usage(message: str) -> int:

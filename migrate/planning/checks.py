@@ -77,6 +77,7 @@ class Check:
     test: Callable[[Any], Iterable[Finding]]
     advice: str
     at_prepare: bool = False  # prepare runs it again before a new run fences the log dir
+    while_running: bool = False  # means the same while the broker runs: a rolling run asks it before the stop
 
     def run(self, subject: object) -> list[PlanProblem]:
         return [
@@ -401,11 +402,15 @@ CHECKS: tuple[Check, ...] = (
     Check(K.CLUSTERS_DIFFER, Scope.CLUSTER, _clusters_differ, CLUSTERS_DIFFER_ADVICE),
     Check(K.BROKER_WITHOUT_WORKER, Scope.CLUSTER, _broker_without_worker, NO_WORKER_ADVICE),
     Check(K.NO_WORKERS, Scope.CLUSTER, _no_workers, NO_WORKERS_ADVICE),
-    Check(K.NOT_A_LOG_DIR, Scope.LOG_DIR_PATH, _not_a_log_dir, LOG_DIR_PATH_ADVICE, at_prepare=True),
+    Check(
+        K.NOT_A_LOG_DIR, Scope.LOG_DIR_PATH, _not_a_log_dir, LOG_DIR_PATH_ADVICE, at_prepare=True, while_running=True
+    ),
     Check(K.LOG_DIR_LOCKED, Scope.LOG_DIR, _locked, LOCKED_ADVICE, at_prepare=True),
     Check(K.UNCLEAN_SHUTDOWN, Scope.LOG_DIR, _unclean, UNCLEAN_ADVICE),
-    Check(K.MIGRATION_IN_PROGRESS, Scope.LOG_DIR, _in_progress, IN_PROGRESS_ADVICE, at_prepare=True),
-    Check(K.UNFINISHED_MIGRATION, Scope.LOG_DIR, _unfinished, UNFINISHED_ADVICE, at_prepare=True),
+    Check(
+        K.MIGRATION_IN_PROGRESS, Scope.LOG_DIR, _in_progress, IN_PROGRESS_ADVICE, at_prepare=True, while_running=True
+    ),
+    Check(K.UNFINISHED_MIGRATION, Scope.LOG_DIR, _unfinished, UNFINISHED_ADVICE, at_prepare=True, while_running=True),
     Check(K.STRAY_FILES, Scope.PARTITION, _stray, STRAY_ADVICE, at_prepare=True),
     Check(K.NOT_WHOLE, Scope.PARTITION, _not_whole, NOT_WHOLE_ADVICE, at_prepare=True),
     Check(K.IO_ERROR, Scope.SEGMENT, _unreadable, UNREADABLE_ADVICE),
@@ -419,17 +424,35 @@ CHECKS: tuple[Check, ...] = (
 )
 
 
-def judge(scope: Scope, subject: object, *, first_only: bool = False, at_prepare: bool = False) -> list[PlanProblem]:
+def judge(
+    scope: Scope,
+    subject: object,
+    *,
+    first_only: bool = False,
+    at_prepare: bool = False,
+    while_running: bool = False,
+) -> list[PlanProblem]:
     """The problems the rows of ``scope`` find in ``subject``, in table order; ``first_only``: stop at the first row
-    that finds any (later rows read what earlier ones found valid); ``at_prepare``: only the rows prepare re-runs."""
+    that finds any (later rows read what earlier ones found valid); ``at_prepare``: only the rows prepare re-runs;
+    ``while_running``: only the rows that mean the same while the broker runs."""
     problems: list[PlanProblem] = []
     for check in CHECKS:
         if check.scope != scope or (at_prepare and not check.at_prepare):
+            continue
+        if while_running and not check.while_running:
             continue
         problems += check.run(subject)
         if first_only and problems:
             break
     return problems
+
+
+def before_stop(log_dir: str) -> list[PlanProblem]:
+    """The refusals a plan of ``log_dir`` would meet that can be told while its broker still runs (an earlier
+    migration's state or fence, a path that is no log dir): a rolling run asks them before it stops the broker,
+    so a certain refusal never takes a broker out of its in-sync replicas for nothing. Only reads."""
+    subject = LogDirSubject(log_dir)
+    return judge(Scope.LOG_DIR_PATH, subject, while_running=True) or judge(Scope.LOG_DIR, subject, while_running=True)
 
 
 def recheck_log_dir(entry: LogDirPlan, plan_id: str) -> None:

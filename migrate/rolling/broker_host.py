@@ -1,13 +1,16 @@
 """What a rolling run asks on a broker's own host, through that broker's worker: which broker this worker serves,
-and whether the broker has let go of its log dirs after a clean shutdown. Both only read."""
+what would refuse its cut-over while it still runs, whether the broker has let go of its log dirs after a clean
+shutdown, and at the end what legacy data its log dirs hold. All only read."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from migrate.errors import MigrateError
+from migrate.errors import MigrateError, PlanProblem
 from migrate.kafka.lock import lock_holder
 from migrate.kafka.properties import has_clean_shutdown, log_dirs_of, read_meta_properties
+from migrate.planning.checks import before_stop
+from migrate.reports.scan import scan_log_dir
 
 
 @dataclass(frozen=True)
@@ -50,3 +53,47 @@ def identify(log_dirs: tuple[str, ...], broker_config: str | None, worker: str) 
 def release_state(log_dirs: tuple[str, ...]) -> tuple[LogDirRelease, ...]:
     """Run on a worker: each log dir's lock holder and clean-shutdown marker, now."""
     return tuple(LogDirRelease(d, lock_holder(d), has_clean_shutdown(d)) for d in log_dirs)
+
+
+def cut_over_refusals(log_dirs: tuple[str, ...]) -> tuple[PlanProblem, ...]:
+    """Run on a worker, its broker running: what would refuse the plan of its log dirs after the stop and can be told
+    now (an earlier migration not finalized or rolled back, a fence, a path that is no log dir)."""
+    return tuple(problem for d in log_dirs for problem in before_stop(d))
+
+
+@dataclass(frozen=True)
+class LegacyPartition:
+    log_dir: str
+    partition: str
+    legacy_bytes: int
+
+
+@dataclass(frozen=True)
+class LegacyLeft:
+    """One broker's log dirs as ``scan`` reads them: the partitions that hold v0/v1 batches, and what could not be
+    read (which withholds the certificate)."""
+
+    worker: str
+    partitions: tuple[LegacyPartition, ...]
+    unreadable: tuple[str, ...]
+
+    @property
+    def v2_only(self) -> bool:
+        return not self.partitions and not self.unreadable
+
+
+def legacy_left(log_dirs: tuple[str, ...], worker: str) -> LegacyLeft:
+    """Run on a worker, its broker running again: ``scan`` of its log dirs (read-only, the lock only probed)."""
+    legacy: list[LegacyPartition] = []
+    unreadable: list[str] = []
+    for d in log_dirs:
+        _, entry = scan_log_dir(d)
+        if entry["error"]:
+            unreadable.append(entry["error"])
+        for p in entry["partitions"]:
+            if p["legacy"]:
+                size = sum(n for magic, n in p["bytesByMagic"].items() if int(magic) < 2)
+                legacy.append(LegacyPartition(entry["logDir"], p["partition"], size))
+            elif p["error"]:
+                unreadable.append(p["error"])
+    return LegacyLeft(worker, tuple(legacy), tuple(unreadable))

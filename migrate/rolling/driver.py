@@ -1,5 +1,10 @@
 """The rolling cut-over: one broker at a time, each only once the cluster can spare it.
 
+Before the first stop, the run refuses what would end it badly later: a broker or topic whose leaders write (or may
+write) v0/v1 batches (``gate.judge_formats``: followers copy what their leader writes, so converted brokers would
+gain legacy data again), and on each broker's worker every refusal its plan would meet that can be told while it
+runs (``checks.before_stop``: an earlier migration not finalized, a fence).
+
 For each broker, in the order given (the canary first):
 
 1. the gate (``gate.py``; Kafka's Admin API and/or the operator's command), asked again until it opens or its
@@ -10,6 +15,9 @@ For each broker, in the order given (the canary first):
 4. its plan, made on its worker after the stop (as ``plan --log-dirs``), written beside the run, and ``execute`` of it
    (the same library functions: where the broker pre-staged, the cut-over takes what it staged);
 5. the operator's start command, then the gate again: the next broker waits until this one is back in sync.
+
+After the last broker, every broker's log dirs are scanned through its worker (as ``scan``): the run says the
+cluster is v2-only only when no partition anywhere holds a v0/v1 batch, and names each one that does.
 
 The run stops at the first failure and says which broker, in what state, and what to run next; it never goes on
 to the next broker after one failed. Each broker's plan is its own (``broker-<id>.plan.json``), so ``status``,
@@ -40,14 +48,24 @@ from migrate.prestage.replicas import (
     compare_staged,
     differences_with,
 )
-from migrate.rolling.broker_host import LogDirRelease, WorkerBroker, identify, release_state
+from migrate.rolling.broker_host import (
+    LegacyLeft,
+    LogDirRelease,
+    WorkerBroker,
+    cut_over_refusals,
+    identify,
+    legacy_left,
+    release_state,
+)
 from migrate.rolling.gate import GateVerdict
 from migrate.rolling.operator_gate import Gate, for_broker, run_operator_command, wait_for_go
 from migrate.stages.replicas import converted_digests, peer_staged_digests
 
 
 class Step(str, enum.Enum):
+    FORMATS = "write-format check"  # before the first stop: every broker writes v2
     GATE = "gate"
+    REFUSALS = "refusal check"  # what would refuse this broker's plan, asked while it runs
     STOP = "stop"
     RELEASE = "release"  # the log dirs' lock released and the clean-shutdown marker written
     PLAN = "plan"
@@ -91,10 +109,17 @@ class RollingSettings:
 
 @dataclass(frozen=True)
 class RollingReport:
-    ok: bool
+    ok: bool  # every broker of the run cut over and back in service
     brokers: tuple[BrokerCutover, ...]
     not_started: tuple[int, ...] = ()
     gate_verdicts: tuple[GateVerdict, ...] = field(default=())
+    refused: str = ""  # why the run stopped no broker at all
+    scanned: tuple[LegacyLeft, ...] = ()  # every broker's log dirs after the last cut-over
+
+    @property
+    def v2_only(self) -> bool:
+        """Certified: every broker's log dirs were read after the run and hold v2 batches only."""
+        return self.ok and bool(self.scanned) and all(s.v2_only for s in self.scanned)
 
 
 MTIME_REFUSAL = (
@@ -163,17 +188,59 @@ class RollingRun:
     def run(self) -> RollingReport:
         workers = find_workers(self.engine, self.settings)
         self.workers = workers
+        brokers = self.settings.brokers
+        refused = self._refused_before_any_stop()
+        if refused:
+            self.say(refused)
+            return RollingReport(False, (), brokers, tuple(self.verdicts), refused=refused)
         self.settings.run_dir.mkdir(parents=True, exist_ok=True)
         done: list[BrokerCutover] = []
-        for i, broker in enumerate(self.settings.brokers):
-            self.say(f"broker {broker}: cut-over {i + 1} of {len(self.settings.brokers)}")
-            result = self.cut_over(broker, workers[broker], rest=self.settings.brokers[i:])
+        for i, broker in enumerate(brokers):
+            self.say(f"broker {broker}: cut-over {i + 1} of {len(brokers)}")
+            result = self.cut_over(broker, workers[broker], rest=brokers[i:])
             done.append(result)
             if not result.ok:
                 self.say(result.failure)
-                return RollingReport(False, tuple(done), self.settings.brokers[i + 1 :], tuple(self.verdicts))
+                return RollingReport(False, tuple(done), brokers[i + 1 :], tuple(self.verdicts))
             self.say(f"broker {broker}: converted and back in service (plan {result.plan_path})")
-        return RollingReport(True, tuple(done), (), tuple(self.verdicts))
+        return RollingReport(True, tuple(done), (), tuple(self.verdicts), scanned=self._scan_every_broker())
+
+    def _refused_before_any_stop(self) -> str:
+        """Why the run must not stop any broker: a broker or topic that writes legacy batches, or a broker whose
+        plan would be refused after its stop; "" when there is nothing."""
+        formats = [v for g in self.gates if (v := g.check_formats()) is not None]
+        self.verdicts += formats
+        if not formats:
+            self.say(
+                "note: the brokers' write format was not checked (no --bootstrap-server); the scan after the last "
+                "broker says whether the cluster ends v2-only"
+            )
+        elif not all(v.go for v in formats):
+            why = "\n".join(v.summary() for v in formats if not v.go)
+            return f"refusing the rolling run, nothing was stopped: not every broker writes v2.\n{why}"
+        problems = self._refusals(self.settings.brokers)
+        if problems:
+            return "refusing the rolling run, nothing was stopped: " + problems
+        return ""
+
+    def _refusals(self, brokers: Sequence[int]) -> str:
+        """What would refuse the plans of ``brokers`` after their stop and can be told while they run."""
+        calls = [StageCall((self.workers[b].log_dirs,), host=self.workers[b].worker) for b in brokers]
+        lines = []
+        for b, r in zip(brokers, self.engine.map(Stage.SURVEY, cut_over_refusals, calls)):
+            if not r.ok:
+                lines.append(f"broker {b}: its worker could not look at its log dirs: {r.error}")
+            lines += [f"broker {b}: {p.message} {p.advice}" for p in (r.value if r.ok else ())]
+        return "\n  ".join(["", *lines]) if lines else ""
+
+    def _scan_every_broker(self) -> tuple[LegacyLeft, ...]:
+        """Every broker's log dirs, through its worker, after the last cut-over: what legacy data is left."""
+        found = sorted(self.workers.items())
+        calls = [StageCall((w.log_dirs, w.worker), host=w.worker) for _, w in found]
+        scanned = []
+        for (b, w), r in zip(found, self.engine.map(Stage.SURVEY, legacy_left, calls)):
+            scanned.append(r.value if r.ok else LegacyLeft(w.worker, (), (f"broker {b}: scan failed: {r.error}",)))
+        return tuple(scanned)
 
     # --- one broker -------------------------------------------------------------------------------------------
 
@@ -206,6 +273,17 @@ class RollingRun:
                 f"once the reasons above are gone, run again: {resume}",
             )
         passed(Step.GATE, started)
+
+        started = self.clock()
+        problems = self._refusals([broker])
+        if problems:
+            return fail(
+                Step.REFUSALS,
+                started,
+                f"its plan would be refused after the stop; nothing was stopped:{problems}",
+                f"fix what is named above, then run again: {resume}",
+            )
+        passed(Step.REFUSALS, started)
 
         started = self.clock()
         code, out = run_operator_command(s.stop_command, broker, s.command_timeout_s)

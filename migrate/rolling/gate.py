@@ -10,6 +10,12 @@ A broker may be stopped only when the cluster can lose it without losing availab
 - no partition reassignment is in flight (a replica being added copies the leader's format, so which brokers end up
   converted would depend on who led; online-prestage-facts.md §5).
 
+Before the first broker is stopped, ``judge_formats`` asks the same snapshot whether every broker writes v2 and will
+keep doing so: a leader at ``inter.broker.protocol.version`` below 3.0 writes the message format its
+``log.message.format.version`` (or a topic's ``message.format.version``) names, and its followers copy the batches as
+they are, so converted brokers would gain v0/v1 data again. From 3.0 on both format settings are ignored (KIP-724) and
+every batch written is v2; Kafka 4 has neither setting.
+
 ``judge`` is the decision: a pure function of a ``ClusterSnapshot`` (built from Kafka's Admin API responses by
 ``kafka_admin.snapshot_from``), returning a ``GateVerdict`` whose reasons name the topic, partition and brokers.
 """
@@ -17,6 +23,7 @@ A broker may be stopped only when the cluster can lose it without losing availab
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass, field
 
 
@@ -28,6 +35,8 @@ class ReasonKind(str, enum.Enum):
     BROKER_NOT_LIVE = "broker-not-live"
     METADATA_ERROR = "metadata-error"  # Kafka answered with an error for a topic or partition
     GATE_UNAVAILABLE = "gate-unavailable"  # the gate could not ask (Kafka unreachable, the command failed to run)
+    NODE_NOT_READY = "node-not-ready"  # Kafka answered, but a broker it named was stopping or starting
+    WRITES_LEGACY = "writes-legacy-format"  # a broker or topic whose leaders write (or may write) v0/v1 batches
     COMMAND_SAID_NO = "gate-command-no-go"
 
 
@@ -42,14 +51,15 @@ class GateReason:
 
 @dataclass(frozen=True)
 class GateVerdict:
-    broker: int
+    broker: int  # -1: a verdict on the whole cluster (the write-format check)
     go: bool
     source: str  # which gate: "kafka-admin bootstrap=...", "command: ..."
     reasons: tuple[GateReason, ...] = ()
     output: str = ""  # what a gate command printed
 
     def summary(self) -> str:
-        head = f"gate ({self.source}) for broker {self.broker}: {'GO' if self.go else 'NO GO'}"
+        subject = f"broker {self.broker}" if self.broker >= 0 else "the brokers' write format"
+        head = f"gate ({self.source}) for {subject}: {'GO' if self.go else 'NO GO'}"
         lines = [head] + [f"  {r.message}" for r in self.reasons[:20]]
         if len(self.reasons) > 20:
             lines.append(f"  ... and {len(self.reasons) - 20} more")
@@ -78,6 +88,16 @@ class Reassignment:
 
 
 @dataclass(frozen=True)
+class BrokerFormat:
+    """A broker's settings that decide the message format its leaders write, as DescribeConfigs reports them; None
+    where the broker has no such setting (Kafka 4 dropped both: it writes v2 only)."""
+
+    broker: int
+    inter_broker_protocol: str | None
+    log_message_format: str | None
+
+
+@dataclass(frozen=True)
 class ClusterSnapshot:
     """What the gate decides on: one look at the cluster through its Admin API."""
 
@@ -87,6 +107,8 @@ class ClusterSnapshot:
     default_min_insync: int  # the broker's min.insync.replicas (Kafka's default is 1)
     topic_min_insync: dict[str, int] = field(default_factory=dict)  # topics that set their own
     topic_errors: dict[str, int] = field(default_factory=dict)  # topic -> Kafka error code
+    broker_formats: tuple[BrokerFormat, ...] = ()
+    topic_formats: dict[str, str] = field(default_factory=dict)  # message.format.version set on the topic itself
 
     def min_insync(self, topic: str) -> tuple[int, str]:
         """The effective min.insync.replicas of ``topic`` and where it comes from."""
@@ -188,3 +210,74 @@ def judge(snapshot: ClusterSnapshot, broker: int, source: str = "kafka-admin") -
             )
         )
     return GateVerdict(broker, not reasons, source, tuple(reasons))
+
+
+IBP_WITHOUT_FORMAT_SETTINGS = (3, 0)  # from here on the format settings are ignored: every batch written is v2
+FIRST_V2_FORMAT = (0, 11)
+RAISE_IBP = (
+    "Set inter.broker.protocol.version=3.0 or higher in every broker's server.properties (the brokers must run Kafka "
+    "3.0 or later; log.message.format.version and message.format.version are then ignored) and do a plain rolling "
+    "restart first; then run this again."
+)
+
+
+def kafka_version(text: str) -> tuple[int, int] | None:
+    """(major, minor) of a Kafka version setting ("0.10.2", "0.10.2-IV0", "2.8-IV1", "3.9"); None if unreadable."""
+    match = re.match(r"\s*(\d+)\.(\d+)", text)
+    return (int(match[1]), int(match[2])) if match else None
+
+
+def _writes(version: tuple[int, int]) -> str:
+    return "v2" if version >= FIRST_V2_FORMAT else "v1" if version >= (0, 10) else "v0"
+
+
+def judge_formats(snapshot: ClusterSnapshot, source: str = "kafka-admin") -> GateVerdict:
+    """Go when every broker writes v2 and no setting can make it write v0/v1 again; else every broker and topic that
+    writes, or may write, legacy batches, with its settings and what to raise."""
+    reasons: list[GateReason] = []
+    below_3 = []
+    for b in sorted(snapshot.broker_formats, key=lambda b: b.broker):
+        if b.inter_broker_protocol is None:
+            continue  # Kafka 4: v2 only
+        ibp = kafka_version(b.inter_broker_protocol)
+        if ibp is not None and ibp >= IBP_WITHOUT_FORMAT_SETTINGS:
+            continue
+        below_3.append(b.broker)
+        fmt = kafka_version(b.log_message_format) if b.log_message_format else None
+        settings = f"inter.broker.protocol.version {b.inter_broker_protocol}"
+        if b.log_message_format is not None:
+            settings += f", log.message.format.version {b.log_message_format}"
+        known = [v for v in (ibp, fmt) if v is not None]
+        if ibp is None or (b.log_message_format is not None and fmt is None):
+            now = "the message format it writes cannot be told from them"
+        elif _writes(min(known)) != "v2":
+            now = (
+                f"as a leader it writes {_writes(min(known))} batches, and its followers copy them as they are, so "
+                "converted brokers would hold legacy data again"
+            )
+        else:
+            now = (
+                "it writes v2 now, but below 3.0 a topic's message.format.version (settable at any time) makes its "
+                "leaders write v0/v1 again"
+            )
+        reasons.append(
+            GateReason(
+                ReasonKind.WRITES_LEGACY, f"broker {b.broker} has {settings}: {now}. {RAISE_IBP}", brokers=(b.broker,)
+            )
+        )
+    if below_3:
+        for topic, value in sorted(snapshot.topic_formats.items()):
+            version = kafka_version(value)
+            if version is None or version < FIRST_V2_FORMAT:
+                reasons.append(
+                    GateReason(
+                        ReasonKind.WRITES_LEGACY,
+                        f"topic {topic} sets message.format.version {value}: its leaders on broker(s) "
+                        f"{_ids(below_3)} write {_writes(version) if version else 'an unknown format'}. Delete the "
+                        f"setting (kafka-configs.sh --alter --entity-type topics --entity-name {topic} "
+                        "--delete-config message.format.version), or raise inter.broker.protocol.version as above.",
+                        topic=topic,
+                        brokers=tuple(below_3),
+                    )
+                )
+    return GateVerdict(-1, not reasons, source, tuple(reasons))

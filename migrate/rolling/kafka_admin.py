@@ -20,6 +20,7 @@ from typing import Any
 
 from migrate.errors import MigrateError
 from migrate.rolling.gate import (
+    BrokerFormat,
     ClusterSnapshot,
     GateReason,
     GateVerdict,
@@ -27,9 +28,15 @@ from migrate.rolling.gate import (
     ReasonKind,
     Reassignment,
     judge,
+    judge_formats,
 )
 
 MIN_INSYNC = "min.insync.replicas"
+IBP = "inter.broker.protocol.version"
+LOG_MESSAGE_FORMAT = "log.message.format.version"  # a broker's default message format (below IBP 3.0 only)
+MESSAGE_FORMAT = "message.format.version"  # a topic's own (below IBP 3.0 only)
+BROKER_CONFIGS = (MIN_INSYNC, IBP, LOG_MESSAGE_FORMAT)
+TOPIC_CONFIGS = (MIN_INSYNC, MESSAGE_FORMAT)
 KAFKA_DEFAULT_MIN_INSYNC = 1
 RESOURCE_TOPIC = 2  # DescribeConfigs resource types (ConfigResource.Type)
 RESOURCE_BROKER = 4
@@ -59,6 +66,8 @@ def snapshot_from(metadata: Any, configs: Sequence[Any], reassignments: Any | No
             )
     defaults: list[int] = []
     topic_min: dict[str, int] = {}
+    broker_settings: dict[int, dict[str, str]] = {}
+    topic_formats: dict[str, str] = {}
     for response in configs:
         for r in response.to_object()["resources"]:
             if r["error_code"]:
@@ -67,14 +76,21 @@ def snapshot_from(metadata: Any, configs: Sequence[Any], reassignments: Any | No
                     f"{r['resource_name']} failed with Kafka error code {r['error_code']} ({r['error_message']}): "
                     "the gate needs every min.insync.replicas. Check the admin client's ACLs (DescribeConfigs)."
                 )
+            if r["resource_type"] == RESOURCE_BROKER:
+                broker_settings.setdefault(int(r["resource_name"]), {})
             for entry in r["config_entries"]:
-                if entry["config_names"] != MIN_INSYNC or entry["config_value"] is None:
+                name, text = entry["config_names"], entry["config_value"]
+                if text is None:
                     continue
-                value = int(entry["config_value"])
                 if r["resource_type"] == RESOURCE_BROKER:
-                    defaults.append(value)
+                    broker_settings[int(r["resource_name"])][name] = text
+                    if name == MIN_INSYNC:
+                        defaults.append(_number(text, r["resource_name"], name))
                 elif _set_on_topic(entry):
-                    topic_min[r["resource_name"]] = value
+                    if name == MIN_INSYNC:
+                        topic_min[r["resource_name"]] = _number(text, r["resource_name"], name)
+                    elif name == MESSAGE_FORMAT:
+                        topic_formats[r["resource_name"]] = text
     moving: list[Reassignment] = []
     if reassignments is not None:
         body = reassignments.to_object()
@@ -102,7 +118,19 @@ def snapshot_from(metadata: Any, configs: Sequence[Any], reassignments: Any | No
         default_min_insync=max(defaults, default=KAFKA_DEFAULT_MIN_INSYNC),
         topic_min_insync=topic_min,
         topic_errors=topic_errors,
+        broker_formats=tuple(
+            BrokerFormat(b, settings.get(IBP), settings.get(LOG_MESSAGE_FORMAT))
+            for b, settings in sorted(broker_settings.items())
+        ),
+        topic_formats=topic_formats,
     )
+
+
+def _number(text: str, resource: str, name: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise MigrateError(f"DescribeConfigs for {resource}: {name} is {text!r}, not a number") from None
 
 
 def _set_on_topic(entry: dict[str, Any]) -> bool:
@@ -111,24 +139,44 @@ def _set_on_topic(entry: dict[str, Any]) -> bool:
     return not entry.get("is_default", True)  # v0: a topic resource's non-default value is the topic's own
 
 
+class ClusterSettling(Exception):
+    """Kafka answered at the bootstrap address, but a broker or controller it named did not (stopping, starting,
+    or its connection not yet made): expected for a few seconds around a broker's stop or start."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(f"{type(cause).__name__}: {cause}" if str(cause) else type(cause).__name__)
+
+
 async def _look(bootstrap: str, timeout_ms: int, client_options: dict[str, Any]) -> tuple[Any, list[Any], Any]:
     from aiokafka.admin import AIOKafkaAdminClient
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=timeout_ms, **client_options)
+    await admin.start()  # fails here when nothing answers at the bootstrap address: the configuration's business
+    try:
+        return await _ask(admin, timeout_ms)
+    except asyncio.TimeoutError as exc:  # a broker the metadata named never became ready
+        raise ClusterSettling(exc) from exc
+    except Exception as exc:
+        if getattr(exc, "retriable", False):  # aiokafka's mark of a node not ready, a stale leader or controller
+            raise ClusterSettling(exc) from exc
+        raise
+    finally:
+        await admin.close()
+
+
+async def _ask(admin: Any, timeout_ms: int) -> tuple[Any, list[Any], Any]:
     from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
     from aiokafka.protocol.admin import ListPartitionReassignmentsRequest
 
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=timeout_ms, **client_options)
-    await admin.start()
-    try:
-        metadata = await admin._get_cluster_metadata()  # one response: brokers and partitions seen together
-        meta = metadata.to_object()
-        wanted = {MIN_INSYNC: None}
-        resources = [ConfigResource(ConfigResourceType.BROKER, str(b["node_id"]), wanted) for b in meta["brokers"]]
-        resources += [ConfigResource(ConfigResourceType.TOPIC, t["topic"], wanted) for t in meta["topics"]]
-        configs = await admin.describe_configs(resources)
-        # topics null: every reassignment in flight (ListPartitionReassignmentsRequest, KIP-455)
-        moving = await admin._send_to_controller(ListPartitionReassignmentsRequest(timeout_ms, None, {}))
-    finally:
-        await admin.close()
+    metadata = await admin._get_cluster_metadata()  # one response: brokers and partitions seen together
+    meta = metadata.to_object()
+    brokers = dict.fromkeys(BROKER_CONFIGS)
+    topics = dict.fromkeys(TOPIC_CONFIGS)
+    resources = [ConfigResource(ConfigResourceType.BROKER, str(b["node_id"]), brokers) for b in meta["brokers"]]
+    resources += [ConfigResource(ConfigResourceType.TOPIC, t["topic"], topics) for t in meta["topics"]]
+    configs = await admin.describe_configs(resources)
+    # topics null: every reassignment in flight (ListPartitionReassignmentsRequest, KIP-455)
+    moving = await admin._send_to_controller(ListPartitionReassignmentsRequest(timeout_ms, None, {}))
     return metadata, list(configs), moving
 
 
@@ -142,21 +190,38 @@ class AdminApiGate:
         self.source = f"kafka-admin {bootstrap}"
 
     def check(self, broker: int) -> GateVerdict:
+        snapshot = self.snapshot()
+        if isinstance(snapshot, GateReason):
+            return GateVerdict(broker, False, self.source, (snapshot,))
+        return judge(snapshot, broker, self.source)
+
+    def check_formats(self) -> GateVerdict:
+        snapshot = self.snapshot()
+        if isinstance(snapshot, GateReason):
+            return GateVerdict(-1, False, self.source, (snapshot,))
+        return judge_formats(snapshot, self.source)
+
+    def snapshot(self) -> ClusterSnapshot | GateReason:
+        """One look at the cluster, or why there was none (never a go)."""
         try:
             metadata, configs, moving = asyncio.run(
                 asyncio.wait_for(
                     _look(self.bootstrap, int(self.timeout_s * 1000), self.client_options), self.timeout_s * 2
                 )
             )
-            snapshot = snapshot_from(metadata, configs, moving)
+            return snapshot_from(metadata, configs, moving)
+        except ClusterSettling as exc:
+            return GateReason(
+                ReasonKind.NODE_NOT_READY,
+                f"Kafka at {self.bootstrap} answered, but a broker it named did not ({exc}): usual for a few seconds "
+                "while a broker stops or starts. Not a go; the gate asks again.",
+            )
         except Exception as exc:  # unreachable, refused, timed out, an error code: no answer is never a go
-            reason = GateReason(
+            return GateReason(
                 ReasonKind.GATE_UNAVAILABLE,
                 f"could not ask Kafka at {self.bootstrap} ({type(exc).__name__}: {exc}); check --bootstrap-server "
                 "and --admin-config, and that this host reaches the brokers",
             )
-            return GateVerdict(broker, False, self.source, (reason,))
-        return judge(snapshot, broker, self.source)
 
 
 ADMIN_CONFIG_KEYS = {  # --admin-config keys (Kafka's client property names) -> AIOKafkaAdminClient arguments

@@ -26,6 +26,10 @@ class Gate(Protocol):
 
     def check(self, broker: int) -> GateVerdict: ...
 
+    def check_formats(self) -> GateVerdict | None:
+        """Whether every broker writes v2 and will keep doing so; None where this gate cannot tell."""
+        ...
+
 
 def for_broker(command: str, broker: int) -> str:
     """``command`` with ``{broker}`` replaced (other braces, as in systemd's ``kafka@{broker}``, stay as written)."""
@@ -63,6 +67,9 @@ class CommandGate:
         self.command = command
         self.timeout_s = timeout_s
         self.source = f"command: {command}"
+
+    def check_formats(self) -> GateVerdict | None:
+        return None  # an operator's command answers for one broker's stop only
 
     def check(self, broker: int) -> GateVerdict:
         code, out = run_operator_command(self.command, broker, self.timeout_s)
