@@ -1,0 +1,76 @@
+"""Consume every given partition from its beginning with aiokafka, writing each record as a JSON line.
+
+Run by ``migrate.consumers``: ``python aiokafka_consumer.py BOOTSTRAP OUT IDLE_MS DEADLINE_MS GROUP
+TOPIC:PARTITION:END ...``. Manual assignment (no group). It stops once every partition's position reached END, after
+IDLE_MS without a record or a position moving, or at DEADLINE_MS; its last line says which. Self-contained: it runs
+in whichever interpreter has the client installed, and imports nothing of kafka-log-migrate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+from typing import Any
+
+
+async def consume(argv: list[str]) -> None:
+    bootstrap, out, idle_ms, deadline_ms = argv[0], argv[1], int(argv[2]), int(argv[3])
+    wanted = [(t, int(p), int(e)) for t, p, e in (a.rsplit(":", 2) for a in argv[5:])]
+    fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+    def emit(obj: Any) -> None:
+        os.write(fd, (json.dumps(obj, separators=(",", ":")) + "\n").encode())
+
+    import aiokafka
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    emit({"client": f"aiokafka {aiokafka.__version__}"})
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None)
+    await consumer.start()
+    tps = [TopicPartition(t, p) for t, p, _ in wanted]
+    ends = {TopicPartition(t, p): e for t, p, e in wanted}
+    consumer.assign(tps)
+    await consumer.seek_to_beginning(*tps)
+    start = time.monotonic()
+    moved = start
+    positions: dict[Any, int] = {}
+    reason = "deadline"
+    try:
+        while time.monotonic() - start < deadline_ms / 1000:
+            try:
+                batches = await consumer.getmany(timeout_ms=200)
+            except Exception as exc:  # whatever the client raises is its verdict on the data: record it, go on
+                emit({"error": f"{type(exc).__name__}: {exc}"})
+                batches = {}
+            for tp, records in batches.items():
+                for r in records:
+                    headers = [[name, None if value is None else bytes(value).hex()] for name, value in r.headers]
+                    key = None if r.key is None else bytes(r.key).hex()
+                    value = None if r.value is None else bytes(r.value).hex()
+                    ts = -1 if r.timestamp is None else r.timestamp
+                    emit({"r": [tp.topic, tp.partition, r.offset, key, value, headers, ts]})
+                    moved = time.monotonic()
+            now = {tp: await consumer.position(tp) for tp in tps}
+            if now != positions:
+                positions, moved = now, time.monotonic()
+            if all(positions[tp] >= ends[tp] for tp in tps):
+                reason = "every partition read to its end"
+                break
+            if time.monotonic() - moved > idle_ms / 1000:
+                behind = [
+                    f"{tp.topic}-{tp.partition} at {positions[tp]} of {ends[tp]}"
+                    for tp in tps
+                    if positions[tp] < ends[tp]
+                ]
+                reason = f"no progress for {idle_ms} ms: {', '.join(behind)}"
+                break
+        emit({"end": reason})
+    finally:
+        await consumer.stop()
+
+
+if __name__ == "__main__":
+    asyncio.run(consume(sys.argv[1:]))
