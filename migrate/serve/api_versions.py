@@ -10,7 +10,7 @@
                                       1 finalized_features_epoch => int64 (default -1)
                                       2 finalized_features => [name => string, max_version_level,
                                                                min_version_level => int16]
-                                      (3 zk_migration_ready: not sent)
+                                      3 zk_migration_ready => bool
 
 A request of a version this endpoint does not serve is answered as Kafka answers it (KIP-511): a version 0 response
 with UNSUPPORTED_VERSION and the versions it does serve, so the client retries with one of them.
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from migrate.serve.wire import Api, Versions, array, int16, int32, int64, string
+from migrate.serve.wire import Api, Versions, array, boolean, int16, int32, int64, string
 
 
 @dataclass
@@ -58,6 +58,7 @@ class ApiVersionsResponse:
     supported_features: list[SupportedFeatureKey] = array(SupportedFeatureKey, "3+", tag=0)
     finalized_features_epoch: int = int64("3+", -1, tag=1)
     finalized_features: list[FinalizedFeatureKey] = array(FinalizedFeatureKey, "3+", tag=2)
+    zk_migration_ready: bool = boolean("3+", tag=3)
 
 
 API = Api(18, "ApiVersions", ApiVersionsRequest, ApiVersionsResponse, Versions.parse("0-4"), Versions.parse("3+"))

@@ -110,7 +110,7 @@ class Responder:
 
     def _Produce(self, request: produce.ProduceRequest, version: int) -> Any:
         self.note(
-            f"a produce request to {', '.join(t.name for t in request.topics)} refused: this endpoint is read-only"
+            f"a produce request to {', '.join(t.name for t in request.topic_data)} refused: this endpoint is read-only"
         )
         if request.acks == 0:
             return None
@@ -120,13 +120,11 @@ class Responder:
                 produce.TopicProduceResponse(
                     t.name,
                     [
-                        produce.PartitionProduceResponse(
-                            p.partition_index, TOPIC_AUTHORIZATION_FAILED, error_message=refused
-                        )
-                        for p in t.partitions
+                        produce.PartitionProduceResponse(p.index, TOPIC_AUTHORIZATION_FAILED, error_message=refused)
+                        for p in t.partition_data
                     ],
                 )
-                for t in request.topics
+                for t in request.topic_data
             ]
         )
 
@@ -304,7 +302,9 @@ class Responder:
             for t in request.topics
             for p in t.partitions
         }
-        error = self.coordinator.commit(request.group_id, request.member_id, request.generation_id, commits)
+        error = self.coordinator.commit(
+            request.group_id, request.member_id, request.generation_id_or_member_epoch, commits
+        )
         return offsets.OffsetCommitResponse(
             0,
             [

@@ -3,7 +3,8 @@
 
 ::
 
-    OffsetCommitRequest   group_id => string, generation_id => int32 (1+, default -1), member_id => string (1+),
+    OffsetCommitRequest   group_id => string, generation_id_or_member_epoch => int32 (1+, default -1),
+                          member_id => string (1+),
                           group_instance_id => nullable string (7+), retention_time_ms => int64 (2-4, default -1),
                           topics => [name => string,
                                      partitions => [partition_index => int32, committed_offset => int64,
@@ -48,7 +49,7 @@ class OffsetCommitRequestTopic:
 @dataclass
 class OffsetCommitRequest:
     group_id: str = string("0+")
-    generation_id: int = int32("1+", -1)
+    generation_id_or_member_epoch: int = int32("1+", -1)
     member_id: str = string("1+")
     group_instance_id: str | None = string("7+", None, nullable="7+")
     retention_time_ms: int = int64("2-4", -1)

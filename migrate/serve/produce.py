@@ -4,7 +4,7 @@ request is refused, because the endpoint is read-only.
 ::
 
     ProduceRequest   transactional_id => nullable string (3+), acks => int16, timeout_ms => int32
-                     topics => [name => string, partitions => [partition_index => int32, records => nullable bytes]]
+                     topic_data => [name => string, partition_data => [index => int32, records => nullable bytes]]
     ProduceResponse  responses => [name => string,
                                    partition_responses => [index => int32, error_code => int16,
                                                            base_offset => int64,
@@ -30,14 +30,14 @@ from migrate.serve.wire import Api, Versions, array, bytes_, int16, int32, int64
 
 @dataclass
 class PartitionProduceData:
-    partition_index: int = int32("0+")
+    index: int = int32("0+")
     records: bytes | None = bytes_("0+", nullable="0+")
 
 
 @dataclass
 class TopicProduceData:
     name: str = string("0+")
-    partitions: list[PartitionProduceData] = array(PartitionProduceData, "0+")
+    partition_data: list[PartitionProduceData] = array(PartitionProduceData, "0+")
 
 
 @dataclass
@@ -45,7 +45,7 @@ class ProduceRequest:
     transactional_id: str | None = string("3+", None, nullable="0+")
     acks: int = int16("0+")
     timeout_ms: int = int32("0+")
-    topics: list[TopicProduceData] = array(TopicProduceData, "0+")
+    topic_data: list[TopicProduceData] = array(TopicProduceData, "0+")
 
 
 @dataclass

@@ -129,8 +129,8 @@ def int64(versions: str, default: int = 0, *, tag: int | None = None) -> Any:
     return _field(_spec(Kind.INT64, versions, tag=tag), default)
 
 
-def boolean(versions: str, default: bool = False) -> Any:
-    return _field(_spec(Kind.BOOL, versions), default)
+def boolean(versions: str, default: bool = False, *, tag: int | None = None) -> Any:
+    return _field(_spec(Kind.BOOL, versions, tag=tag), default)
 
 
 def uuid(versions: str, *, tag: int | None = None) -> Any:
@@ -167,7 +167,7 @@ def array(of: type | Kind, versions: str, *, nullable: str = "none", tag: int | 
 _FIELDS: dict[type, tuple[tuple[str, Spec, Any], ...]] = {}
 
 
-def _fields(cls: type) -> tuple[tuple[str, Spec, Any], ...]:
+def schema_fields(cls: type) -> tuple[tuple[str, Spec, Any], ...]:
     """(name, spec, default) of a schema class's fields, in order."""
     known = _FIELDS.get(cls)
     if known is not None:
@@ -205,7 +205,7 @@ def encode(obj: Any, version: int, flexible: bool) -> bytes:
 
 def _write_struct(parts: list[bytes], obj: Any, version: int, flexible: bool) -> None:
     tagged: list[tuple[int, bytes]] = []
-    for name, spec, default in _fields(type(obj)):
+    for name, spec, default in schema_fields(type(obj)):
         if version not in spec.versions:
             continue
         value = getattr(obj, name)
@@ -319,7 +319,7 @@ def decode(cls: type, data: bytes | memoryview, version: int, flexible: bool, po
 def _read_struct(r: Reader, cls: type, version: int, flexible: bool) -> Any:
     values: dict[str, Any] = {}
     tagged: dict[int, tuple[str, Spec]] = {}
-    for name, spec, _ in _fields(cls):
+    for name, spec, _ in schema_fields(cls):
         if version not in spec.versions:
             continue
         if spec.tag is not None and flexible and version in spec.tagged:
