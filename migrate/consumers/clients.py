@@ -58,7 +58,8 @@ def python_client(kind: ClientKind, python: str | Path = sys.executable) -> Clie
             [str(python), "-c", f"import {module}"], capture_output=True, text=True, timeout=60, check=False
         )
         if probe.returncode != 0:
-            raise ClientUnavailable(f"{kind} is not importable by {python}: {probe.stderr.strip()[-300:]}")
+            last = (probe.stderr.strip().splitlines() or ["no error text"])[-1]
+            raise ClientUnavailable(f"{kind} is not importable by {python} ({last[-200:]})")
     return Client(kind, (str(python), str(DRIVERS / script)), where=str(python))
 
 

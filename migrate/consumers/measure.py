@@ -37,21 +37,27 @@ def measure(
     idle_ms: int = 5000,
     deadline_ms: int = 120_000,
     max_wait_cap_ms: int = 200,
+    keep_output: bool = True,
 ) -> ClientVerdict:
-    """Serve ``log_dirs``, consume them with ``client``, judge against ``expected`` (Kafka's reader of the same log
-    dirs). ``max_wait_cap_ms`` bounds how long a fetch with nothing to return waits: the log does not grow, and a
-    client at its end asks again sooner."""
+    """Serve ``log_dirs``, consume with ``client`` the partitions ``expected`` holds (Kafka's reader of the same
+    log dirs), judge. ``max_wait_cap_ms`` bounds how long a fetch with nothing to return waits: the log does not
+    grow, and a client at its end asks again sooner. ``keep_output``: leave the driver's output (the records
+    themselves) in ``work``."""
     skip = withheld_topics(client, expected)
     with Endpoint(log_dirs, max_wait_cap_ms=max_wait_cap_ms) as endpoint:
         served = endpoint.log.partitions
-        partitions = [Partition(t, p, s.log_end_offset) for (t, p), s in sorted(served.items()) if t not in skip]
+        partitions = [
+            Partition(t, p, s.log_end_offset)
+            for (t, p), s in sorted(served.items())
+            if t not in skip and (t, p) in expected
+        ]
         given = {(p.topic, p.partition) for p in partitions}
         want: Expected = {
             key: {o: r for o, r in records.items() if o >= served[key].log_start_offset}
             for key, records in expected.items()
             if key in given
         }
-        withheld = tuple(f"{t}-{p} ({skip[t]})" for (t, p) in sorted(served) if t in skip)
+        withheld = tuple(f"{t}-{p} ({skip[t]})" for (t, p) in sorted(served) if t in skip and (t, p) in expected)
         output = work / f"{client.kind}-{secrets.token_hex(4)}.jsonl"
         run = consume(
             client,
@@ -63,7 +69,10 @@ def measure(
             group=f"kafka-log-migrate-{client.kind}-{secrets.token_hex(4)}",
             withheld=withheld,
         )
-    return judge(run, records_of(output), want, label)
+    verdict = judge(run, records_of(output), want, label)
+    if not keep_output:
+        output.unlink(missing_ok=True)
+    return verdict
 
 
 def unavailable(kind: ClientKind, label: str, log_dir: str, reason: str) -> ClientVerdict:

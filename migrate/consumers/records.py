@@ -34,12 +34,12 @@ class RecordFacts:
     headers: bytes  # names and values
     header_names: tuple[str, ...]
     header_values: bytes  # values alone: a client that mangles names only is told apart from one that loses values
-    timestamp: int
+    timestamp: int | None  # None on the reference side: not compared (not known there)
     codec: str = ""
 
     @classmethod
     def of(
-        cls, key: bytes | None, value: bytes | None, headers: Headers, timestamp: int, codec: str = ""
+        cls, key: bytes | None, value: bytes | None, headers: Headers, timestamp: int | None, codec: str = ""
     ) -> RecordFacts:
         return cls(
             _digest(key),

@@ -3,9 +3,10 @@
 ``profile_segment`` walks every entry header (positions, sizes, magics), optionally checks every entry's stored
 checksum (CRC-32 of a legacy message, CRC-32C of a v2 batch: one call over all ranges of a chunk), and remembers
 what ``plan`` needs to tell a torn tail from corruption: the last complete entry's offset, the partial entry's
-header, and the largest entry (and the largest legacy one). Given cut positions (a segment ``plan`` converts in ranges), it also finds the
-first entry start at or after each cut and where that entry's converted bytes will start (``RangeCut``), when the
-converted size of every entry is known in advance. ``check_segment`` is ``plan --check``: a deep read of every
+header, and the largest entry (and the largest legacy one, whose v2 batch consumers must fetch whole). Given cut
+positions (a segment ``plan`` converts in ranges), it also finds the first entry start at or after each cut and
+where that entry's converted bytes will start (``RangeCut``), when the converted size of every entry is known in
+advance. ``check_segment`` is ``plan --check``: a deep read of every
 entry (decompression, inner CRCs, offsets strictly increasing within base..base+2^31-1), exactly what conversion
 would refuse.
 """

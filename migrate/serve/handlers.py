@@ -29,6 +29,7 @@ NONE = 0
 OFFSET_OUT_OF_RANGE = 1
 CORRUPT_MESSAGE = 2
 UNKNOWN_TOPIC_OR_PARTITION = 3
+LEADER_NOT_AVAILABLE = 5
 COORDINATOR_NOT_AVAILABLE = 15
 UNSUPPORTED_VERSION = 35
 FETCH_SESSION_ID_NOT_FOUND = 70
@@ -143,18 +144,18 @@ class Responder:
             if parts is None:
                 out.append(metadata.MetadataResponseTopic(UNKNOWN_TOPIC_OR_PARTITION, name, topic_id))
                 continue
-            out.append(
-                metadata.MetadataResponseTopic(
-                    NONE,
-                    name,
-                    parts[0].topic_id,
-                    False,
-                    [
-                        metadata.MetadataResponsePartition(NONE, p.partition, node, p.leader_epoch, [node], [node], [])
-                        for p in parts
-                    ],
+            # a topic's partitions are 0..N-1 for every client (librdkafka indexes them so): those of other brokers,
+            # not in the served log dirs, are listed as having no leader here
+            here = {p.partition: p for p in parts}
+            listed = []
+            for i in range(max(here) + 1):
+                p = here.get(i)
+                listed.append(
+                    metadata.MetadataResponsePartition(NONE, i, node, p.leader_epoch, [node], [node], [])
+                    if p is not None
+                    else metadata.MetadataResponsePartition(LEADER_NOT_AVAILABLE, i, -1, -1, [], [], [])
                 )
-            )
+            out.append(metadata.MetadataResponseTopic(NONE, name, parts[0].topic_id, False, listed))
         return metadata.MetadataResponse(
             0, [metadata.MetadataResponseBroker(node, self.host, self.port)], self.log.cluster_id, node, out
         )

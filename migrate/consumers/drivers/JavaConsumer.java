@@ -105,6 +105,7 @@ public final class JavaConsumer {
                 } catch (RuntimeException e) {
                     // whatever the client throws is its verdict on the data: record it, go on
                     emit("{\"error\":" + quote(e.getClass().getSimpleName() + ": " + e.getMessage()) + "}");
+                    Thread.sleep(100);  // the same error again at once would only fill the output
                 }
                 Map<TopicPartition, Long> now = new HashMap<>();
                 for (TopicPartition tp : tps) {

@@ -12,8 +12,23 @@ import asyncio
 import json
 import os
 import sys
+import threading
 import time
 from typing import Any
+
+
+def watchdog(emit: Any, moved: list[float], idle_ms: int) -> None:
+    """End the process when the client blocks (a poll that never returns, as kafka-python's may after a CRC error):
+    the loop cannot notice that itself."""
+
+    def watch() -> None:
+        while True:
+            time.sleep(0.1)
+            if time.monotonic() - moved[0] > idle_ms / 1000 + 2:
+                emit({"end": f"no progress for {idle_ms} ms: the client blocked in its poll"})
+                os._exit(0)
+
+    threading.Thread(target=watch, daemon=True).start()
 
 
 async def consume(argv: list[str]) -> None:
@@ -36,6 +51,8 @@ async def consume(argv: list[str]) -> None:
     await consumer.seek_to_beginning(*tps)
     start = time.monotonic()
     moved = start
+    cell = [start]
+    watchdog(emit, cell, idle_ms)
     positions: dict[Any, int] = {}
     reason = "deadline"
     try:
@@ -44,6 +61,7 @@ async def consume(argv: list[str]) -> None:
                 batches = await consumer.getmany(timeout_ms=200)
             except Exception as exc:  # whatever the client raises is its verdict on the data: record it, go on
                 emit({"error": f"{type(exc).__name__}: {exc}"})
+                await asyncio.sleep(0.1)  # the same error again at once would only fill the output
                 batches = {}
             for tp, records in batches.items():
                 for r in records:
@@ -52,10 +70,11 @@ async def consume(argv: list[str]) -> None:
                     value = None if r.value is None else bytes(r.value).hex()
                     ts = -1 if r.timestamp is None else r.timestamp
                     emit({"r": [tp.topic, tp.partition, r.offset, key, value, headers, ts]})
-                    moved = time.monotonic()
+                    moved = cell[0] = time.monotonic()
             now = {tp: await consumer.position(tp) for tp in tps}
             if now != positions:
                 positions, moved = now, time.monotonic()
+                cell[0] = moved
             if all(positions[tp] >= ends[tp] for tp in tps):
                 reason = "every partition read to its end"
                 break

@@ -13,8 +13,23 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 import time
 from typing import Any
+
+
+def watchdog(emit: Any, moved: list[float], idle_ms: int) -> None:
+    """End the process when the client blocks (a poll that never returns, as kafka-python's may after a CRC error):
+    the loop cannot notice that itself."""
+
+    def watch() -> None:
+        while True:
+            time.sleep(0.1)
+            if time.monotonic() - moved[0] > idle_ms / 1000 + 2:
+                emit({"end": f"no progress for {idle_ms} ms: the client blocked in its poll"})
+                os._exit(0)
+
+    threading.Thread(target=watch, daemon=True).start()
 
 
 def main(argv: list[str]) -> int:
@@ -45,6 +60,8 @@ def main(argv: list[str]) -> int:
     done = {(t, p) for t, p, e in wanted if e == 0}
     start = time.monotonic()
     moved = start
+    cell = [start]
+    watchdog(emit, cell, idle_ms)
     reason = "deadline"
     while time.monotonic() - start < deadline_ms / 1000:
         if len(done) == len(wanted):
@@ -57,14 +74,15 @@ def main(argv: list[str]) -> int:
         m = consumer.poll(0.2)
         if m is None:
             continue
-        moved = time.monotonic()
         err = m.error()
-        if err is not None:
+        if err is not None:  # an error is no progress: a client that only reports the same error has stopped
             if err.code() == ck.KafkaError._PARTITION_EOF:
                 done.add((str(m.topic()), int(m.partition() or 0)))
+                moved = cell[0] = time.monotonic()
             else:
                 emit({"error": f"{m.topic()}-{m.partition()} at offset {m.offset()}: {err}"})
             continue
+        moved = cell[0] = time.monotonic()
         headers: list[list[Any]] = []
         raw_headers: Any = m.headers() or []
         for name, raw in raw_headers:

@@ -11,8 +11,23 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 import time
 from typing import Any
+
+
+def watchdog(emit: Any, moved: list[float], idle_ms: int) -> None:
+    """End the process when the client blocks (a poll that never returns, as kafka-python's may after a CRC error):
+    the loop cannot notice that itself."""
+
+    def watch() -> None:
+        while True:
+            time.sleep(0.1)
+            if time.monotonic() - moved[0] > idle_ms / 1000 + 2:
+                emit({"end": f"no progress for {idle_ms} ms: the client blocked in its poll"})
+                os._exit(0)
+
+    threading.Thread(target=watch, daemon=True).start()
 
 
 def main(argv: list[str]) -> int:
@@ -34,6 +49,8 @@ def main(argv: list[str]) -> int:
     consumer.seek_to_beginning(*tps)
     start = time.monotonic()
     moved = start
+    cell = [start]
+    watchdog(emit, cell, idle_ms)
     positions: dict[Any, int] = {}
     reason = "deadline"
     while time.monotonic() - start < deadline_ms / 1000:
@@ -41,6 +58,7 @@ def main(argv: list[str]) -> int:
             batches = consumer.poll(timeout_ms=200)
         except Exception as exc:  # whatever the client raises is its verdict on the data: record it, go on
             emit({"error": f"{type(exc).__name__}: {exc}"})
+            time.sleep(0.1)  # the same error again at once would only fill the output
             batches = {}
         for tp, records in batches.items():
             for r in records:
@@ -49,10 +67,11 @@ def main(argv: list[str]) -> int:
                 value = None if r.value is None else r.value.hex()
                 ts = -1 if r.timestamp is None else r.timestamp
                 emit({"r": [tp.topic, tp.partition, r.offset, key, value, headers, ts]})
-                moved = time.monotonic()
+                moved = cell[0] = time.monotonic()
         now = {tp: consumer.position(tp) for tp in tps}
         if now != positions:
             positions, moved = now, time.monotonic()
+            cell[0] = moved
         if all(positions[tp] >= ends[tp] for tp in tps):
             reason = "every partition read to its end"
             break
