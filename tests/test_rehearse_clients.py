@@ -52,14 +52,14 @@ def kafka_home(tmp_path: Path) -> Path:
     return libs.parent
 
 
-def config(log_dir: Path, kafka_home: Path) -> RehearsalConfig:
+def config(log_dir: Path, kafka_home: Path, idle_ms: int = 3000) -> RehearsalConfig:
     return RehearsalConfig(
         log_dirs=(str(log_dir),),
         options=ConvertOptions(truncate_tail=True),
         oracle=str(ORACLE),
         clients=True,
         kafka_home=str(kafka_home),
-        clients_idle_ms=3000,
+        clients_idle_ms=idle_ms,
     )
 
 
@@ -117,7 +117,8 @@ def test_a_client_losing_a_converted_record_fails_the_rehearsal_and_its_exit_cod
         if name == "verify":
             damaged.append(_damage_first_converted_batch(paths.plan, "gzip-v0-0"))
 
-    report = rehearse.start(config(log_dir, kafka_home), paths, serial, after_step=damage)
+    # a client that stops at the damage is waited out for 2 s: the records before it are read in well under that
+    report = rehearse.start(config(log_dir, kafka_home, idle_ms=2000), paths, serial, after_step=damage)
     assert damaged
     assert not report.ok and report.first_failing_step == "clients", report.verdict
     steps = {s.name: s for s in report.steps}
