@@ -1,92 +1,52 @@
-"""Consume every given partition from its beginning with aiokafka, writing each record as a JSON line.
-
-Run by ``migrate.consumers``: ``python aiokafka_consumer.py BOOTSTRAP OUT IDLE_MS DEADLINE_MS GROUP
-TOPIC:PARTITION:END ...``. Manual assignment (no group). It stops once every partition's position reached END, after
-IDLE_MS without a record or a position moving, or at DEADLINE_MS; its last line says which. Self-contained: it runs
-in whichever interpreter has the client installed, and imports nothing of kafka-log-migrate.
-"""
+"""Consume every given partition from its beginning with aiokafka (manual assignment, no group), as
+``driver_common`` says. A partition is done once the consumer's position is at its end."""
 
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 import sys
-import threading
-import time
 from typing import Any
 
-
-def watchdog(emit: Any, moved: list[float], idle_ms: int) -> None:
-    """End the process when the client blocks (a poll that never returns, as kafka-python's may after a CRC error):
-    the loop cannot notice that itself."""
-
-    def watch() -> None:
-        while True:
-            time.sleep(0.1)
-            if time.monotonic() - moved[0] > idle_ms / 1000 + 2:
-                emit({"end": f"no progress for {idle_ms} ms: the client blocked in its poll"})
-                os._exit(0)
-
-    threading.Thread(target=watch, daemon=True).start()
+from driver_common import Run
 
 
 async def consume(argv: list[str]) -> None:
-    bootstrap, out, idle_ms, deadline_ms = argv[0], argv[1], int(argv[2]), int(argv[3])
-    wanted = [(t, int(p), int(e)) for t, p, e in (a.rsplit(":", 2) for a in argv[5:])]
-    fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-
-    def emit(obj: Any) -> None:
-        os.write(fd, (json.dumps(obj, separators=(",", ":")) + "\n").encode())
-
+    run = Run(argv)
     import aiokafka
     from aiokafka import AIOKafkaConsumer, TopicPartition
 
-    emit({"client": f"aiokafka {aiokafka.__version__}"})
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None)
+    run.emit({"client": f"aiokafka {aiokafka.__version__}"})
+    consumer = AIOKafkaConsumer(bootstrap_servers=run.bootstrap, enable_auto_commit=False, group_id=None)
     await consumer.start()
-    tps = [TopicPartition(t, p) for t, p, _ in wanted]
-    ends = {TopicPartition(t, p): e for t, p, e in wanted}
-    consumer.assign(tps)
-    await consumer.seek_to_beginning(*tps)
-    start = time.monotonic()
-    moved = start
-    cell = [start]
-    watchdog(emit, cell, idle_ms)
+    ends = {TopicPartition(t, p): e for t, p, e in run.wanted}
+    consumer.assign(list(ends))
+    await consumer.seek_to_beginning(*ends)
+    run.progressed()  # the clock of progress starts once the client is set up
     positions: dict[Any, int] = {}
     reason = "deadline"
     try:
-        while time.monotonic() - start < deadline_ms / 1000:
+        while not run.expired():
             try:
                 batches = await consumer.getmany(timeout_ms=200)
             except Exception as exc:  # whatever the client raises is its verdict on the data: record it, go on
-                emit({"error": f"{type(exc).__name__}: {exc}"})
+                run.error(f"{type(exc).__name__}: {exc}")
                 await asyncio.sleep(0.1)  # the same error again at once would only fill the output
                 batches = {}
             for tp, records in batches.items():
                 for r in records:
-                    headers = [[name, None if value is None else bytes(value).hex()] for name, value in r.headers]
-                    key = None if r.key is None else bytes(r.key).hex()
-                    value = None if r.value is None else bytes(r.value).hex()
-                    ts = -1 if r.timestamp is None else r.timestamp
-                    emit({"r": [tp.topic, tp.partition, r.offset, key, value, headers, ts]})
-                    moved = cell[0] = time.monotonic()
-            now = {tp: await consumer.position(tp) for tp in tps}
+                    run.record(tp.topic, tp.partition, r.offset, r.key, r.value, r.headers, r.timestamp)
+            now = {tp: await consumer.position(tp) for tp in ends}
             if now != positions:
-                positions, moved = now, time.monotonic()
-                cell[0] = moved
-            if all(positions[tp] >= ends[tp] for tp in tps):
+                positions = now
+                run.progressed()
+            behind = [f"{t.topic}-{t.partition} at {positions[t]} of {e}" for t, e in ends.items() if positions[t] < e]
+            if not behind:
                 reason = "every partition read to its end"
                 break
-            if time.monotonic() - moved > idle_ms / 1000:
-                behind = [
-                    f"{tp.topic}-{tp.partition} at {positions[tp]} of {ends[tp]}"
-                    for tp in tps
-                    if positions[tp] < ends[tp]
-                ]
-                reason = f"no progress for {idle_ms} ms: {', '.join(behind)}"
+            if run.idle():
+                reason = f"no progress for {run.idle_ms} ms: {', '.join(behind)}"
                 break
-        emit({"end": reason})
+        run.emit({"end": reason})
     finally:
         await consumer.stop()
 
