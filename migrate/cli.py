@@ -28,7 +28,18 @@ from migrate.errors import MigrateError
 from migrate.watch import runlog
 
 # their order in --help
-COMMAND_MODULES = ("scan", "prestage", "migration", "rolling", "maintenance", "report", "rehearse", "dump", "demo")
+COMMAND_MODULES = (
+    "scan",
+    "prestage",
+    "migration",
+    "rolling",
+    "maintenance",
+    "report",
+    "rehearse",
+    "serve",
+    "dump",
+    "demo",
+)
 VERBS: dict[str, str] = {  # verb -> the module of migrate.commands that registers it
     "scan": "scan",
     "prestage": "prestage",
@@ -41,6 +52,7 @@ VERBS: dict[str, str] = {  # verb -> the module of migrate.commands that registe
     "finalize": "maintenance",
     "report": "report",
     "rehearse": "rehearse",
+    "serve": "serve",
     "dump": "dump",
     "demo": "demo",
 }
@@ -69,6 +81,9 @@ typical run (brokers stopped):
   kafka-log-migrate report --plan plan.json                       # per-segment Parquet and an HTML report
   kafka-log-migrate rollback --plan plan.json                     # ...or put every original back
   kafka-log-migrate finalize --plan plan.json                     # delete the originals when satisfied
+
+let consumers read a converted copy before any broker runs on it (read-only, loopback):
+  kafka-log-migrate serve --log-dirs /data/rehearsal/kafka-logs
 
 inspect one segment (read-only, kafka-dump-log.sh fields; --json for Kafka's dump schema):
   kafka-log-migrate dump --deep-iteration /data/kafka/orders-0/00000000000000000000.log

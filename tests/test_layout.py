@@ -46,6 +46,9 @@ ALLOWED = {
     },
     "engines": {"errors", "format", "model", "run", "watch"},
     "prestage": {"codec", "errors", "kafka", "model", "run", "segment", "units"},
+    # the read-only Kafka endpoint, and the real consumers run through it
+    "serve": {"errors", "format", "kafka", "segment"},
+    "consumers": {"errors", "format", "kafka", "segment", "serve"},
     # a cluster manifest's verbs: each broker runs the verbs below it over its own part, on its own host
     "cluster": {"codec", "engines", "errors", "model", "pipeline", "planning", "run", "stages"},
     # the rolling cut-over: the gate, and a driver that runs the verbs below it broker by broker

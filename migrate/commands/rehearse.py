@@ -11,6 +11,7 @@ from migrate.codec import to_json
 from migrate.commands.engine import add_engine_options, make_engine
 from migrate.commands.migration import add_plan_options, plan_request_from
 from migrate.commands.output import emit, note
+from migrate.consumers.table import rows
 from migrate.engines import Engine
 from migrate.rehearse import driver as rehearse
 from migrate.rehearse.projection import parse_cluster_bytes
@@ -32,6 +33,11 @@ through the oracle when Java is there, and kafka-python), `rollback`, and a seco
 first exactly. Every step is timed; the report (JSON, -o) projects the maintenance window of every broker and of the
 cluster from the measured throughput.
 
+With --clients, the consumers installed on this host (confluent-kafka with its librdkafka, kafka-python, aiokafka, and
+Apache Kafka's Java client from --kafka-home) read the data before the conversion and after it, served read-only on
+loopback the way a broker serves it (`kafka-log-migrate serve`), every record compared with Kafka's own reader; a
+consumer that loses or alters a record after the conversion fails the rehearsal.
+
 The broker must be stopped cleanly, as for a migration. --on-copy DIR rehearses on a copy of the log dirs instead
 (segment files hard-linked where the filesystem allows, else reflinked, else copied; the broker's small files always
 copied), so the canary's live files are never renamed; keep the canary stopped until the rehearsal ends.
@@ -46,6 +52,8 @@ examples:
   kafka-log-migrate rehearse --log-dirs /data/kafka -o rehearsal.json --cluster-bytes 1:120G,2:118G,3:121G
   kafka-log-migrate rehearse --log-dirs /data/kafka --on-copy /data/rehearsal -o rehearsal.json \\
       --broker-bytes 120G --brokers 12
+  kafka-log-migrate rehearse --log-dirs /data/kafka --on-copy /data/rehearsal -o rehearsal.json \\
+      --clients --kafka-home /opt/kafka --client-python /srv/orders-app/venv/bin/python
   kafka-log-migrate rehearse --resume -o rehearsal.json        # after a crash or Ctrl-C
 """
 
@@ -88,6 +96,32 @@ def register(sub: argparse._SubParsersAction) -> None:
         default="kafka-python",
         help="a second reader of every partition before and after (default kafka-python, when installed)",
     )
+    c = p.add_argument_group("consumers")
+    c.add_argument(
+        "--clients",
+        action="store_true",
+        help="this host's consumer libraries read the data before and after the conversion, record by record",
+    )
+    c.add_argument(
+        "--kafka-home",
+        metavar="DIR",
+        help="a Kafka installation (its libs/ holds kafka-clients): its Java consumer reads too (needs javac)",
+    )
+    c.add_argument(
+        "--client-python",
+        metavar="PYTHON",
+        action="append",
+        default=[],
+        help="another interpreter (an application's venv) whose confluent-kafka, kafka-python, aiokafka read too; "
+        "repeatable",
+    )
+    c.add_argument(
+        "--clients-idle",
+        metavar="SECONDS",
+        type=float,
+        default=10.0,
+        help="a consumer that hands over no record and moves no position for this long has stopped (default 10)",
+    )
     g = p.add_argument_group("projection")
     g.add_argument(
         "--cluster-bytes",
@@ -113,6 +147,8 @@ def config_from_args(args: argparse.Namespace) -> RehearsalConfig:
         raise ValueError("give either --cluster-bytes or --broker-bytes with --brokers, not both")
     if bool(args.broker_bytes) != bool(args.brokers):
         raise ValueError("--broker-bytes and --brokers go together")
+    if (args.kafka_home or args.client_python) and not args.clients:
+        raise ValueError("--kafka-home and --client-python name consumers for --clients, which is not given")
     if args.cluster_bytes:
         cluster = parse_cluster_bytes(args.cluster_bytes)
     elif args.broker_bytes:
@@ -140,6 +176,10 @@ def config_from_args(args: argparse.Namespace) -> RehearsalConfig:
         independent_reader=args.independent_reader,
         cluster=cluster,
         force=args.force,
+        clients=args.clients,
+        kafka_home=str(Path(args.kafka_home).resolve()) if args.kafka_home else "",
+        client_pythons=tuple(args.client_python),
+        clients_idle_ms=int(args.clients_idle * 1000),
     )
 
 
@@ -178,6 +218,23 @@ def _say(event: str) -> None:
     note(f"rehearse: {event}")
 
 
+def clients_text(report: RehearsalReport) -> list[str]:
+    """The clients table: per consumer, what it read of the originals and of the converted data."""
+    before, after = report.clients_before, report.clients_after
+    either = after or before
+    if either is None:
+        return []
+    reference = either.reference
+    lines = [f"clients (records compared with {reference}):"]
+    runs = [*(before.verdicts if before else ()), *(after.verdicts if after else ())]
+    for row in rows(runs, ["before", "after"], counts=True):
+        lines.append(f"  {row.library} {row.version}")
+        lines += [f"    {stage}: {cell or 'not run'}" for stage, cell in zip(("before", "after"), row.cells)]
+    missing = dict.fromkeys([*(before.missing if before else ()), *(after.missing if after else ())])
+    lines += [f"  not run: {m}" for m in missing]
+    return lines
+
+
 def report_text(report: RehearsalReport) -> str:
     hb, hs = human_bytes, human_seconds
     lines = [f"rehearsal {report.id} of {', '.join(report.log_dirs)}"]
@@ -202,6 +259,7 @@ def report_text(report: RehearsalReport) -> str:
         verdict = "not available" if not v.available else "OK" if v.ok else "FAILED"
         lines.append(f"reader {v.reader} ({v.stage}): {verdict}: {v.detail}")
         lines += [f"    {p}" for p in v.problems[:10]]
+    lines += clients_text(report)
     for c in report.fingerprints:
         state = "identical" if c.identical else f"{c.total_changes} DIFFERENCE(S)"
         lines.append(f"fingerprint of the {c.what} {c.after_root}: {state} ({c.entries_after} entries)")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from migrate.errors import MalformedLogDirFileError, MigrateError
 from migrate.kafka.java_text import LINE_BREAK, java_int, java_split, read_lines
-from migrate.kafka.names import CLEAN_SHUTDOWN_FILE, LEADER_EPOCH_CHECKPOINT, META_PROPERTIES
+from migrate.kafka.names import CLEAN_SHUTDOWN_FILE, LEADER_EPOCH_CHECKPOINT, META_PROPERTIES, PARTITION_METADATA
 
 # --- .kafka_cleanshutdown ---------------------------------------------------------------------------------------
 
@@ -253,6 +253,18 @@ def read_leader_epoch_checkpoint(path: str | Path) -> list[tuple[int, int]]:
 def leader_epoch_entries(partition_dir: str | Path) -> list[tuple[int, int]]:
     """(epoch, start offset) entries of a partition's leader-epoch-checkpoint; [] if it has none."""
     return read_leader_epoch_checkpoint(Path(partition_dir) / LEADER_EPOCH_CHECKPOINT)
+
+
+def read_topic_id(partition_dir: str | Path) -> str | None:
+    """The topic id a partition's ``partition.metadata`` holds (``version: 0`` then ``topic_id: <base64url>``, as
+    ``PartitionMetadataFile`` writes it), or None when it has none."""
+    path = Path(partition_dir) / PARTITION_METADATA
+    if not path.exists():
+        return None
+    fields = dict(line.partition(":")[::2] for line in read_lines(path))
+    if fields.get("version", "").strip() != "0" or not fields.get("topic_id", "").strip():
+        raise MalformedLogDirFileError(str(path), "expected 'version: 0' and a 'topic_id: ...' line")
+    return fields["topic_id"].strip()
 
 
 def log_dirs_of(broker_config: str | Path) -> tuple[str, ...]:

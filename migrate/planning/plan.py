@@ -218,6 +218,11 @@ def _warn_blank_headers(request: PlanRequest, found: _Findings) -> None:
             )
 
 
+# the consumers' default max.partition.fetch.bytes (Kafka's ConsumerConfig), and the most a legacy message grows by as
+# a v2 batch of its own (a 61-byte batch header and up to 28 bytes of record framing, against 26 of a v0 message)
+CONSUMER_FETCH_BYTES = 1 << 20
+V2_BATCH_GROWTH = 64
+
 # Planning reads every byte of every segment; past this many segments the partitions are shared among processes,
 # one per core (starting one costs about half a second).
 PARALLEL_MIN_SEGMENTS = 2000
@@ -307,6 +312,7 @@ def _plan_partition_staged(
     epochs = leader_epoch_entries(part.path)
     epoch = request.leader_epoch if request.leader_epoch is not None else (epochs[0][0] if epochs else 0)
     not_taken: list[str] = []
+    oversized: list[str] = []
     staged_options = opts.for_partition(epoch)
     for seg in part.segments:
         if not seg.size:
@@ -341,6 +347,11 @@ def _plan_partition_staged(
                 "broker accepted it, so the topic's max.message.bytes is at least that. Its converted batch keeps "
                 "about that size; consumers need fetch.max.bytes at least as large."
             )
+        if profile.largest_legacy_entry + V2_BATCH_GROWTH > CONSUMER_FETCH_BYTES:
+            oversized.append(
+                f"{seg.path.name} at byte position {profile.largest_legacy_entry_position} "
+                f"({profile.largest_legacy_entry} bytes)"
+            )
         estimate = estimated_output_bytes(profile)
         # a source whose conversion passes the segment size limit becomes several segments, converted whole
         split = predict_split(seg.path, opts, estimate, compacted=rule is not None)
@@ -356,6 +367,13 @@ def _plan_partition_staged(
                 range_cuts=profile.range_cuts if split is None else None,
                 split=split,
             )
+        )
+    if oversized:
+        found.warnings.append(
+            f"{part.name}: a legacy entry becomes one v2 batch of about its size, over 1 MiB (the consumers' default "
+            f"max.partition.fetch.bytes): {'; '.join(oversized[:3])}{' ...' if len(oversized) > 3 else ''}. A "
+            "consumer still gets such a batch whole when it comes first in a fetch (KIP-74), but one fetching several "
+            "partitions at once may stall on it; give its consumers max.partition.fetch.bytes above that size."
         )
     if not_taken:
         found.warnings.append(

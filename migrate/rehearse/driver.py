@@ -10,9 +10,11 @@ The steps, in order (``copy`` only with ``--on-copy``)::
                   broker's small files (checkpoints, meta.properties, .lock, ...) always as plain copies; the copy is
                   fingerprinted and checked against the source
     plan-check    ``plan --check``: every entry read, every CRC checked; a refusal names the file and byte position
-    baseline      Apache Kafka's own reader (the oracle) and kafka-python read every partition before anything changes
+    baseline      Apache Kafka's own reader (the oracle) and kafka-python read every partition before anything changes;
+                  with --clients, this host's consumers read them too, through the read-only endpoint
     execute       the pipeline's execute
     verify        our verifier, an independent scan, the oracle and kafka-python on the live files
+    clients       with --clients: the same consumers read the converted data; each must read every record exactly
     rollback      the pipeline's rollback (refused over live files changed after the swap unless --force)
     compare       a second fingerprint, which must equal the first exactly (on a copy, the source's too)
 
@@ -51,6 +53,7 @@ from migrate.model.plan_tree import Plan
 from migrate.model.run_state import LogDirPhase, PartitionState
 from migrate.planning.plan import build_plan, load_plan, write_plan
 from migrate.planning.request import PlanRequest
+from migrate.rehearse import clients as consumers
 from migrate.rehearse.copy import COPY_MARKER, copy_log_dir, copy_method_words, copy_targets
 from migrate.rehearse.fingerprint import compare_fingerprints, dereferenced, fingerprint_tree
 from migrate.rehearse.readers import ORACLE_READER, disagreements, judge_after, read_partitions, scan_verdict
@@ -287,6 +290,14 @@ class Rehearsal:
     def plan(self) -> Plan:
         return load_plan(self.paths.plan)
 
+    def clients_work(self) -> Path:
+        """Where the consumers' drivers write what they read (removed once judged), beside the report."""
+        return self.paths.report.with_name(f"{self.paths.report.stem}.clients")
+
+    def clients_reference(self) -> Path:
+        """Kafka's reader of the originals, as digests, from baseline to the clients step, beside the report."""
+        return self.paths.report.with_name(f"{self.paths.report.stem}.clients-reference.jsonl")
+
 
 # --- the steps: each returns the input bytes it worked through and its line for the report, or raises StepFailed -
 
@@ -419,9 +430,16 @@ def baseline_step(run: Rehearsal) -> tuple[int, str]:
             f"{problems[0]}. Nothing was executed; inspect with `kafka-log-migrate dump --deep-iteration`."
         )
     available = [v.reader for v in verdicts if v.available]
-    return (run.state.plan.bytes if run.state.plan else 0), (
-        f"originals read by {', '.join(available)}" if available else "no independent reader available here"
-    )
+    line = f"originals read by {', '.join(available)}" if available else "no independent reader available here"
+    if run.state.config.clients:
+        before = consumers.consume(
+            run.state.config, run.state.targets, "before", run.clients_work(), run.clients_reference()
+        )
+        run.state.clients_before = before
+        line += f"; {len(before.verdicts)} consumers read them through the read-only endpoint: " + ", ".join(
+            f"{v.label} {v.outcome}" for v in before.verdicts
+        )
+    return (run.state.plan.bytes if run.state.plan else 0), line
 
 
 def execute_step(run: Rehearsal) -> tuple[int, str]:
@@ -524,6 +542,33 @@ def verify_step(run: Rehearsal) -> tuple[int, str]:
         )
     used = ", ".join(v.reader for v in verdicts if v.available)
     return plan.estimates.bytes, f"{checked} segments; agreed by {used}"
+
+
+def clients_step(run: Rehearsal) -> tuple[int, str]:
+    after = consumers.consume(run.state.config, run.state.targets, "after", run.clients_work(), run.clients_reference())
+    run.state.clients_after = after
+    if not after.verdicts:
+        raise StepFailed(
+            "--clients, but no consumer could run on this host: " + "; ".join(after.missing) + ". Install one "
+            "(pip install confluent-kafka kafka-python aiokafka, or --kafka-home for the Java client), then rehearse "
+            "again."
+        )
+    failed = consumers.failures_after(after)
+    if failed:
+        first = failed[0]
+        where = (
+            f" (first: {first.differences[0].partition} offset {first.differences[0].offset})"
+            if first.differences
+            else ""
+        )
+        raise StepFailed(
+            f"{len(failed)} consumer(s) do not read the converted data exactly: {first.label}: {first.summary}"
+            f"{where}. Do not migrate: the rollback puts the originals back; read the clients table of the report."
+        )
+    return (run.state.plan.bytes if run.state.plan else 0), (
+        f"{len(after.verdicts)} consumers read every converted record exactly (against {after.reference}): "
+        + ", ".join(v.label for v in after.verdicts)
+    )
 
 
 def changed_live_file(refused: str) -> str:
@@ -634,6 +679,7 @@ STEPS: tuple[Step, ...] = (
     Step("baseline", baseline_step, _unless_all_before_passed),
     Step("execute", execute_step, _unless_all_before_passed),
     Step("verify", verify_step, _unless_executed),
+    Step("clients", clients_step, _unless_executed),
     Step("rollback", rollback_step, _unless_anything_executed),
     Step("compare", compare_step),
 )

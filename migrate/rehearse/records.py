@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass, field
 
 from migrate.compaction.rules import CompactionRule
+from migrate.consumers.records import ClientVerdict
 from migrate.errors import PlanProblem
 from migrate.model.plan_tree import DEFAULT_RANGE_BYTES, DEFAULT_TASK_SEGMENTS, ConvertOptions
 from migrate.model.run_state import PartitionStatus, Problem
@@ -143,6 +144,15 @@ class ReaderVerdict:
 
 
 @dataclass(frozen=True)
+class ClientsReport:
+    """The consumers of this host over the rehearsed data at one stage (before or after the conversion)."""
+
+    reference: str  # Kafka's reader the records were judged against
+    verdicts: tuple[ClientVerdict, ...]
+    missing: tuple[str, ...] = ()  # clients that could not run here, each with what is missing
+
+
+@dataclass(frozen=True)
 class ExecuteSummary:
     plan_id: str
     engine: str
@@ -238,6 +248,10 @@ class RehearsalConfig:
     independent_reader: str = "kafka-python"  # or "none"
     cluster: tuple[BrokerBytes, ...] = ()
     force: bool = False
+    clients: bool = False  # --clients: this host's consumers read the data before and after
+    kafka_home: str = ""  # --kafka-home: the Kafka installation whose Java client reads it
+    client_pythons: tuple[str, ...] = ()  # --client-python: more interpreters whose client libraries read it
+    clients_idle_ms: int = 10_000  # --clients-idle: a consumer that makes no progress this long has stopped
 
 
 @dataclass
@@ -270,6 +284,8 @@ class RehearsalState:
     comparisons: tuple[FingerprintComparison, ...] = ()
     engine: str = ""
     engine_start_seconds: float = 0.0
+    clients_before: ClientsReport | None = None
+    clients_after: ClientsReport | None = None
 
     def step(self, name: str) -> StepRecord | None:
         return next((s for s in self.steps if s.name == name), None)
@@ -315,14 +331,17 @@ class RehearsalReport:
     projection: Projection | None
     events: tuple[str, ...]
     html_report: str | None = None
+    clients_before: ClientsReport | None = None
+    clients_after: ClientsReport | None = None
 
 
-# every step, in the order they run (``copy`` only with --on-copy): migrate.rehearse.driver.STEPS is their table
-STEP_ORDER = ("fingerprint", "copy", "plan-check", "baseline", "execute", "verify", "rollback", "compare")
+# every step, in the order they run (``copy`` only with --on-copy, ``clients`` only with --clients):
+# migrate.rehearse.driver.STEPS is their table
+STEP_ORDER = ("fingerprint", "copy", "plan-check", "baseline", "execute", "verify", "clients", "rollback", "compare")
 
 
 def step_names(config: RehearsalConfig) -> list[str]:
-    return [name for name in STEP_ORDER if name != "copy" or config.on_copy]
+    return [name for name in STEP_ORDER if (name != "copy" or config.on_copy) and (name != "clients" or config.clients)]
 
 
 def now() -> str:

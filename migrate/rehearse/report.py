@@ -135,6 +135,8 @@ def build_report(state: RehearsalState, paths: RehearsalPaths) -> RehearsalRepor
         fingerprints=state.comparisons,
         projection=projection,
         events=state.events,
+        clients_before=state.clients_before,
+        clients_after=state.clients_after,
     )
 
 

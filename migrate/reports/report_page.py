@@ -377,6 +377,22 @@ def write_html(text: str, path: str | Path) -> Path:
 # --- the rehearsal ------------------------------------------------------------------------------------------------
 
 
+def _clients(report: dict[str, Any]) -> list[list[str]]:
+    """``rehearse --clients``: a row per consumer (its own name and version), what it read before and after."""
+    cells: dict[str, dict[str, dict[str, Any]]] = {}
+    for stage in ("before", "after"):
+        for v in (report.get(f"clients_{stage}") or {}).get("verdicts", []):
+            cells.setdefault(v["label"], {})[stage] = v
+    rows = []
+    for label, by_stage in cells.items():
+        row = [label]
+        for stage in ("before", "after"):
+            v = by_stage.get(stage)
+            row.append("not run" if v is None else f"{str(v['outcome']).upper()}: {v['summary']}")
+        rows.append(row)
+    return rows
+
+
 def render_rehearsal(report: dict[str, Any]) -> str:
     """The canary rehearsal's report (``rehearse -o``) as a self-contained page: the verdict, each step's duration
     and throughput, growth, refusals with file and byte position, every reader's verdict, the fingerprint
@@ -439,6 +455,18 @@ def render_rehearsal(report: dict[str, Any]) -> str:
             ]
             for f in report.get("fingerprints", [])
         ],
+        "clients": _clients(report),
+        "clients_reference": _text(
+            ((report.get("clients_after") or report.get("clients_before")) or {}).get("reference")
+        ),
+        "clients_missing": list(
+            dict.fromkeys(
+                [
+                    *((report.get("clients_before") or {}).get("missing") or []),
+                    *((report.get("clients_after") or {}).get("missing") or []),
+                ]
+            )
+        ),
         "cluster": cluster,
         "windows": [
             [

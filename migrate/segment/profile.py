@@ -3,9 +3,10 @@
 ``profile_segment`` walks every entry header (positions, sizes, magics), optionally checks every entry's stored
 checksum (CRC-32 of a legacy message, CRC-32C of a v2 batch: one call over all ranges of a chunk), and remembers
 what ``plan`` needs to tell a torn tail from corruption: the last complete entry's offset, the partial entry's
-header, and the largest entry. Given cut positions (a segment ``plan`` converts in ranges), it also finds the
-first entry start at or after each cut and where that entry's converted bytes will start (``RangeCut``), when the
-converted size of every entry is known in advance. ``check_segment`` is ``plan --check``: a deep read of every
+header, and the largest entry (and the largest legacy one, whose v2 batch consumers must fetch whole). Given cut
+positions (a segment ``plan`` converts in ranges), it also finds the first entry start at or after each cut and
+where that entry's converted bytes will start (``RangeCut``), when the converted size of every entry is known in
+advance. ``check_segment`` is ``plan --check``: a deep read of every
 entry (decompression, inner CRCs, offsets strictly increasing within base..base+2^31-1), exactly what conversion
 would refuse.
 """
@@ -46,6 +47,8 @@ class SegmentProfile:
     valid_bytes: int = 0
     largest_entry: int = 0
     largest_entry_position: int = 0
+    largest_legacy_entry: int = 0  # a v0/v1 entry: conversion makes one v2 batch of it, of about the same size
+    largest_legacy_entry_position: int = 0
     last_offset: int | None = None  # of the last complete entry
     tail_position: int | None = None
     tail_bytes: int = 0
@@ -206,6 +209,11 @@ def profile_segment(
                 if int(sizes[i]) > profile.largest_entry:
                     profile.largest_entry = int(sizes[i])
                     profile.largest_entry_position = chunk.position + int(positions[i])
+                legacy_sizes = np.where(magics < v2.MAGIC, sizes, 0)
+                i = int(np.argmax(legacy_sizes))
+                if int(legacy_sizes[i]) > profile.largest_legacy_entry:
+                    profile.largest_legacy_entry = int(legacy_sizes[i])
+                    profile.largest_legacy_entry_position = chunk.position + int(positions[i])
                 p, magic = int(positions[-1]), int(magics[-1])
                 offset = _OFFSET_SIZE.unpack_from(buf, p)[0]
                 if magic == v2.MAGIC:
