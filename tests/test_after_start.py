@@ -173,3 +173,23 @@ def test_a_failed_verify_since_the_swap_blocks_finalize_until_a_verify_passes(tm
     assert code == 0, out
     code, out = cli(capsys, "finalize", "--plan", str(plan_path))
     assert code == 0, out
+
+
+def test_a_damaged_converted_segment_of_a_compacted_partition_is_damage_not_a_cleaner_merge(migrated, capsys):
+    """A checksum that fails is no broker operation, not even in a compacted partition whose cleaner may rewrite a
+    segment under its name: verify and finalize refuse it, and rollback puts the original back with no --force
+    (the original holds those records whole)."""
+    broker, plan_path, before = migrated
+    compacted = broker / "compacted-v0-0"
+    victim = compacted / segment_name(bases(compacted)[0], ".log")
+    start_and_stop(broker)
+    data = bytearray(victim.read_bytes())
+    data[-1] ^= 0x01  # the last record's value: the last batch's CRC-32C no longer holds
+    victim.write_bytes(bytes(data))
+    code, out = cli(capsys, "verify", "--plan", str(plan_path))
+    assert code == 3 and str(victim) in out and "CRC-32C mismatch" in out and "cleaner" not in out, out
+    code, out = cli(capsys, "finalize", "--plan", str(plan_path))
+    assert code == 1 and str(victim) in out, out
+    code, out = cli(capsys, "rollback", "--plan", str(plan_path))
+    assert code == 0, out
+    assert partitions_of(snapshot(broker)) == partitions_of(before)

@@ -125,7 +125,10 @@ def test_a_client_losing_a_converted_record_fails_the_rehearsal_and_its_exit_cod
     assert steps["clients"].status == StepStatus.FAILED and "do not read the converted data exactly" in (
         steps["clients"].message
     )
-    assert steps["rollback"].status == steps["compare"].status == StepStatus.PASSED  # the originals are back
+    assert steps["rollback"].status == steps["compare"].status == StepStatus.PASSED, (
+        steps["rollback"].message,
+        steps["compare"].message,
+    )  # the originals are back
     after = report.clients_after
     assert after is not None
     for v in after.verdicts:  # each loses the record or hands over an altered one, none reads it as Kafka does

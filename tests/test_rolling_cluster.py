@@ -192,7 +192,7 @@ def test_brokers_are_cut_over_one_by_one_behind_the_gate_and_one_rolls_back_byte
 
     # broker 1 is killed instead of stopped: no clean-shutdown marker, so it is refused and nothing moves on
     code, out = run(
-        capsys, *common, "--brokers", "1,2,3", "--stop-command", commands["kill9"], "--shutdown-timeout", "2"
+        capsys, *common, "--brokers", "1,2,3", "--stop-command", commands["kill9"], "--shutdown-timeout", "120"
     )
     assert code == 1, out
     assert "broker 1: release failed" in out and "there is no clean-shutdown marker (.kafka_cleanshutdown)" in out

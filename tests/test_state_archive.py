@@ -151,7 +151,9 @@ def test_verify_after_finalize_reads_the_archive_in_place_or_sent_whole_alike(mi
     assert check.phase == LogDirPhase.FINALIZED and check.checked_segments == 10 and not check.problems
     part = plan.log_dirs[0].partitions[0]
     live = Path(part.dir) / f"{part.segments[0].base_offset:020d}.log"
-    live.write_bytes(live.read_bytes())  # same bytes, a new mtime: not the file that was swapped in
+    changed = bytearray(live.read_bytes())
+    changed[-1] ^= 1  # the last record's value: no longer the bytes that were swapped in
+    live.write_bytes(bytes(changed))
     for engine in (SerialEngine(), SendsArchives()):
         report = pipeline.verify_live(plan, engine, plan_path)
         assert not report.ok and any(part.name in p for c in report.log_dirs for p in c.problems), report

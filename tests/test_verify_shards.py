@@ -53,9 +53,9 @@ def _verify(plan, plan_path, monkeypatch, per_shard: int, engine=None):
     asked: list[tuple[int, int]] = []
     real = pipeline.verify_live_log_dir
 
-    def recorded(plan, key, archived=None, archive_file=None, shard=(0, 1)):
+    def recorded(plan, key, archived=None, archive_file=None, shard=(0, 1), run=""):
         asked.append(shard)
-        return real(plan, key, archived, archive_file, shard)
+        return real(plan, key, archived, archive_file, shard, run)
 
     monkeypatch.setattr(pipeline, "verify_live_log_dir", recorded)
     return pipeline.verify_live(plan, engine or SerialEngine(), plan_path), sorted(asked)
@@ -75,13 +75,15 @@ def test_a_log_dir_checked_in_runs_reports_what_one_call_does(migrated, monkeypa
     # a live file changed after the swap: the same difference, named once, in the same order
     part = next(p for p in plan.log_dirs[0].partitions if p.name == "lz4-v1-1")
     live = Path(part.dir) / f"{part.segments[0].base_offset:020d}.log"
-    live.write_bytes(live.read_bytes())  # the same bytes, a new inode and mtime: not the file swapped in
+    changed = bytearray(live.read_bytes())
+    changed[-1] ^= 1  # the last record's value: no longer the bytes swapped in
+    live.write_bytes(bytes(changed))
     whole, _ = _verify(plan, plan_path, monkeypatch, per_shard=10**9)
     runs, _ = _verify(plan, plan_path, monkeypatch, per_shard=3)
     assert not whole.ok and runs == whole
     (check,) = runs.log_dirs
     assert len([p for p in check.problems if "lz4-v1-1" in p]) == 1
-    assert check.checked_segments == segments
+    assert check.checked_segments == segments - 1  # the rewritten one is a problem, not read back
 
 
 def test_after_finalize_the_runs_read_the_archived_state_in_place(migrated, monkeypatch):

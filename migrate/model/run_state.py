@@ -84,6 +84,7 @@ class Fate(str, enum.Enum):
     DELETED = "deleted"  # gone: retention (before the log's start), the cleaner, or a truncation (past the log's end)
     NEW = "new"  # a file the broker made since: a roll, a snapshot, a checkpoint, an index rebuilt
     REWRITTEN = "rewritten"  # converted bytes changed where no operation of a broker explains it
+    DAMAGED = "damaged"  # bytes that no longer read as Kafka reads them (a checksum fails): damage, not a write
 
     def __str__(self) -> str:
         return self.value
@@ -103,7 +104,8 @@ class FileAfter:
     detail: str = ""
     metadata_only: bool = False  # unchanged bytes, another mtime or inode
     # what a rollback would lose with it: records the broker wrote since the swap (appended, fetched again, rolled
-    # into new segments, merged by the cleaner) that the original directory does not hold
+    # into new segments, merged by the cleaner) that the original directory does not hold; a rewrite by an unknown
+    # writer counts as such, damage to the swapped bytes does not (the original holds those records whole)
     lost_by_rollback: bool = False
 
 
@@ -130,7 +132,8 @@ class PartitionAfter:
 
     @property
     def rewritten(self) -> list[FileAfter]:
-        return self.of(Fate.REWRITTEN)
+        """What stops finalize and fails verify: bytes no broker operation explains, readable or damaged."""
+        return self.of(Fate.REWRITTEN, Fate.DAMAGED)
 
     @property
     def by_broker(self) -> list[FileAfter]:

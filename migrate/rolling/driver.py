@@ -431,7 +431,9 @@ class RollingRun:
         while True:
             [r] = self.engine.map(Stage.SURVEY, release_state, [call])
             state = r.value if r.ok else None
-            if (state is not None and all(d.released for d in state)) or self.clock() > deadline:
+            # Kafka writes the clean-shutdown marker before it lets go of the lock: once no process holds a log
+            # dir's lock, its marker is there or never will be, and waiting longer shows nothing new
+            if (state is not None and all(d.lock_holder is None for d in state)) or self.clock() > deadline:
                 return state
             time.sleep(s.release_interval_s)
 
@@ -447,7 +449,7 @@ class RollingRun:
             elif not d.clean_shutdown:
                 out.append(
                     f"{d.log_dir}: the lock is released but there is no clean-shutdown marker (.kafka_cleanshutdown): "
-                    "the broker did not stop cleanly (killed, crashed, or still shutting down); Kafka will recover "
+                    "the broker did not stop cleanly (killed or crashed); Kafka will recover "
                     "this log at its next start, and a log that needs recovery is never converted"
                 )
         return "; ".join(out)

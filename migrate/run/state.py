@@ -693,8 +693,9 @@ class StateStore:
         return out
 
     def history(self, limit: int = 50) -> list[str]:
-        """The log dir's milestones, newest last: runs, fence, swaps and rollbacks, failures (not every segment)."""
-        skip = (EventKind.SEGMENT_VERIFIED.value, EventKind.SEGMENT_UNCHANGED.value)
+        """The log dir's milestones, newest last: runs, fence, swaps and rollbacks, failures (not every segment, nor
+        each call of a verify of the live files: a verify reports itself, and its record is finalize's to read)."""
+        skip = (EventKind.SEGMENT_VERIFIED.value, EventKind.SEGMENT_UNCHANGED.value, EventKind.LIVE_VERIFIED.value)
         rows = self.conn.execute(
             f"SELECT time, kind, partition, detail FROM events WHERE kind NOT IN ({','.join('?' * len(skip))}) "
             "ORDER BY id DESC LIMIT ?",

@@ -28,14 +28,19 @@ import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from migrate.errors import MalformedLogDirFileError
-from migrate.format.entries import walk_entries
+import numpy as np
+
+from migrate.errors import CorruptRecordError, MalformedLogDirFileError
+from migrate.format import batch as v2
+from migrate.format.checksums import crc32_ranges
+from migrate.format.entries import Walk, walk_entries
 from migrate.kafka.names import CLEANER_CHECKPOINT, INDEX_RE, SEGMENT_RE, segment_name
 from migrate.kafka.properties import read_offset_checkpoint
 from migrate.model.run_state import Fate, FileAfter, FileStat, PartitionAfter
 from migrate.run.partition.places import PartitionPlaces
 from migrate.run.partition.record import ConvertedSegment, LinkedFile
 from migrate.segment.identity import edges_digest_of
+from migrate.segment.reader import read_chunks
 
 PRESTAGE_RECORD_SUFFIX = ".prestaged.json"  # a cut-over's pre-stage records, carried in with the staged segments
 
@@ -181,7 +186,16 @@ def _log_fate(
         return FileAfter(name, Fate.UNCHANGED, metadata_only=not same)
     later_swapped = [b for b in swapped_logs if b > base]
     at_end = bool(now_logs) and base == now_logs[-1] and not any(b in now_logs for b in later_swapped)
-    if st.st_size > was.size and _holds(path, out, st):
+    kept = st.st_size > was.size and _holds(path, out, st)  # the swapped bytes are its start: something appended
+    damage = _unreadable(path, was.size if kept else 0)
+    if damage:
+        return FileAfter(
+            name,
+            Fate.DAMAGED,
+            f"{damage}: no broker operation explains it (Kafka's recovery would cut the log there)",
+            lost_by_rollback=kept,
+        )
+    if kept:
         if base == last_swapped or at_end:
             what = f"{_appended(path, was.size, st.st_size)} appended by the broker"
             return FileAfter(name, Fate.APPENDED, what, lost_by_rollback=True)
@@ -214,7 +228,12 @@ def _index_fate(
     log_fate: Fate | None,
     last_swapped: int,
 ) -> FileAfter:
-    if log_fate not in (Fate.UNCHANGED, None):  # the index follows its segment: appended, truncated, cleaned, gone
+    if log_fate not in (
+        Fate.UNCHANGED,
+        Fate.REWRITTEN,
+        Fate.DAMAGED,
+        None,
+    ):  # the index follows its segment's broker operation
         return FileAfter(name, log_fate, "as its segment")
     if st is None:
         return FileAfter(name, Fate.DELETED, "its segment intact: the broker rebuilds a missing index itself")
@@ -234,6 +253,46 @@ def _holds(path: str, out: _Output, st: os.stat_result) -> bool:
     if not out.digest:
         return (st.st_ino, st.st_size, st.st_mtime_ns) == (out.stat.inode, out.stat.size, out.stat.mtime_ns)
     return _edges(path, out.stat.size) == out.digest
+
+
+def _unreadable(path: str, start: int) -> str:
+    """Where the entries of ``path`` from ``start`` on stop reading as Kafka's recovery reads them (each batch's
+    checksum, as ``LogSegment.recover`` validates it), for an operator; '' where every one reads."""
+    try:
+        with open(path, "rb", buffering=0) as src:
+            src.seek(start)
+            for _ in read_chunks(src, path, deep=False, decode=_checked, start=start):
+                pass
+    except CorruptRecordError as exc:
+        at = f" at byte position {exc.position}" if exc.position is not None else ""
+        return f"{exc.reason}{at}"
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror})"
+    return ""
+
+
+def _checked(buf: memoryview, final: bool) -> Walk:
+    """``buf``'s whole entries, each checksum checked: a v2 batch's CRC-32C, a legacy message's CRC-32 over its
+    magic byte to its end."""
+    walk = walk_entries(buf)
+    p, s, magics = walk.positions, walk.sizes, walk.magics
+    legacy = magics < v2.MAGIC
+    if legacy.any():
+        lp, ls = p[legacy], s[legacy]
+        u8 = np.frombuffer(buf, dtype=np.uint8)
+        stored = (
+            (u8[lp + 12].astype(np.uint32) << 24)
+            | (u8[lp + 13].astype(np.uint32) << 16)
+            | (u8[lp + 14].astype(np.uint32) << 8)
+            | u8[lp + 15].astype(np.uint32)
+        )
+        computed = crc32_ranges(buf, lp + 16, lp + ls)
+        bad = np.flatnonzero(stored != computed)
+        if len(bad):
+            raise CorruptRecordError("CRC-32 mismatch in a legacy message", position=int(lp[bad[0]]))
+    for at, size in zip(p[~legacy].tolist(), s[~legacy].tolist()):
+        v2.decode_batch(buf, at, size, deep=False)
+    return walk
 
 
 def _edges(path: str, size: int) -> str:
