@@ -21,6 +21,7 @@ from migrate.kafka.names import segment_name
 from migrate.model.plan_tree import ConvertOptions
 from migrate.prestage.location import default_staging_root
 from migrate.prestage.record import Judgement, StagedSegment, judge_staged
+from migrate.prestage.staged_index import INDEX_NAME, StagedIndex, decode_index
 from migrate.prestage.tree import StagingTree
 
 MTIME_NS = 1_600_000_000_000_000_000
@@ -130,3 +131,9 @@ def judge(staged: StagedSegment, source: Path, options: ConvertOptions, **kwargs
         assert staging is not None
         with staging:
             return judge_staged(staged, source, options, staging, **kwargs)
+
+
+def read_index_at(staging_dir: Path) -> StagedIndex:
+    """The staged index of one partition's staging dir, decoded (the test reads it by path: no hostile tree here)."""
+    path = staging_dir / INDEX_NAME
+    return decode_index(path.read_bytes(), str(path))

@@ -17,6 +17,7 @@ from prestage_layout import (
     cleaner_merge,
     gen,
     judge,
+    read_index_at,
     retention_delete,
     snapshot,
     staging_root,
@@ -29,6 +30,7 @@ from migrate.prestage.controls import Controls
 from migrate.prestage.location import StagingPlaceError, default_staging_root
 from migrate.prestage.passes import PrestageRequest, run_prestage
 from migrate.prestage.record import Verdict, staged_segments
+from migrate.prestage.staged_index import INDEX_NAME
 
 FIXTURE_PARTITIONS = ["plain-v0-0", "plain-v1-0", "mixed-v0-v1-0", "gzip-v0-0", "lz4-v1-0", "already-v2-0"]
 
@@ -105,8 +107,11 @@ def test_retention_removes_staging_and_never_resurrects_it(tmp_path):
     _, done = prestage(log_dir, passes=2)
     assert staged_bases(log_dir, "t-0") == [200]
     assert sorted(os.listdir(default_staging_root(log_dir) / "t-0")) == [
-        segment_name(200, sfx) for sfx in (".index", ".log", ".prestaged.json", ".timeindex")
+        *(segment_name(200, sfx) for sfx in (".index", ".log", ".prestaged.json", ".timeindex")),
+        INDEX_NAME,  # the partition's staged index: the one record left
     ]
+    index = read_index_at(default_staging_root(log_dir) / "t-0")
+    assert index.rows["base"].tolist() == [200]
 
 
 class _Hostile(Controls):

@@ -24,6 +24,7 @@ from migrate.prestage.controls import MAX_PIECE, Controls, SpaceFloor
 from migrate.prestage.location import StagingPlaceError, default_staging_root
 from migrate.prestage.passes import PrestageRequest, run_prestage
 from migrate.prestage.record import RECORD_RE, staged_segments
+from migrate.prestage.staged_index import INDEX_NAME
 
 RATE = 2_000_000
 
@@ -34,7 +35,7 @@ def _assert_whole(log_dir: Path) -> None:
     for part in (p for p in root.iterdir() if p.is_dir()):  # the partitions' staging dirs, not the lock file
         names = os.listdir(part)
         bases = {int(RECORD_RE.match(n).group(1)) for n in names if RECORD_RE.match(n)}
-        assert all(n.endswith(".prestaged.json") or int(n[:20]) in bases for n in names), names
+        assert all(n.endswith(".prestaged.json") or n == INDEX_NAME or int(n[:20]) in bases for n in names), names
     for staged in staged_segments(log_dir):
         source = log_dir / staged.record.partition / segment_name(staged.record.base_offset, ".log")
         assert judge(staged, source, ConvertOptions().for_partition(3), deep=True).usable

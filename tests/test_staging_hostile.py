@@ -33,6 +33,7 @@ from migrate.prestage.controls import Controls
 from migrate.prestage.location import StagingPlaceError, default_staging_root
 from migrate.prestage.passes import PrestageRequest, run_prestage
 from migrate.prestage.record import staged_segments
+from migrate.prestage.staged_index import INDEX_NAME
 from migrate.prestage.tree import LOCK_FILE
 
 
@@ -199,7 +200,10 @@ def test_a_crash_while_a_segment_is_linked_leaves_only_what_the_next_pass_remove
         assert prestage_cli(log_dir).returncode == 0
         assert listing(log_dir) == before
     assert sorted(os.listdir(staging / "t-0")) == sorted(
-        segment_name(b, sfx) for b in (0, 100) for sfx in (".index", ".log", ".prestaged.json", ".timeindex")
+        [
+            *(segment_name(b, sfx) for b in (0, 100) for sfx in (".index", ".log", ".prestaged.json", ".timeindex")),
+            INDEX_NAME,
+        ]
     )
 
 

@@ -428,6 +428,10 @@ class SegmentOutcome:
     staged_seconds: float | None = None
     # the plan named staged outputs, but they could not be used (a source or staged file changed since): why
     staged_fallback: str = ""
+    # the result as the state database stores it, where the take had it so already (a staged index's row): kept
+    # as text, neither decoded nor encoded again
+    result_text: str | None = None
+    mtime_timestamped_records: int = 0  # of a result taken as text: its count, which events carry
 
 
 @dataclass(frozen=True)

@@ -62,7 +62,8 @@ from migrate.model.plan_tree import (
 )
 from migrate.planning.checks import CompactionAttempt, LogDirSubject, Scope, SegmentSubject, judge
 from migrate.planning.request import PlanRequest
-from migrate.prestage.cutover import plan_staged, staged_for, stopped_at_ns
+from migrate.prestage.cutover import plan_staged_segment, stopped_at_ns
+from migrate.prestage.staged_index import options_digest, read_index
 from migrate.prestage.tree import PartitionStaging, StagingTree, TreeRef
 from migrate.run.exchange import expected_method
 from migrate.run.workspace import write_durably
@@ -121,6 +122,8 @@ def build_plan(request: PlanRequest) -> Plan:
                     if request.options.max_segment_bytes is None:
                         outgrown.add(planned)
                     partitions.append(planned if builder is None else builder.absorb(str(log_dir), planned))
+            if tree is not None:  # what no partition's plan scanned: a link anywhere in the tree refuses the plan
+                tree.scan(skip=frozenset(p.name for p in wanted if request.compaction_rule(p.topic) is None))
         finally:
             if tree is not None:
                 tree.close()
@@ -238,8 +241,7 @@ def _staging_tree(log_dir: Path, override: str | None, request: PlanRequest) -> 
     if tree is None:
         return None
     try:
-        tree.lock("plan")
-        tree.scan()
+        tree.lock("plan")  # each partition's staging dir is scanned as it is planned, the others after
     except BaseException:
         tree.close()
         raise
@@ -270,7 +272,11 @@ def _plan_partitions(
 ) -> Iterator[PartitionFindings]:
     """Each partition's plan and findings, in order, as they come; on several processes for large log dirs."""
     cores = os.cpu_count() or 1
-    if cores < 2 or sum(len(p.segments) for p in parts) < PARALLEL_MIN_SEGMENTS:
+    # a segment read costs; a staged one judged by stat does not: where a partition has a staging dir, only its
+    # last segment (never staged) is counted
+    staged = set(tree.partition_names()) if tree is not None else set()
+    reads = sum(1 if p.name in staged else len(p.segments) for p in parts)
+    if cores < 2 or reads < PARALLEL_MIN_SEGMENTS:
         yield from _plan_chunk(parts, request, tree)
         return
     import concurrent.futures
@@ -314,12 +320,18 @@ def _plan_partition_staged(
     not_taken: list[str] = []
     oversized: list[str] = []
     staged_options = opts.for_partition(epoch)
+    entries = staging.scan() if staging is not None else {}
+    index = read_index(staging) if staging is not None else None
+    wanted = options_digest(staged_options)
     for seg in part.segments:
         if not seg.size:
             continue
-        staged = staged_for(tree, staging, seg.base_offset) if tree is not None and staging is not None else None
-        if staged is not None and staging is not None and seg is not part.segments[-1]:
-            taken = plan_staged(staged, seg.path, staged_options, staging)
+        taken = None
+        if tree is not None and staging is not None and seg is not part.segments[-1]:
+            taken = plan_staged_segment(
+                tree, staging, index, seg.path, seg.base_offset, staged_options, wanted, entries.get
+            )
+        if taken is not None:
             if taken.judgement.usable:
                 if taken.segment is not None:
                     segments.append(taken.segment)

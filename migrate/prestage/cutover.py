@@ -27,7 +27,8 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-from collections.abc import Collection, Iterator
+import re
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,6 +47,23 @@ from migrate.prestage.record import (
     record_name,
     remove_pending,
     remove_staged,
+)
+from migrate.prestage.staged_index import (
+    Row,
+    StagedCounts,
+    StagedIndex,
+    judge_row,
+    options_digest,
+    read_index,
+    remove_index,
+    row_counts,
+    row_entries,
+    row_is_staged,
+    row_live_before,
+    row_record_digest,
+    row_source,
+    row_stands,
+    row_verbatim,
 )
 from migrate.prestage.tree import PartitionStaging, StagingTree, StagingTreeError
 from migrate.run.exchange import rename_noreplace
@@ -87,11 +105,52 @@ class StagedPlanning:
     segment: SegmentPlan | None = None
 
 
+def plan_staged_segment(
+    tree: StagingTree,
+    staging: PartitionStaging,
+    index: StagedIndex | None,
+    source: Path,
+    base_offset: int,
+    options: ConvertOptions,
+    wanted: tuple[int, int],
+    lstat: Callable[[str], os.stat_result | None],
+) -> StagedPlanning | None:
+    """The plan of ``source`` from what is staged for it, by stat (None: nothing is): from its row of the
+    partition's staged index where that row stands for its record, else from the record. ``lstat``: of a name in
+    ``staging`` (the plan's scan of it)."""
+    row = index.row(base_offset) if index is not None else None
+    if row is not None and row_stands(row, lstat):
+        try:
+            source_stat: os.stat_result | None = os.stat(source)
+        except FileNotFoundError:
+            source_stat = None
+        judgement = judge_row(row, str(source), source_stat, wanted, lstat, staging.path)
+        if not judgement.usable or not row_is_staged(row):
+            return StagedPlanning(judgement)
+        identity = row_source(row)
+        return StagedPlanning(
+            judgement,
+            SegmentPlan(
+                base_offset=base_offset,
+                size=identity.size,
+                mtime_ns=identity.mtime_ns,
+                inode=identity.inode,
+                entries_by_magic=row_entries(row),
+                estimated_output_bytes=row_counts(row)[1],
+                staged=True,
+                staged_record=row_record_digest(row)[:RECORD_DIGEST_HEX],
+            ),
+        )
+    staged = staged_for(tree, staging, base_offset)
+    return None if staged is None else plan_staged(staged, source, options, staging)
+
+
 def plan_staged(
     staged: StagedSegment, source: Path, options: ConvertOptions, staging: PartitionStaging
 ) -> StagedPlanning:
-    """The plan of ``source`` from its staged record, without reading the source past its edges."""
-    judgement = judge_staged(staged, source, options, staging)
+    """The plan of ``source`` from its staged record, by stat (the broker is stopped: nothing writes a log through a
+    mapping, and every other write changes the source's ctime)."""
+    judgement = judge_staged(staged, source, options, staging, edges=False)
     if not judgement.usable or not staged.record.staged:
         return StagedPlanning(judgement)
     record = staged.record
@@ -113,28 +172,92 @@ def plan_staged(
 
 @dataclass(frozen=True)
 class Taken:
-    """What execute got for a segment planned from staging: ``result`` (its outputs now in the work dir) when the
-    staged conversion was taken; else ``judgement`` says why it was not, and the segment is converted anew."""
+    """What execute got for a segment planned from staging: ``result`` (its outputs in the staging dir) when the
+    staged conversion was taken; or, taken from the staged index, ``text``: that result as the state database
+    stores it, with ``counts`` (source bytes, output bytes, records, the pass's seconds); else ``judgement`` says why
+    it was not, and the segment is converted anew."""
 
     judgement: Judgement
     result: SegmentResult | None = None
+    text: str | None = None
+    counts: StagedCounts | None = None
+
+
+class StagedPartition:
+    """One partition's staging dir and staged index, opened once for the segments a task takes from it."""
+
+    def __init__(self, staging: PartitionStaging | None, error: str = "") -> None:
+        self.staging = staging
+        self.error = error  # why there is no staging dir to take from
+        self.index = read_index(staging) if staging is not None else None
+        self._options: tuple[ConvertOptions, tuple[int, int]] | None = None
+
+    def wanted(self, options: ConvertOptions) -> tuple[int, int]:
+        """``options_digest`` of ``options``, computed once for a partition's segments."""
+        if self._options is None or self._options[0] != options:
+            self._options = (options, options_digest(options))
+        return self._options[1]
+
+    @classmethod
+    def open(cls, tree: StagingTree, partition: str) -> StagedPartition:
+        try:
+            staging = tree.partition(partition)
+        except OSError as exc:  # a link or a file where the partition's staging dir should be: never followed
+            return cls(None, str(exc))
+        if staging is None:
+            return cls(None, f"its pre-stage dir {tree.root / partition} is gone")
+        return cls(staging)
+
+    def close(self) -> None:
+        if self.staging is not None:
+            self.staging.close()
 
 
 def take_staged(
-    tree: StagingTree, partition: str, task: SegmentTask, planned_record: str | None, *, deep: bool = False
+    tree: StagingTree, staged: StagedPartition, task: SegmentTask, planned_record: str | None, *, deep: bool = False
 ) -> Taken:
     """Judge the staged conversion of ``task``'s source again: when it may stand in, its result as a conversion's,
     its outputs where they are (the partition's staging dir, which the swap makes the partition's new directory:
     nothing is moved here). ``planned_record``: the record's digest as planned (another record is not taken);
-    ``deep`` re-reads the staged files against their digests first (a full read)."""
-    try:
-        staging = tree.partition(partition)
-    except OSError as exc:  # a link or a file where the partition's staging dir should be: never followed
-        return Taken(Judgement(Verdict.STAGED_CHANGED, str(exc)))
+    ``deep`` re-reads the staged files against their digests first (a full read). By stat from the staged index
+    where its row stands for the planned record, the live files are as staged and the result's text says what the
+    take would write (no record read, nothing decoded); else from the record."""
+    staging = staged.staging
     if staging is None:
-        return Taken(Judgement(Verdict.STAGED_CHANGED, f"its pre-stage dir {tree.root / partition} is gone"))
-    with staging:
-        return _take(tree, staging, task, planned_record, deep)
+        return Taken(Judgement(Verdict.STAGED_CHANGED, staged.error))
+    if not deep and staged.index is not None:
+        row = staged.index.row(task.base_offset)
+        if row is not None and row_verbatim(row) and row_stands(row, staging.lstat):
+            taken = _take_row(staged, row, task, planned_record)
+            if taken is not None:
+                return taken
+    return _take(tree, staging, task, planned_record, deep)
+
+
+def _take_row(staged: StagedPartition, row: Row, task: SegmentTask, planned_record: str | None) -> Taken | None:
+    """The take by the index's row; None where the record must decide (the live index files are not as staged)."""
+    staging, index = staged.staging, staged.index
+    assert staging is not None and index is not None
+    if planned_record is not None and row_record_digest(row)[:RECORD_DIGEST_HEX] != planned_record:
+        why = f"its pre-stage record under {staging.path} changed since the plan"
+        return Taken(Judgement(Verdict.STAGED_CHANGED, why))
+    try:
+        source_stat: os.stat_result | None = os.stat(task.source)
+    except FileNotFoundError:
+        source_stat = None
+    judgement = judge_row(row, task.source, source_stat, staged.wanted(task.options), staging.lstat, staging.path)
+    if not judgement.usable:
+        return Taken(judgement)
+    identity = row_source(row)
+    planned = (task.expected_size, task.expected_mtime_ns, task.expected_inode)
+    if (identity.size, identity.mtime_ns, identity.inode) != planned:
+        return Taken(
+            Judgement(Verdict.SOURCE_CHANGED, f"staged from {identity}, planned size, mtime_ns, inode {planned}")
+        )
+    live = live_files(os.path.dirname(task.source), task.base_offset, log=source_stat)
+    if {sfx: FileStat.of(st) for sfx, st in live.items()} != row_live_before(row):
+        return None
+    return Taken(judgement, text=index.text(row), counts=row_counts(row))
 
 
 def _take(
@@ -197,8 +320,12 @@ def complete_staged_dir(
             found = staged_for(tree, staging, int(m.group(1)))
             if found is not None:
                 left += remove_staged(staging, found)
+        remove_index(staging)  # it spared the plan and the take their reads; the partition's directory needs none
+        # a file no record names (left alone above, or an index this tool cannot tell for its own): the directory
+        # would hold it, so it cannot become the partition's; nothing is moved over it either
         in_the_way = [name for name in delta_names if staging.lstat(name) is not None]
-        if in_the_way:  # a file no record names (it was left alone above): nothing is moved over it
+        in_the_way += [name for name in staging.names() if not _taken_name(name, taken)]
+        if in_the_way:
             raise FileExistsError(
                 errno.EEXIST, "a file no record names is in the way", str(staging.path / in_the_way[0])
             )
@@ -208,6 +335,15 @@ def complete_staged_dir(
         staging.close()
         raise
     return staging, left
+
+
+_BASE_RE = re.compile(r"^(\d{20})\.(?:log|index|timeindex|prestaged\.json)$", re.ASCII)
+
+
+def _taken_name(name: str, taken: Collection[int]) -> bool:
+    """A staged file or record of a segment the cut-over took."""
+    m = _BASE_RE.match(name)
+    return m is not None and int(m.group(1)) in taken
 
 
 @contextlib.contextmanager
@@ -262,6 +398,7 @@ def forget_staged(log_dir: str, staging_dir: str, partitions: list[str]) -> int:
                     found = staged_for(tree, staging, int(m.group(1))) if m is not None else None
                     if found is not None and not remove_staged(staging, found):
                         removed += 1
+                remove_index(staging)
             with contextlib.suppress(OSError):  # not empty: something not ours is there, left alone
                 os.rmdir(name, dir_fd=tree.fd)
     return removed

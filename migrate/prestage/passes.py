@@ -24,9 +24,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from migrate.errors import LocatedError, LogDirAccessError, MalformedLogDirFileError, MigrateError, ModelError
 from migrate.kafka.layout import Partition, inspect_log_dir
 from migrate.kafka.lock import lock_holder
+from migrate.kafka.names import segment_name
 from migrate.kafka.properties import leader_epoch_entries
 from migrate.model.plan_tree import ConvertOptions
 from migrate.prestage.controls import Aborted, Controls, SpaceFloorReached
@@ -43,6 +46,18 @@ from migrate.prestage.record import (
     remove_staged,
 )
 from migrate.prestage.stage import StageOutcome, StageResult, StagingWriteError, stage_segment
+from migrate.prestage.staged_index import (
+    INDEX_NAMES,
+    StagedIndex,
+    judge_row,
+    new_row,
+    options_digest,
+    read_index,
+    remove_index,
+    row_staged,
+    row_stands,
+    write_index,
+)
 from migrate.prestage.tree import NodeId, PartitionStaging, StagingTree
 
 
@@ -255,37 +270,95 @@ def _stage_partitions(
     for part in wanted:
         if not part.segments:
             continue
-        options = _options_for(part, request)
-        staging = target.tree.partition(part.name)
-        try:
-            for seg in part.segments[:-1]:
-                if not seg.size:
-                    continue
-                previous = _record(staging, seg.base_offset, target.root) if staging is not None else None
-                if (
-                    staging is not None
-                    and previous is not None
-                    and judge_staged(previous, seg.path, options, staging, edges=False).usable
-                ):
-                    done.kept += 1
-                    continue
-                if refused.get(str(seg.path)) == FileIdentity.at(seg.path):
-                    continue
-                if staging is None:  # made before the partition's first segment is staged
-                    try:
-                        staging = target.tree.partition(part.name, create=True)
-                    except OSError as exc:
-                        raise StagingWriteError(exc.errno, exc.strerror, str(target.root / part.name)) from exc
-                    assert staging is not None
-                controls.before_segment(seg.size)
-                try:
-                    outcome = stage_segment(seg.path, staging, options, controls, target.log_dir, target.root)
-                except LocatedError as exc:  # the conversion did not verify: as refused as bad bytes
-                    outcome = StageOutcome(StageResult.REFUSED, str(seg.path), problem=str(exc))
-                _count(outcome, done, refused, seg.path)
-        finally:
+        _stage_partition(target, part, _options_for(part, request), controls, refused, done)
+
+
+def _stage_partition(
+    target: _Target,
+    part: Partition,
+    options: ConvertOptions,
+    controls: Controls,
+    refused: dict[str, FileIdentity],
+    done: LogDirPass,
+) -> None:
+    """Stage a partition's closed segments, then write its staged index."""
+    staging = target.tree.partition(part.name)
+    index = read_index(staging) if staging is not None else None
+    wanted = options_digest(options)
+    rows: list[tuple[np.ndarray, bytes]] = []
+    try:
+        for seg in part.segments[:-1]:
+            if not seg.size:
+                continue
             if staging is not None:
+                kept = _kept(staging, index, seg.path, seg.base_offset, options, wanted, target.root)
+                if kept is not None:
+                    done.kept += 1
+                    rows.append(kept)
+                    continue
+            if refused.get(str(seg.path)) == FileIdentity.at(seg.path):
+                continue
+            if staging is None:  # made before the partition's first segment is staged
+                try:
+                    staging = target.tree.partition(part.name, create=True)
+                except OSError as exc:
+                    raise StagingWriteError(exc.errno, exc.strerror, str(target.root / part.name)) from exc
+                assert staging is not None
+            controls.before_segment(seg.size)
+            try:
+                outcome = stage_segment(seg.path, staging, options, controls, target.log_dir, target.root)
+            except LocatedError as exc:  # the conversion did not verify: as refused as bad bytes
+                outcome = StageOutcome(StageResult.REFUSED, str(seg.path), problem=str(exc))
+            _count(outcome, done, refused, seg.path)
+            if outcome.record is not None:
+                st = staging.lstat(record_name(seg.base_offset))
+                if st is not None:
+                    rows.append(new_row(outcome.record, st, str(staging.path)))
+    finally:
+        if staging is not None:
+            try:
+                if _index_differs(index, rows):
+                    with contextlib.suppress(OSError):  # the index spares the cut-over reads: without it they are made
+                        write_index(staging, rows)
+            finally:
                 staging.close()
+
+
+def _kept(
+    staging: PartitionStaging,
+    index: StagedIndex | None,
+    source: Path,
+    base_offset: int,
+    options: ConvertOptions,
+    wanted: tuple[int, int],
+    root: Path,
+) -> tuple[np.ndarray, bytes] | None:
+    """The index row of a segment staged by an earlier pass that still stands for its source, judged by stat (from
+    the index where its row stands, else from the record); None where it must be staged again."""
+    row = index.row(base_offset) if index is not None else None
+    if row is not None and row_stands(row, staging.lstat):
+        try:
+            source_stat: os.stat_result | None = os.stat(source)
+        except FileNotFoundError:
+            source_stat = None
+        if judge_row(row, str(source), source_stat, wanted, staging.lstat, staging.path).usable:
+            assert index is not None
+            return index.take(base_offset)
+        return None
+    previous = _record(staging, base_offset, root)
+    if previous is None or not judge_staged(previous, source, options, staging, edges=False).usable:
+        return None
+    st = staging.lstat(record_name(base_offset))
+    return new_row(previous, st, str(staging.path)) if st is not None else None
+
+
+def _index_differs(index: StagedIndex | None, rows: list[tuple[np.ndarray, bytes]]) -> bool:
+    """Whether the records staged now are not those ``index`` holds (by base offset and record identity)."""
+    if index is None:
+        return bool(rows)
+    keys = ["base", "rec_ino", "rec_size", "rec_mtime", "rec_ctime"]
+    now = sorted(tuple(r[0][keys].tolist()[0]) for r in rows)
+    return now != sorted(index.rows[keys].tolist())
 
 
 def _count(outcome: StageOutcome, done: LogDirPass, refused: dict[str, FileIdentity], source: Path) -> None:
@@ -350,7 +423,8 @@ def sweep(tree: StagingTree, partitions: dict[str, Partition], left_alone: list[
             part = partitions.get(name)
             bases = {s.base_offset for s in part.segments} if part is not None else set()
             names = staging.names()
-            vouched: set[str] = set()
+            index = read_index(staging)
+            vouched: set[str] = set(INDEX_NAMES) & set(names) if index is not None else set()
             for entry in names:
                 if (m := PENDING_RE.match(entry)) is not None:
                     final = record_name(int(m.group(1)))
@@ -362,6 +436,11 @@ def sweep(tree: StagingTree, partitions: dict[str, Partition], left_alone: list[
                 if (m := RECORD_RE.match(entry)) is None:
                     continue
                 base = int(m.group(1))
+                row = index.row(base) if index is not None and base in bases else None
+                if row is not None and row_stands(row, staging.lstat):  # what the record names, as its row says
+                    vouched.add(entry)
+                    vouched.update(segment_name(base, sfx) for sfx in row_staged(row))
+                    continue
                 try:
                     found = read_record(staging, base, tree.root)
                 except ModelError as exc:
@@ -380,6 +459,8 @@ def sweep(tree: StagingTree, partitions: dict[str, Partition], left_alone: list[
                 f"{staging.path / entry}: no record of this tool names it (left alone: remove it if it is yours)"
                 for entry in strays
             ]
+            if part is None:
+                remove_index(staging)
         if part is None:
             with contextlib.suppress(OSError):
                 os.rmdir(name, dir_fd=tree.fd)  # not empty: something not ours is there, kept, and the dir with it
@@ -399,10 +480,12 @@ def what_is_left(target: _Target, request: PrestageRequest, topic_re: re.Pattern
         except StagingPlaceError:
             staging = None
         try:
+            index = read_index(staging) if staging is not None else None
+            wanted = options_digest(options)
             for seg in part.segments[:-1]:
                 usable = False
-                if staging is not None and (staged := _record(staging, seg.base_offset, target.root)) is not None:
-                    usable = judge_staged(staged, seg.path, options, staging, edges=False).usable
+                if staging is not None:
+                    usable = _kept(staging, index, seg.path, seg.base_offset, options, wanted, target.root) is not None
                 if seg.size and not usable:
                     left += seg.size
         finally:

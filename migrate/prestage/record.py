@@ -135,9 +135,11 @@ def write_new(staging: PartitionStaging, name: str, data: bytes, *, durable: boo
         staging.fsync()
 
 
-def write_record(staging: PartitionStaging, record: StagedRecord) -> None:
-    """Durably, under ``<base>.prestaged.json`` (no file of that name may exist)."""
-    write_new(staging, record_name(record.base_offset), _encode(record), durable=True)
+def write_record(staging: PartitionStaging, record: StagedRecord, root: Path) -> StagedSegment:
+    """Durably, under ``<base>.prestaged.json`` (no file of that name may exist); the record as it is found there."""
+    data = _encode(record)
+    write_new(staging, record_name(record.base_offset), data, durable=True)
+    return StagedSegment(record, root, hashlib.sha256(data).hexdigest())
 
 
 def write_pending(staging: PartitionStaging, pending: PendingRecord) -> None:

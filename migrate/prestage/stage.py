@@ -36,6 +36,7 @@ from migrate.prestage.record import (
     STAGED_SUFFIXES,
     PendingRecord,
     StagedRecord,
+    StagedSegment,
     pending_name,
     read_record,
     record_name,
@@ -80,6 +81,7 @@ class StageOutcome:
     source_bytes: int = 0
     staged_bytes: int = 0
     problem: str = ""
+    record: StagedSegment | None = None  # what a pass wrote, as the staging dir now holds it
 
 
 class StagingWriteError(OSError):
@@ -165,7 +167,7 @@ def stage_segment(
             )
             faults.point("before:prestage-record")
             try:
-                write_record(staging, record)
+                written = write_record(staging, record, root)
             except FileExistsError:
                 outputs.unlink_linked(base_offset)
                 return StageOutcome(
@@ -186,7 +188,7 @@ def stage_segment(
             outputs.close()
             pagecache.drop_brought_in(fd, resident)
     kind = StageResult.STAGED if staged else StageResult.UNCHANGED
-    return StageOutcome(kind, str(source), st.st_size, sum(i.size for i in staged.values()))
+    return StageOutcome(kind, str(source), st.st_size, sum(i.size for i in staged.values()), record=written)
 
 
 def _rejected(source: Path, why: str) -> StageOutcome:

@@ -369,26 +369,20 @@ class StagingTree:
             )
         return PartitionStaging(name, path, fd)
 
-    def scan(self, live: frozenset[NodeId] = frozenset()) -> TreeScan:
+    def scan(self, live: frozenset[NodeId] = frozenset(), skip: frozenset[str] = frozenset()) -> TreeScan:
         """Every entry of the tree checked before anything is written or deleted in it; ``live``: the identities of
-        the broker's log dirs, partition dirs and segment files (none may be in the tree under any name).
-        StagingTreeError names the first entry that is wrong and what it is."""
+        the broker's log dirs, partition dirs and segment files (none may be in the tree under any name); ``skip``:
+        partitions the caller scanned itself (``PartitionStaging.scan``). StagingTreeError names the first entry
+        that is wrong and what it is."""
         files = 0
         for name in self.partition_names():
+            if name in skip:
+                continue
             part = self.partition(name)
             if part is None:
                 continue  # gone since it was listed: nothing to check
             with part:
-                node = NodeId.of(os.fstat(part.fd))
-                if node in live:
-                    raise StagingTreeError(
-                        f"{part.path} is one of the broker's own directories (device and inode {node.device}:"
-                        f"{node.inode}: a bind mount?). Nothing was written or deleted. Remove it from the staging "
-                        "tree (after checking what it is), then run the same command again."
-                    )
-                for entry in part.names():
-                    files += 1
-                    part.check_entry(entry, live)
+                files += len(part.scan(live))
         return TreeScan(files)
 
 
@@ -499,6 +493,18 @@ class PartitionStaging:
             return os.stat(name, dir_fd=self.fd, follow_symlinks=False)
         except FileNotFoundError:
             return None
+
+    def scan(self, live: frozenset[NodeId] = frozenset()) -> dict[str, os.stat_result]:
+        """This dir and every entry in it checked as ``StagingTree.scan`` checks them: each entry's stat, by name
+        (the caller judges the staged files by it, with no second lstat)."""
+        node = NodeId.of(os.fstat(self.fd))
+        if node in live:
+            raise StagingTreeError(
+                f"{self.path} is one of the broker's own directories (device and inode {node.device}:{node.inode}: a "
+                "bind mount?). Nothing was written or deleted. Remove it from the staging tree (after checking what "
+                "it is), then run the same command again."
+            )
+        return {entry: self.check_entry(entry, live) for entry in os.listdir(self.fd)}
 
     def check_entry(self, name: str, live: frozenset[NodeId] = frozenset()) -> os.stat_result:
         """``name`` must be a regular file with no other name, and none of the broker's: else StagingTreeError."""

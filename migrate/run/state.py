@@ -387,7 +387,7 @@ class StateStore:
             rows.append(
                 (
                     state.value,
-                    _json(o.result),
+                    o.result_text if o.result_text is not None else _json(o.result),
                     _json(o.problem),
                     o.source_bytes,
                     o.output_bytes,

@@ -35,7 +35,7 @@ from migrate.model.run_state import (
     SegmentTask,
 )
 from migrate.model.stage_reports import ConvertTaskResult, RangePart
-from migrate.prestage.cutover import take_staged
+from migrate.prestage.cutover import StagedPartition, Taken, take_staged
 from migrate.prestage.record import Verdict
 from migrate.prestage.tree import StagingTree
 from migrate.run import faults
@@ -157,14 +157,16 @@ def convert_task(plan: Plan, task_id: str, run: str = "") -> ConvertTaskResult:
         store.record_outcomes(outcomes)
     # the driver keeps every segment's outcome of a run: without its result (the state store holds it, and the
     # progress feed carried it), so a million segments cost the driver their counts, not their digests and stats
-    return ConvertTaskResult(tuple(o if o.result is None else _without_result(o) for o in outcomes))
+    return ConvertTaskResult(
+        tuple(o if o.result is None and o.result_text is None else _without_result(o) for o in outcomes)
+    )
 
 
 def _without_result(outcome: SegmentOutcome) -> SegmentOutcome:
-    """``dataclasses.replace(outcome, result=None)`` without its per-field work (a million outcomes pass here); the
-    record has no ``__post_init__`` to run."""
+    """``dataclasses.replace(outcome, result=None, result_text=None)`` without its per-field work (a million
+    outcomes pass here); the record has no ``__post_init__`` to run."""
     copy = object.__new__(SegmentOutcome)
-    copy.__dict__.update(outcome.__dict__, result=None)
+    copy.__dict__.update(outcome.__dict__, result=None, result_text=None)
     return copy
 
 
@@ -176,11 +178,34 @@ def _run(
 ) -> list[SegmentOutcome]:
     failed: set[str] = {n for n, s in partition_states.items() if s not in WORKABLE}
     known: dict[str, PartitionFacts] = {}
-    trees: dict[str, StagingTree] = {}  # the staging trees this task opened, by log dir
+    trees = StagingOpened()
     try:
         return _convert_each(plan, task, segment_states, failed, known, trees)
     finally:
-        for tree in trees.values():
+        trees.close()
+
+
+class StagingOpened:
+    """The staging trees a task opened (by log dir) and the partitions' staging dirs it takes from (opening a tree
+    walks and checks every ancestor, a partition's dir reads its staged index: once each, not per segment)."""
+
+    def __init__(self) -> None:
+        self.trees: dict[str, StagingTree] = {}
+        self.partitions: dict[tuple[str, str], StagedPartition] = {}
+
+    def partition(self, tree: StagingTree, log_dir: str, partition: str) -> StagedPartition:
+        key = (log_dir, partition)
+        found = self.partitions.get(key)
+        if found is None:
+            for other in self.partitions.values():  # a task's segments come partition by partition
+                other.close()
+            self.partitions = {key: (found := StagedPartition.open(tree, partition))}
+        return found
+
+    def close(self) -> None:
+        for part in self.partitions.values():
+            part.close()
+        for tree in self.trees.values():
             tree.close()
 
 
@@ -190,7 +215,7 @@ def _convert_each(
     segment_states: dict[tuple[str, int], SegmentState],
     failed: set[str],
     known: dict[str, PartitionFacts],
-    trees: dict[str, StagingTree],
+    trees: StagingOpened,
 ) -> list[SegmentOutcome]:
     outcomes: list[SegmentOutcome] = []
     stopped: Problem | None = None
@@ -257,7 +282,7 @@ def convert_and_verify(
     partition: str,
     base_offset: int,
     known: dict[str, PartitionFacts] | None = None,
-    trees: dict[str, StagingTree] | None = None,
+    trees: StagingOpened | None = None,
 ) -> SegmentOutcome:
     """``known``: the partitions' facts this task looked up already (``partition_facts``); ``trees``: the staging
     trees it opened already, by log dir (opening one walks and checks every ancestor: more than a take itself); the
@@ -271,23 +296,25 @@ def convert_and_verify(
         entry = plan.log_dir(log_dir)
         if entry.staging_dir is not None and seg.staged:
             faults.point("before:take-staged")
-            tree = trees.get(entry.log_dir) if trees is not None else None
-            if tree is None:
-                # the plan's tree, checked as prestage checks it; gone: every staged segment converts from its source
-                tree = StagingTree.open(entry.log_dir, entry.staging_dir, create=False)
-                if tree is not None and trees is not None:
-                    trees[entry.log_dir] = tree
-            if tree is None:
-                fallback = f"{task.source}: {Verdict.STAGED_CHANGED}: the staging tree {entry.staging_dir} is gone"
-            else:
-                try:
-                    taken = take_staged(tree, partition, task, seg.staged_record, deep=bool(entry.reverify_staged))
-                finally:
-                    if trees is None:
-                        tree.close()
-                if taken.result is not None:
-                    return _taken(log_dir, partition, base_offset, taken.result, started)
-                fallback = f"{task.source}: {taken.judgement.verdict}: {taken.judgement.reason}"
+            opened = trees if trees is not None else StagingOpened()
+            try:
+                tree = opened.trees.get(entry.log_dir)
+                if tree is None:
+                    # the plan's tree, checked as prestage checks it; gone: every staged segment converts anew
+                    tree = StagingTree.open(entry.log_dir, entry.staging_dir, create=False)
+                    if tree is not None:
+                        opened.trees[entry.log_dir] = tree
+                if tree is None:
+                    fallback = f"{task.source}: {Verdict.STAGED_CHANGED}: the staging tree {entry.staging_dir} is gone"
+                else:
+                    staged = opened.partition(tree, entry.log_dir, partition)
+                    taken = take_staged(tree, staged, task, seg.staged_record, deep=bool(entry.reverify_staged))
+                    if taken.result is not None or taken.text is not None:
+                        return _taken(log_dir, partition, base_offset, taken, started)
+                    fallback = f"{task.source}: {taken.judgement.verdict}: {taken.judgement.reason}"
+            finally:
+                if trees is None:
+                    opened.close()
         faults.point("before:convert")
         result = convert_segment(task) if task.split is None else convert_split(task)
     except UnsafePathError as exc:
@@ -352,11 +379,26 @@ def convert_and_verify(
     )
 
 
-def _taken(log_dir: str, partition: str, base_offset: int, result: SegmentResult, started: float) -> SegmentOutcome:
+def _taken(log_dir: str, partition: str, base_offset: int, taken: Taken, started: float) -> SegmentOutcome:
     """A segment whose pre-staged conversion was taken: verified by the pass that staged it, from disk, and provably
-    unchanged since (``migrate.prestage.cutover``)."""
-    return _outcome(
-        log_dir, partition, base_offset, result, time.perf_counter() - started, staged_seconds=result.seconds
+    unchanged since (``migrate.prestage.cutover``); its result as the state stores it where the index had it so."""
+    seconds = time.perf_counter() - started
+    if taken.result is not None:
+        return _outcome(log_dir, partition, base_offset, taken.result, seconds, staged_seconds=taken.result.seconds)
+    counts = taken.counts
+    assert counts is not None
+    return SegmentOutcome(
+        log_dir,
+        partition,
+        base_offset,
+        Outcome.VERIFIED,
+        source_bytes=counts.source_bytes,
+        output_bytes=counts.output_bytes,
+        records=counts.records,
+        convert_seconds=seconds,
+        result_text=taken.text,
+        staged_seconds=counts.seconds,
+        mtime_timestamped_records=counts.mtime_timestamped_records,
     )
 
 

@@ -29,7 +29,6 @@ from migrate.model.run_state import (
     PartitionExchange,
     PartitionState,
     Problem,
-    SegmentResult,
     SegmentState,
     Standing,
 )
@@ -52,6 +51,7 @@ from migrate.run.partition.moves import (
 from migrate.run.partition.places import PartitionPlaces
 from migrate.run.partition.reconcile import open_reconciled, places_of
 from migrate.run.partition.record import record_text
+from migrate.run.partition.sources import ResultFacts, result_facts
 from migrate.run.partition.standing import standing
 from migrate.run.state import StateStore
 from migrate.run.workspace import sync_filesystem
@@ -144,8 +144,9 @@ def _finish_swapping(
         try:
             if standing(places, exchange.original, exchange.new) in (Standing.BUILT, Standing.IN_FENCE):
                 try:
-                    for base, result in _results(store, name):
-                        _check_sources(plan.partition(key, name), base, result)
+                    for base, text in store.verified_texts_of(name):
+                        if text is not None:
+                            _check_sources(plan.partition(key, name), result_facts(base, text))
                 except SourceChangedError as exc:
                     move_out(places, exchange.original, exchange.new, exchange.method, place)
                     problem = Problem.of(exc)
@@ -235,17 +236,18 @@ def _prepare(
     """One partition made ready to move: its sources checked, its new directory completed, its record written."""
     part = plan.partition(key, name)
     places = places_of(plan, key, name)
-    results = _results(store, name)
-    for base, result in results:
-        _check_sources(part, base, result)
+    texts = [(base, text) for base, text in store.verified_texts_of(name) if text is not None]
+    facts = [result_facts(base, text) for base, text in texts]
+    for fact in facts:
+        _check_sources(part, fact)
     if places.staging is not None:
         if tree is None:
             raise MigrateError(f"{places.staging}: the staging tree of the plan is gone; run `plan` again")
-        place, outputs, ours = _complete_staged(plan, key, part, places, tree, results)
+        place, outputs, ours = _complete_staged(plan, key, part, places, tree, facts)
     else:
         cold = cold_place(places, create=True)
         assert cold is not None
-        place, outputs, ours = cold, _output_names(results), frozenset()
+        place, outputs, ours = cold, _output_names(facts), frozenset()
     try:
         built = build(places, place, outputs, lambda n: n in ours)
         text = record_text(
@@ -255,7 +257,7 @@ def _prepare(
             built.original,
             built.new,
             list(built.linked),
-            [(base, text) for base, text in store.verified_texts_of(name) if text is not None],
+            texts,
         )
         faults.point("before:swap-record")
         write_record_in(place, places.work_name, text)
@@ -266,34 +268,22 @@ def _prepare(
     return _Prepared(name, places, PartitionExchange(method, built.original, built.new), place)
 
 
-def _results(store: StateStore, name: str) -> list[tuple[int, SegmentResult]]:
-    """(base, result) of the partition's verified segments, by base offset."""
-    return [
-        (row.base, row.result) for row in store.segments_of(name) if row.state == SegmentState.VERIFIED and row.result
-    ]
+def _output_names(facts: list[ResultFacts]) -> frozenset[str]:
+    return frozenset(name for fact in facts for name in fact.output_names())
 
 
-def _output_names(results: list[tuple[int, SegmentResult]]) -> frozenset[str]:
-    names: set[str] = set()
-    for base, result in results:
-        names.update(segment_name(base, sfx) for sfx in result.outputs)
-        for part in result.parts or ():
-            names.update(segment_name(part.base_offset, sfx) for sfx in part.outputs)
-    return frozenset(names)
-
-
-def _check_sources(part: PartitionPlan, base: int, result: SegmentResult) -> None:
+def _check_sources(part: PartitionPlan, fact: ResultFacts) -> None:
     """The live files a conversion replaces must be as it saw them: a file changed since (a broker ran) fails the
     partition before anything moves."""
     prefix = os.path.join(part.dir, "")
-    for sfx, seen in result.live_before.items():
-        path = f"{prefix}{segment_name(base, sfx)}"
+    for sfx, seen in fact.live_before.items():
+        path = f"{prefix}{segment_name(fact.base_offset, sfx)}"
         try:
             st = os.lstat(path)
         except FileNotFoundError:
             raise SourceChangedError(f"{path} is gone since it was converted", path=path) from None
         now = FileStat.of(st)
-        ctime = result.source_ctime_ns
+        ctime = fact.source_ctime_ns
         if now != seen or (sfx == ".log" and ctime and st.st_ctime_ns != ctime):
             raise SourceChangedError(
                 f"{path} changed after it was converted: inode {now.inode}, {now.size} bytes, mtime_ns "
@@ -310,15 +300,15 @@ def _complete_staged(
     part: PartitionPlan,
     places: PartitionPlaces,
     tree: StagingTree,
-    results: list[tuple[int, SegmentResult]],
+    facts: list[ResultFacts],
 ) -> tuple[Place, frozenset[str], frozenset[str]]:
     """A cut-over's partition: its staging dir made to hold exactly the staged segments taken and the window's
     outputs. Where that cannot be (a file no record names is in the way, or an earlier attempt chose so), the cold
     place instead: the taken staged files moved there beside the window's outputs (a rename each)."""
     staging_prefix = os.path.join(places.staging or "", "")
-    taken = {base for base, r in results if r.outputs.get(".log", "").startswith(staging_prefix)}
-    taken_names = _output_names([(b, r) for b, r in results if b in taken])
-    delta = _output_names([(b, r) for b, r in results if b not in taken])
+    taken = {f.base_offset for f in facts if f.outputs.get(".log", "").startswith(staging_prefix)}
+    taken_names = _output_names([f for f in facts if f.base_offset in taken])
+    delta = _output_names([f for f in facts if f.base_offset not in taken])
     window = cold_place(places, create=True)
     assert window is not None
     try:

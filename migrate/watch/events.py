@@ -164,16 +164,19 @@ def segment_event(outcome: SegmentOutcome | RangeProgress, plan: Plan | None = N
     if isinstance(outcome, RangeProgress):
         return SegmentFinished(plan_id, outcome)
     result = outcome.result
-    if result is not None:  # a copy without ``dataclasses.replace``'s per-field work: one per segment of a run
+    converted = result is not None or outcome.result_text is not None
+    if converted:  # a copy without ``dataclasses.replace``'s per-field work: one per segment of a run
         stripped = object.__new__(SegmentOutcome)
-        stripped.__dict__.update(outcome.__dict__, result=None)
+        stripped.__dict__.update(outcome.__dict__, result=None, result_text=None, mtime_timestamped_records=0)
         outcome = stripped
     return SegmentFinished(
         plan_id,
         outcome,
         planned_size(plan, outcome.log_dir, outcome.partition, outcome.base_offset),
-        converted=result is not None,
-        mtime_timestamped_records=result.mtime_timestamped_records if result is not None else 0,
+        converted=converted,
+        mtime_timestamped_records=(
+            result.mtime_timestamped_records if result is not None else outcome.mtime_timestamped_records
+        ),
     )
 
 
@@ -457,16 +460,15 @@ def _segments_of_columns(msg: Any, where: str) -> SegmentsFinished:
                 partition,
                 base_offset,
                 outcome,
-                cols["source_bytes"][row],
-                cols["output_bytes"][row],
-                cols["records"][row],
-                float(cols["convert_seconds"][row]),
-                float(cols["verify_seconds"][row]),
-                problems.get(row),
-                None,
-                float(cols["finished_at"][row]),
-                None if cols["staged_seconds"][row] is None else float(cols["staged_seconds"][row]),
-                strings[cols["staged_fallback"][row]],
+                source_bytes=cols["source_bytes"][row],
+                output_bytes=cols["output_bytes"][row],
+                records=cols["records"][row],
+                convert_seconds=float(cols["convert_seconds"][row]),
+                verify_seconds=float(cols["verify_seconds"][row]),
+                problem=problems.get(row),
+                finished_at=float(cols["finished_at"][row]),
+                staged_seconds=None if cols["staged_seconds"][row] is None else float(cols["staged_seconds"][row]),
+                staged_fallback=strings[cols["staged_fallback"][row]],
             )
         else:
             raise ModelError(f"{where}.kind: {kind!r} is not 0 (a segment) or 1 (a range)")
