@@ -26,7 +26,9 @@ import json
 import os
 import re
 import shutil
+import subprocess
 import sys
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -54,6 +56,8 @@ class Round:
     cutover_tree_peak_mb: float
     cold_tree_peak_mb: float
     files_compared: int
+    find_s: float  # the floor: a stat of every live and staged file (``find -printf``), best of 3
+    start_s: float  # the floor of a verb: the interpreter and the tool's imports (``--version``), best of 3
 
     @property
     def window_s(self) -> float:
@@ -85,6 +89,17 @@ def compare(a: Path, b: Path) -> int:
     return n
 
 
+def find_floor(dirs: list[Path]) -> float:
+    """Seconds of ``find`` printing every file's size and mtime under ``dirs`` (a stat each), best of 3: what any
+    proof that the files are unchanged costs at least."""
+    best = float("inf")
+    for _ in range(3):
+        started = time.perf_counter()
+        subprocess.run(["find", *map(str, dirs), "-printf", "%s %T@\\n"], check=True, stdout=subprocess.DEVNULL)
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
 def one_round(args: argparse.Namespace, index: int) -> Round:
     per = args.per_partition
     partitions = args.segments // per
@@ -103,6 +118,9 @@ def one_round(args: argparse.Namespace, index: int) -> Round:
         print(f"  prestage  {prestage.wall_s:8.2f} s (while the broker runs; not in the window)", flush=True)
         stamp_clean_shutdown(a)
         stamp_clean_shutdown(b)
+        floor = find_floor([a, a.parent / ".kafka-log-migrate-staging"])
+        start = min(run_verb("--version", [], logs).wall_s for _ in range(3))
+        print(f"  floors    find {floor:7.2f} s  start {start:7.2f} s", flush=True)
         runs: dict[str, list[VerbRun]] = {}
 
         def both(name: str, log_dir: Path) -> None:
@@ -137,6 +155,8 @@ def one_round(args: argparse.Namespace, index: int) -> Round:
             cutover_tree_peak_mb=round(max(r.peaks.tree for r in runs["cut-over"]) / MB, 1),
             cold_tree_peak_mb=round(max(r.peaks.tree for r in runs["cold"]) / MB, 1),
             files_compared=compared,
+            find_s=round(floor, 2),
+            start_s=round(start, 2),
         )
     finally:
         if not args.keep:
@@ -172,14 +192,15 @@ def main(argv: list[str] | None = None) -> int:
     best_cold = min(r.cold_s for r in rounds)
     print(
         "\n| round | order | window (plan + execute) s | of it: plan / checks / delta / swap s | cold run s "
-        "| window / cold | prestage s | tree peak MB (cut-over, cold) |"
+        "| window / cold | floors: find, start s | prestage s | tree peak MB (cut-over, cold) |"
     )
-    print("|---|---|---:|---|---:|---:|---:|---|")
+    print("|---|---|---:|---|---:|---:|---|---:|---|")
     for i, r in enumerate(rounds):
         print(
             f"| {i} | {r.order} | {r.window_s:.2f} | {r.cutover_plan_s:.2f} / {r.checks_s:.1f} / "
             f"{r.delta_conversion_s:.1f} / {r.swap_s:.1f} | {r.cold_s:.2f} | {r.window_s / r.cold_s:.1%} | "
-            f"{r.prestage_s:.1f} | {r.cutover_tree_peak_mb:.0f}, {r.cold_tree_peak_mb:.0f} |"
+            f"{r.find_s:.2f}, {r.start_s:.2f} | {r.prestage_s:.1f} | "
+            f"{r.cutover_tree_peak_mb:.0f}, {r.cold_tree_peak_mb:.0f} |"
         )
     staged = args.segments - args.segments // args.per_partition
     print(

@@ -366,6 +366,29 @@ def test_outputs_take_the_owner_group_and_mode_of_the_files_they_replace(broker,
                 assert (st.st_uid, st.st_gid, st.st_mode & 0o7777) == (*owner, 0o640), (p.name, s.base_offset, sfx)
 
 
+def test_the_partition_directory_keeps_its_owner_group_mode_and_mtime_through_execute_and_rollback(broker, tmp_path):
+    """The swap exchanges whole directories: the new one takes the original's owner, group and mode (Kafka's user
+    must still own it), and rollback brings the original directory itself back, its mtime too."""
+    owner = (4321, 4322) if os.geteuid() == 0 else (os.getuid(), os.getgid())
+    dirs = sorted(d for d in broker.iterdir() if d.is_dir() and not d.name.startswith("."))
+    for i, d in enumerate(dirs):
+        os.chown(d, *owner)
+        d.chmod(0o750 if i % 2 else 0o700)
+        os.utime(d, ns=(1_600_000_000_000_000_000 + i, 1_600_000_000_000_000_000 + i))
+    before = {d.name: (st.st_ino, st.st_uid, st.st_gid, st.st_mode, st.st_mtime_ns) for d in dirs if (st := d.stat())}
+    plan, plan_path = make_plan(tmp_path, broker)
+    report = pipeline.execute(plan, SerialEngine())
+    assert report.ok
+    assert_scan_agrees(plan, report)
+    for d in dirs:
+        st = d.stat()
+        assert st.st_ino != before[d.name][0], d  # a new directory, exchanged in
+        assert (st.st_uid, st.st_gid, st.st_mode) == before[d.name][1:4], d
+    assert pipeline.rollback(plan, SerialEngine(), plan_path).ok
+    after = {d.name: (st.st_ino, st.st_uid, st.st_gid, st.st_mode, st.st_mtime_ns) for d in dirs if (st := d.stat())}
+    assert after == before  # the original directories themselves, mtime included
+
+
 # --- torn tails and damage ------------------------------------------------------------------------------------------
 
 

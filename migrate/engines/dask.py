@@ -33,6 +33,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from migrate.engines import CallResult, Fold, StageCall
@@ -56,6 +57,7 @@ MONITOR = "migrate.monitor"
 # (six runs each), of a 750 MB one 3.44-4.26 s and 4.02-4.80 s (three each).
 LOCAL_BYTES_PER_SECOND = {DigestAlgorithm.XXH3_128: 600e6, DigestAlgorithm.SHA256: 290e6}
 LOCAL_SECONDS_PER_SEGMENT = 0.003
+LOCAL_SECONDS_PER_TAKEN = 0.0001  # a staged segment taken by a cut-over (bench_cutover_many.py, serial: ~90 us)
 LOCAL_SECONDS_WORTH_WORKERS = 1.0
 # Dask's own periodic work in each process of a LocalCluster (the driver holds the scheduler and one nanny per
 # worker): an event-loop tick every 20 ms in each of them, a stack sample every 10 ms in each worker (the dashboard's
@@ -164,26 +166,42 @@ def _key(stage: Stage, call: StageCall, position: int = 0) -> str:
 def worth_workers(plan: Plan) -> bool:
     """Whether a LocalCluster should start its workers for ``plan``: whether this process alone would take longer
     than about a worker start-up (``LOCAL_SECONDS_WORTH_WORKERS``) over the plan's bytes and segments."""
-    e = plan.estimates
-    local = converted_bytes(plan) / LOCAL_BYTES_PER_SECOND[plan.options.digest] + e.segments * LOCAL_SECONDS_PER_SEGMENT
+    work = _work_of(plan)
+    local = (
+        work.converted_bytes / LOCAL_BYTES_PER_SECOND[plan.options.digest]
+        + work.converted_segments * LOCAL_SECONDS_PER_SEGMENT
+        + work.taken_segments * LOCAL_SECONDS_PER_TAKEN
+    )
     return local > LOCAL_SECONDS_WORTH_WORKERS
 
 
-_CUTOVER_CONVERTED_BYTES: dict[str, int] = {}  # plan id -> converted_bytes, for the plans of a cut-over
+@dataclass(frozen=True)
+class _Work:
+    converted_bytes: int
+    converted_segments: int
+    taken_segments: int  # planned from pre-staging: judged by stat and taken by a rename, not converted
+
+
+_CUTOVER_WORK: dict[str, _Work] = {}  # plan id -> its work, for the plans of a cut-over
+
+
+def _work_of(plan: Plan) -> _Work:
+    """What ``plan`` converts and what it takes: a cut-over's segments planned from pre-staging
+    (``SegmentPlan.staged``) cost a stat and a few renames each, not a conversion. Counting them as converted
+    started a LocalCluster's workers for a cut-over of 27 MB beside 2.7 GB taken, and their start took both cores
+    from the window's delta conversion (benchmarks/bench_cutover.py). Summed once per plan: ``map`` asks for every
+    call."""
+    if not any(d.staging_dir for d in plan.log_dirs):
+        return _Work(plan.estimates.bytes, plan.estimates.segments, 0)
+    if plan.plan_id not in _CUTOVER_WORK:
+        converted = [s.size for d in plan.log_dirs for p in d.partitions for s in p.segments if not s.staged]
+        _CUTOVER_WORK[plan.plan_id] = _Work(sum(converted), len(converted), plan.estimates.segments - len(converted))
+    return _CUTOVER_WORK[plan.plan_id]
 
 
 def converted_bytes(plan: Plan) -> int:
-    """The bytes ``plan`` converts: a cut-over's segments planned from pre-staging (``SegmentPlan.staged``) are taken
-    by a few renames, not converted, so they count as segments only. Counting them as bytes started a LocalCluster's
-    workers for a cut-over of 27 MB beside 2.7 GB taken, and their start took both cores from the window's delta
-    conversion (benchmarks/bench_cutover.py). Summed once per plan: ``map`` asks for every call."""
-    if not any(d.staging_dir for d in plan.log_dirs):
-        return plan.estimates.bytes
-    if plan.plan_id not in _CUTOVER_CONVERTED_BYTES:
-        _CUTOVER_CONVERTED_BYTES[plan.plan_id] = sum(
-            s.size for d in plan.log_dirs for p in d.partitions for s in p.segments if not s.staged
-        )
-    return _CUTOVER_CONVERTED_BYTES[plan.plan_id]
+    """The bytes ``plan`` converts (a cut-over's taken segments not among them)."""
+    return _work_of(plan).converted_bytes
 
 
 def _on_worker(stage: Stage, fn: Callable[..., Any], *args: Any) -> Any:
