@@ -64,6 +64,7 @@ from migrate.prestage.staged_index import (
     row_source,
     row_stands,
     row_verbatim,
+    standing_row,
 )
 from migrate.prestage.tree import PartitionStaging, StagingTree, StagingTreeError
 from migrate.run.exchange import rename_noreplace
@@ -118,13 +119,9 @@ def plan_staged_segment(
     """The plan of ``source`` from what is staged for it, by stat (None: nothing is): from its row of the
     partition's staged index where that row stands for its record, else from the record. ``lstat``: of a name in
     ``staging`` (the plan's scan of it)."""
-    row = index.row(base_offset) if index is not None else None
-    if row is not None and row_stands(row, lstat):
-        try:
-            source_stat: os.stat_result | None = os.stat(source)
-        except FileNotFoundError:
-            source_stat = None
-        judgement = judge_row(row, str(source), source_stat, wanted, lstat, staging.path)
+    standing = standing_row(index, base_offset, source, wanted, lstat, staging.path)
+    if standing is not None:
+        row, judgement = standing
         if not judgement.usable or not row_is_staged(row):
             return StagedPlanning(judgement)
         identity = row_source(row)

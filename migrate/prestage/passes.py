@@ -49,13 +49,13 @@ from migrate.prestage.stage import StageOutcome, StageResult, StagingWriteError,
 from migrate.prestage.staged_index import (
     INDEX_NAMES,
     StagedIndex,
-    judge_row,
     new_row,
     options_digest,
     read_index,
     remove_index,
     row_staged,
     row_stands,
+    standing_row,
     write_index,
 )
 from migrate.prestage.tree import NodeId, PartitionStaging, StagingTree
@@ -335,16 +335,10 @@ def _kept(
 ) -> tuple[np.ndarray, bytes] | None:
     """The index row of a segment staged by an earlier pass that still stands for its source, judged by stat (from
     the index where its row stands, else from the record); None where it must be staged again."""
-    row = index.row(base_offset) if index is not None else None
-    if row is not None and row_stands(row, staging.lstat):
-        try:
-            source_stat: os.stat_result | None = os.stat(source)
-        except FileNotFoundError:
-            source_stat = None
-        if judge_row(row, str(source), source_stat, wanted, staging.lstat, staging.path).usable:
-            assert index is not None
-            return index.take(base_offset)
-        return None
+    standing = standing_row(index, base_offset, source, wanted, staging.lstat, staging.path)
+    if standing is not None:
+        assert index is not None
+        return index.take(base_offset) if standing[1].usable else None
     previous = _record(staging, base_offset, root)
     if previous is None or not judge_staged(previous, source, options, staging, edges=False).usable:
         return None

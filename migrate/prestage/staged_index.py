@@ -180,6 +180,26 @@ def row_stands(row: Row, lstat: Callable[[str], os.stat_result | None]) -> bool:
     return st is not None and (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) == row[_REC : _REC + 4]
 
 
+def standing_row(
+    index: StagedIndex | None,
+    base_offset: int,
+    source: Path,
+    wanted: tuple[int, int],
+    lstat: Callable[[str], os.stat_result | None],
+    where: Path,
+) -> tuple[Row, Judgement] | None:
+    """The row of ``base_offset`` where it stands for its record (``row_stands``), judged against its source now
+    (``judge_row``); None where the record must be read instead."""
+    row = index.row(base_offset) if index is not None else None
+    if row is None or not row_stands(row, lstat):
+        return None
+    try:
+        source_stat: os.stat_result | None = os.stat(source)
+    except FileNotFoundError:
+        source_stat = None
+    return row, judge_row(row, str(source), source_stat, wanted, lstat, where)
+
+
 def judge_row(
     row: Row,
     source: str,
