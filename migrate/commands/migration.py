@@ -17,7 +17,7 @@ from migrate.compaction.rules import CompactionRule
 from migrate.engines.watched import WatchedEngine
 from migrate.errors import MigrateError
 from migrate.model.cluster_manifest import Verb
-from migrate.model.plan_columns import plan_id_of
+from migrate.model.plan_columns import columns_of, plan_id_of, staged_totals
 from migrate.model.plan_tree import (
     DEFAULT_RANGE_BYTES,
     DEFAULT_TASK_SEGMENTS,
@@ -273,20 +273,24 @@ def run_plan(args: argparse.Namespace) -> int:
         plan = dataclasses.replace(plan, plan_id=plan_id_of(plan))
     write_plan(plan, args.output)
     est = plan.estimates
-    drops = [
-        f"will drop {s.tail_drop.bytes} bytes of a torn entry at byte position {s.tail_drop.position} of "
-        f"{p.dir}/{s.file} (after offset {s.tail_drop.last_kept_offset})"
-        for d in plan.log_dirs
-        for p in d.partitions
-        for s in p.segments
-        if s.tail_drop
-    ]
+    drops = (
+        []
+        if not columns_of(plan).extra  # a torn tail is a row's rare field: no row has one
+        else [
+            f"will drop {s.tail_drop.bytes} bytes of a torn entry at byte position {s.tail_drop.position} of "
+            f"{p.dir}/{s.file} (after offset {s.tail_drop.last_kept_offset})"
+            for d in plan.log_dirs
+            for p in d.partitions
+            for s in p.segments
+            if s.tail_drop
+        ]
+    )
     text = [f"warning: {w}" for w in plan.warnings] + [f"note: {x}" for x in drops]
-    staged = [s for d in plan.log_dirs for p in d.partitions for s in p.segments if s.staged]
+    staged, staged_bytes = staged_totals(plan)
     if staged:
         text.append(
-            f"cut-over: {len(staged)} segments ({human_bytes(sum(s.size for s in staged))}) are planned from their "
-            f"pre-staged conversions; {est.segments - len(staged)} are converted in the window."
+            f"cut-over: {staged} segments ({human_bytes(staged_bytes)}) are planned from their "
+            f"pre-staged conversions; {est.segments - staged} are converted in the window."
         )
     text += [
         f"plan {plan.plan_id} written to {args.output}: {est.partitions} partitions, {est.segments} segments, "

@@ -384,6 +384,16 @@ class SegmentRows(_Rows):
         c, rows = self._columns.ints, self._rows
         return list(zip(*(c[n][rows.start : rows.stop].tolist() for n in ("base_offset", "size", "mtime_ns", "inode"))))
 
+    def unstaged_output_bytes(self) -> int:
+        """The estimated output bytes of the rows not planned from pre-staging (what a run writes anew)."""
+        c, rows = self._columns.ints, self._rows
+        # numpy arrays, or the builder's array.array while the plan is made: both read as numpy here
+        out, staged = (
+            np.asarray(c["output_bytes"][rows.start : rows.stop]),
+            np.asarray(c["staged"][rows.start : rows.stop]),
+        )
+        return int(out[staged != 1].sum())
+
     def staged_bases(self) -> frozenset[int]:
         c, rows = self._columns.ints, self._rows
         staged = c["staged"][rows.start : rows.stop] == 1
@@ -673,6 +683,13 @@ def columns_of(plan: Plan) -> SegmentColumns:
             if isinstance(p.segments, SegmentRows):
                 return p.segments._columns
     return SegmentColumns.of(plan)
+
+
+def staged_totals(plan: Plan) -> tuple[int, int]:
+    """(segments, bytes) of the plan's segments planned from pre-staging, from the columns."""
+    c = columns_of(plan).ints
+    staged = c["staged"] == 1
+    return int(staged.sum()), int(c["size"][staged].sum())
 
 
 def _columns_from_packed(packed: bytes) -> SegmentColumns:

@@ -21,12 +21,13 @@ everything ``execute`` would refuse before anything is touched.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import re
 import socket
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -481,11 +482,17 @@ def _space(partitions: list[PartitionPlan], request: PlanRequest, found: _Findin
     out = []
     for dev, parts in sorted(by_device.items()):
         # a staged segment's outputs are on this filesystem already: taking them renames, it needs no room
-        need = int(sum(s.estimated_output_bytes for p in parts for s in p.segments if not s.staged) * SPACE_MARGIN)
+        need = int(sum(_unstaged_output_bytes(p) for p in parts) * SPACE_MARGIN)
         space = FilesystemSpace(dev, real[dev], len(parts), need, free_bytes(real[dev], request.free_bytes_cap))
         found.refusals += judge(Scope.FILESYSTEM, space)
         out.append(space)
     return tuple(out)
+
+
+def _unstaged_output_bytes(p: PartitionPlan) -> int:
+    if isinstance(p.segments, SegmentRows):
+        return p.segments.unstaged_output_bytes()
+    return sum(s.estimated_output_bytes for s in p.segments if not s.staged)
 
 
 def make_tasks(
@@ -509,10 +516,8 @@ def make_tasks(
         current: list[Any] = []
         size = 0
         for p in d.partitions:
-            rows = p.segments.rows if isinstance(p.segments, SegmentRows) else None
-            for i, s in enumerate(p.segments):
-                ref = SegmentRef(p.name, s.base_offset) if rows is None else rows[i]
-                if s.staged:  # taking staged outputs renames three files: as light as a tiny segment
+            for ref, staged, seg_size, segment in _task_items(p):
+                if staged:  # taking staged outputs renames three files: as light as a tiny segment
                     current.append(ref)
                     if len(current) >= per_task:
                         tasks.append(TaskPlan(f"t{len(tasks):05d}", d.key, _held(current, d), size))
@@ -520,19 +525,39 @@ def make_tasks(
                     continue
                 # a source that splits is converted whole by one task (its cuts follow the output of every batch
                 # before them), streaming: memory stays bounded by the chunk
-                if split and s.size > range_bytes and p.compaction is None and s.split is None:  # type: ignore[operator]
-                    whole = (SegmentRef(p.name, s.base_offset),)
-                    for span in _ranges(s, range_bytes):  # type: ignore[arg-type]
-                        tasks.append(TaskPlan(f"t{len(tasks):05d}", d.key, whole, span.end - span.start, span))
-                    continue
+                if split and seg_size > range_bytes and p.compaction is None:  # type: ignore[operator]
+                    s = segment()
+                    if s.split is None:
+                        whole = (SegmentRef(p.name, s.base_offset),)
+                        for span in _ranges(s, range_bytes):  # type: ignore[arg-type]
+                            tasks.append(TaskPlan(f"t{len(tasks):05d}", d.key, whole, span.end - span.start, span))
+                        continue
                 current.append(ref)
-                size += s.size
+                size += seg_size
                 if size >= task_bytes or len(current) >= per_task:
                     tasks.append(TaskPlan(f"t{len(tasks):05d}", d.key, _held(current, d), size))
                     current, size = [], 0
         if current:
             tasks.append(TaskPlan(f"t{len(tasks):05d}", d.key, _held(current, d), size))
     return tuple(tasks)
+
+
+def _task_items(p: PartitionPlan) -> Iterator[tuple[Any, bool, int, Callable[[], SegmentPlan]]]:
+    """Each segment of ``p`` as make_tasks groups it: its ref (a row of a columnar plan's columns), whether it is
+    planned from staging, its size, and its plan when asked (a columnar row is made into one only then)."""
+    if isinstance(p.segments, SegmentRows):
+        columns, rows = p.segments.columns, p.segments.rows
+        staged = columns.ints["staged"][rows.start : rows.stop].tolist()
+        sizes = columns.ints["size"][rows.start : rows.stop].tolist()
+        for row, is_staged, size in zip(rows, staged, sizes, strict=True):
+            yield row, is_staged == 1, size, functools.partial(columns.segment, row)
+        return
+    for s in p.segments:
+        yield SegmentRef(p.name, s.base_offset), bool(s.staged), s.size, functools.partial(_same, s)
+
+
+def _same(segment: SegmentPlan) -> SegmentPlan:
+    return segment
 
 
 def segments_per_task(segments: int, task_segments: int) -> int:
