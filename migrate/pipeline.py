@@ -407,7 +407,7 @@ def compare_replicas(
         if lost and not any(u.partition == name for u in unchecked):
             why = "; ".join(f"broker {broker_of[k]} ({k}) could not be read: {unread[k]}" for k in lost)
             unchecked.append(UncheckedReplica(name, tuple(broker_of[k] for k in lost), why))
-    return [d for rs in digests.values() if (d := compare(rs)) is not None], unchecked
+    return [diverged for rs in digests.values() if (diverged := compare(rs)) is not None], unchecked
 
 
 def archive_dir(plan_path: str | Path) -> Path:

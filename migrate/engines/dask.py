@@ -449,13 +449,17 @@ class DaskEngine:
         """The dashboard URL; for a LocalCluster bound to one interface, that interface (Dask would name another)."""
         client = self.client  # the cluster has started
         host = self._dashboard_address.rsplit(":", 1)[0]
-        if self.cluster is not None and host:
-            return f"http://{host}:{self.cluster.scheduler.http_server.port}/status"
+        scheduler = self.cluster.scheduler if self.cluster is not None else None
+        if scheduler is not None and host:
+            return f"http://{host}:{scheduler.http_server.port}/status"
         return client.dashboard_link
 
     @property
     def address(self) -> str:
-        return self.client.scheduler.address
+        scheduler = self.client.scheduler
+        if scheduler is None or scheduler.address is None:
+            raise MigrateError("the Dask client is closed: it has no scheduler address")
+        return str(scheduler.address)
 
     def workers(self, expect: int = 0, timeout: float = 60.0) -> list[str]:
         """The address of every connected worker (on a cluster: one per broker host), after waiting up to
@@ -567,9 +571,9 @@ class DaskEngine:
             for i in pinned:
                 submit(i)
             for _ in range(ahead):
-                if (i := take()) is None:
+                if (taken := take()) is None:
                     break
-                submit(i)
+                submit(taken)
             for future in done:
                 i = index[future.key]
                 out[i] = _kept(fold, i, _result_of(future))

@@ -29,7 +29,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -457,15 +457,23 @@ def _plan_compaction(
     return None
 
 
+class _CutoverFields(TypedDict, total=False):
+    staging_dir: str
+    stopped_at_ns: int | None
+    reverify_staged: bool
+
+
 def _cutover_fields(
     staging: Path | None, partitions: list[PartitionPlan], log_dir: Path, reverify: bool
-) -> dict[str, object]:
+) -> _CutoverFields:
     """A log dir some of whose segments are planned from staging: where the staging is, and when the broker stopped
     (the window's start). Nothing for a cold plan, whose JSON stays as it was."""
     if staging is None or not any(s.staged for p in partitions for s in p.segments):
         return {}
-    fields: dict[str, object] = {"staging_dir": str(staging), "stopped_at_ns": stopped_at_ns(log_dir)}
-    return {**fields, "reverify_staged": True} if reverify else fields
+    fields: _CutoverFields = {"staging_dir": str(staging), "stopped_at_ns": stopped_at_ns(log_dir)}
+    if reverify:
+        fields["reverify_staged"] = True
+    return fields
 
 
 def _space(partitions: list[PartitionPlan], request: PlanRequest, found: _Findings) -> tuple[FilesystemSpace, ...]:
