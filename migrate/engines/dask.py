@@ -48,9 +48,9 @@ if TYPE_CHECKING:  # imported where a cluster starts: ``distributed`` is about 0
 
 NO_WORKERS_TIMEOUT = "60s"
 MONITOR = "migrate.monitor"
-# What this process does alone, measured on a 2-core VM (benchmarks/README.md, issue 9's fifth session): convert +
-# verify at about 600 MB/s with XXH3-128 digests and 290 MB/s with SHA-256, and about 3 ms of file work per segment
-# (staging, swap; not re-measured since issue 8); a LocalCluster's workers take 1.5-2.5 s to start, and meanwhile
+# What this process does alone, measured on a 2-core VM (benchmarks/bench_end_to_end.py): convert + verify at about
+# 600 MB/s with XXH3-128 digests and 290 MB/s with SHA-256, and about 3 ms of file work per segment (staging, swap;
+# benchmarks/bench_scale.py); a LocalCluster's workers take 1.5-2.5 s to start, and meanwhile
 # take both cores from the driver. Below this estimate workers would come up when the work is done: plan + execute
 # of one 450 MB partition (API, one process, XXH3-128) took 2.93-3.33 s without workers and 3.26-3.86 s with them
 # (six runs each), of a 750 MB one 3.44-4.26 s and 4.02-4.80 s (three each).
@@ -73,7 +73,7 @@ LOCAL_CLUSTER_PERIODS = {
 # default. Our segment events are batches of up to 256 segments (about 1 KB each once unpacked), so a worker kept
 # about 1 KB per segment it converted, and the driver as much again (the scheduler's stream to this client, which
 # receives every segment event), up to a quarter of a million segments: what grew per segment in both after execute
-# stopped keeping a record per segment itself (issue 26). A few payloads still tell a stream's last words; a value
+# stopped keeping a record per segment itself. A few payloads still tell a stream's last words; a value
 # the operator set is kept, as the periods above.
 LOCAL_CLUSTER_LOGS = {"distributed.admin.low-level-log-length": 16}
 # what a worker of a LocalCluster imports while it starts (every stage, through the pipeline that names them): about
@@ -337,7 +337,7 @@ class DaskEngine:
                 # _forkserver_deaf_to_ctrl_c, before Dask would set its preload), so each worker imports Dask
                 # itself: preloading Dask there saved about 0.1 s of a one-segment run's start-up but kept 50-60 MB
                 # more resident beside the workers, which put a run of 10^5 tiny segments over its 400 MB
-                # (benchmarks/README.md, issue 26's eighth session)
+                # (benchmarks/bench_million.py)
                 "distributed.worker.multiprocessing-method": "forkserver",
             }
         )

@@ -1,4 +1,4 @@
-"""The names a broker gives its files and directories, and how it parses them (kafka-on-disk-facts.md §2).
+"""The names a broker gives its files and directories, and how it parses them (Apache Kafka's ``LocalLog``).
 
 - Every sub-directory of a log dir except ``remote-log-index-cache`` goes through
   ``LocalLog.parseTopicPartitionName``: ``<topic>-<partition>`` (topic = text before the last ``-``, partition an

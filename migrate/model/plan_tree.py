@@ -28,8 +28,8 @@ DEFAULT_CHUNK_BYTES = 2 << 20
 DEFAULT_TASK_BYTES = 64 << 20
 # each task costs the engine about 3 ms of the driver's CPU (its scheduler and client, which share the GIL with the
 # driver's own conversions) and 2 ms of a worker's event loop: at 256 tiny segments a task that was 8% of the work,
-# at 1024 2% (10^5 segments: the convert stage 13.4-16.1 s against 15.8-18.7, benchmarks/README.md, issue 26's
-# thirteenth session); 4096 left a core idle at the start and the end of the stage. A log dir of fewer segments
+# at 1024 2% (10^5 segments: the convert stage 13.4-16.1 s against 15.8-18.7, benchmarks/bench_million.py); 4096
+# left a core idle at the start and the end of the stage. A log dir of fewer segments
 # keeps tasks of 256, or smaller ones of at least 32 tasks: its tasks must still spread over the workers
 DEFAULT_TASK_SEGMENTS = 1024
 SMALL_TASK_SEGMENTS = 256

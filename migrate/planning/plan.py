@@ -97,7 +97,7 @@ def build_plan(request: PlanRequest) -> Plan:
     found.refusals += judge(Scope.REQUEST, request)
     _warn_blank_headers(request, found)
     log_dir_plans = []
-    # a columnar plan keeps each partition's segments as columns as soon as it is planned (issue 26: a million)
+    # a columnar plan keeps each partition's segments as columns as soon as it is planned (a million would not fit)
     builder = ColumnBuilder() if request.form == PlanForm.COLUMNAR else None
     for raw in request.log_dirs:
         problems = judge(Scope.LOG_DIR_PATH, LogDirSubject(raw))

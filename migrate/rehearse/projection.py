@@ -24,8 +24,8 @@ def parse_cluster_bytes(text: str) -> tuple[BrokerBytes, ...]:
 
 
 WINDOW_STEPS = ("plan-check", "execute", "verify")
-# a pre-staged cut-over converts only what changed after the last pass: issue 24's design point, an operator's pass
-# run shortly before the stop leaves about this much
+# a pre-staged cut-over converts only what changed after the last pass: its design point, an operator's pass run
+# shortly before the stop leaves about this much
 CUTOVER_CHANGED_FRACTION = 0.01
 CUTOVER_SCALED_STEPS = ("plan-check", "execute")  # verify re-reads every migrated segment, staged or not
 

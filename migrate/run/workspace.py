@@ -1,6 +1,6 @@
 """Where kafka-log-migrate keeps its own files, chosen so that a Kafka broker never acts on them.
 
-Facts that bind these choices (docs/kafka-on-disk-facts.md sections 2 and 3):
+Facts of Apache Kafka's log loading (``LogManager``, ``LogLoader``, ``LocalLog``) that bind these choices:
 - Kafka's log loader reads only the *regular files* of a partition dir (``dir.listFiles if file.isFile``), so a
   subdirectory there is invisible to it: staged files and the originals' backups (``<base>.log.orig``, hard links)
   live in ``<partition>/.kafka-log-migrate-<plan id>/``,
