@@ -244,7 +244,8 @@ def test_the_rate_file_changes_the_rate_while_running(tmp_path):
 def test_a_pass_runs_at_the_lowest_cpu_and_a_low_io_priority(tmp_path):
     log_dir = broker_log_dir(tmp_path, partitions=1, segments=2)
     probe = (
-        "import os, sys; from migrate.cli import main; from migrate.prestage.priority import io_priority; "
+        f"import os, sys; sys.path.insert(0, {str(REPO / 'tests')!r}); from migrate.cli import main; "
+        "from prestage_layout import io_priority; "
         "code = main(['prestage', '--log-dirs', sys.argv[1], '--rate', '0'] + sys.argv[2:]); "
         "print(os.getpriority(os.PRIO_PROCESS, 0), *io_priority()); sys.exit(code)"
     )

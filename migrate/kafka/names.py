@@ -61,7 +61,7 @@ class FileKind(str, enum.Enum):
 
 def segment_name(base_offset: int, suffix: str = "") -> str:
     """``<20-digit base offset><suffix>``: Kafka's ``LogFileUtils.filenamePrefixFromOffset`` and a suffix
-    (``.log``, ``.index``, ``.timeindex``, or one of our own such as ``.log.orig``)."""
+    (``.log``, ``.index``, ``.timeindex``, ...)."""
     return f"{base_offset:020d}{suffix}"
 
 

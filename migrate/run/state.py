@@ -570,10 +570,6 @@ class StateStore:
         return row[0] if row else None
 
     @property
-    def initialized(self) -> bool:
-        return self.get_meta("plan_id") is not None
-
-    @property
     def phase(self) -> LogDirPhase:
         value = self.get_meta("phase")
         return LogDirPhase(value) if value else LogDirPhase.NEW
