@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURE_SEGMENTS, LEGACY_LOGDIR, expected_lines, fixture_id, run_cli
+from conftest import FIXTURE_SEGMENTS, LEGACY_LOGDIR, REPO, expected_lines, fixture_id, run_cli
 from kafka.record import MemoryRecords
 
 from migrate.cli import build_parser
@@ -312,6 +312,15 @@ def test_version_and_help_document_the_exit_codes(capsys: pytest.CaptureFixture[
     for exit_code in ("0  success", "1  failure", "2  usage error", "3  verify found differences"):
         assert exit_code in text
     assert "dump" in text
+
+
+def test_help_and_the_readme_open_with_the_verbs_in_the_order_an_operator_runs_them(capsys) -> None:
+    description = run_cli(capsys, "--help").out.split("\n\n")[1]
+    readme_opening = (REPO / "README.md").read_text().split("\n\n")[1]
+    for text in (description, readme_opening):
+        at = [text.index(verb) for verb in ("scan", "rehearse", "prestage", "rolling", "verify", "finalize")]
+        assert at == sorted(at), text
+        assert "pre-staged beside running brokers" in text or "pre-staged beside the running brokers" in text
 
 
 def test_dump_help_describes_the_command_and_every_option(capsys: pytest.CaptureFixture[str]) -> None:

@@ -60,9 +60,9 @@ LOCAL_SECONDS_WORTH_WORKERS = 1.0
 # Dask's own periodic work in each process of a LocalCluster (the driver holds the scheduler and one nanny per
 # worker): an event-loop tick every 20 ms in each of them, a stack sample every 10 ms in each worker (the dashboard's
 # Profile page), psutil every 500 ms. Idle, that was 0.11-0.14 of a core on a 2-core VM, taken from the workers once
-# both cores convert; at these rates 0.03-0.04 (benchmarks/README.md). The Profile page, the System page and the
-# warning about a blocked event loop all still work, at a coarser grain. A value the operator set (a Dask config file
-# or a DASK_* variable) is kept.
+# both cores convert; at these rates 0.03-0.04 (10 s of os.times() in each process). The Profile page, the System
+# page and the warning about a blocked event loop all still work, at a coarser grain. A value the operator set (a
+# Dask config file or a DASK_* variable) is kept.
 LOCAL_CLUSTER_PERIODS = {
     "distributed.admin.tick.interval": "500ms",
     "distributed.admin.system-monitor.interval": "1s",
