@@ -17,7 +17,6 @@ from conftest import expected_summaries, needs_root_power, run_cli
 from kafka_layout import make_broker_logdir
 from runs import snapshot
 
-from migrate.cli import main
 from migrate.cluster.parts import load_part
 from migrate.format.entries import walk_entries
 from migrate.model.cluster_manifest import load_manifest_json
@@ -84,8 +83,9 @@ def test_a_cluster_is_planned_on_its_brokers_and_migrated_canary_first(tls, brok
         ran = run_cli(capsys, "execute", "--plan", str(plan_path), "--brokers", "1", *secure)
         assert ran.code == 0, ran.text
         assert snapshot(brokers[2]) == before[2] and snapshot(brokers[3]) == before[3]
-        assert main(["status", "--plan", str(plan_path), "--json", *secure]) == 0
-        status = json.loads(capsys.readouterr().out)
+        ran = run_cli(capsys, "status", "--plan", str(plan_path), "--json", *secure)
+        assert ran.code == 0
+        status = json.loads(ran.out)
         assert [d["log_dir"] for d in status["log_dirs"]] == [f"broker-1:{data}"]
         assert status["not_started"] == [f"broker-2:{data}", f"broker-3:{data}"]
 
