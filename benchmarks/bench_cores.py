@@ -1,4 +1,4 @@
-"""Every core busy (issue 26): the default engine's steady state against the serial engine and the machine's floor.
+"""Every core busy: the default engine's steady state against the serial engine and the machine's floor.
 
 Three sections, every row a fresh process, rows interleaved over ``--rounds`` (their order turned each round), each
 row's best kept, every ratio between rows of the same run:

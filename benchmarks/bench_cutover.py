@@ -1,4 +1,4 @@
-"""The cut-over's window after pre-staging, against a cold offline run of the same data in the same run (issue 24).
+"""The cut-over's window after pre-staging, against a cold offline run of the same data in the same run.
 
     python benchmarks/bench_cutover.py [--dir DIR] [--gb 2] [--partitions 20] [--segment-mb 64] [--runs 3]
         [--changed 0.01] [--roll-mb 1] [--write-mbps 4] [--engine dask] [--json]

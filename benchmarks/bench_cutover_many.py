@@ -1,4 +1,4 @@
-"""The cut-over's window at broker scale (issues 24 and 26): many tiny pre-staged segments, against a cold run.
+"""The cut-over's window at broker scale: many tiny pre-staged segments, against a cold run.
 
 ``bench_cutover.py`` measures the window on a few large segments, where the data decides it; this one measures it
 where the count of segments does. Two twins of one broker-shaped log dir are written by ``gen_many.write_many`` on

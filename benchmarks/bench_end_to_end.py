@@ -1,4 +1,4 @@
-"""End-to-end speed against the references, every ratio measured in the same run (issue 9's figures).
+"""End-to-end speed against the references, every ratio measured in the same run.
 
 Four sections, each in child processes (so imports, peak RSS and start-up are each run's own):
 

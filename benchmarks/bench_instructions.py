@@ -1,9 +1,9 @@
 """Instructions per segment of the convert and swap stages, counted by valgrind: a figure this VM's drift cannot move.
 
 On this VM the same execute of 10^5 tiny segments takes 20 to 29 s within an hour, and a bare CPU loop 1.8 to 2.6 s
-with no steal reported (benchmarks/README.md, issue 26's twelfth session): a change of a few percent per segment
-cannot be shown by timing. Valgrind's callgrind counts the instructions a process executes (``Ir``), which do not
-depend on the machine's speed: the same code and inputs give the same count to within a fraction of a percent.
+with no steal reported: a change of a few percent per segment cannot be shown by timing. Valgrind's callgrind counts
+the instructions a process executes (``Ir``), which do not depend on the machine's speed: the same code and inputs
+give the same count to within a fraction of a percent.
 
 For each tree (this one, and with ``--before TREE`` an older checkout with its compiled extensions in place),
 interleaved: a fresh copy of one generated log dir of ``--partitions`` x ``--segments`` tiny v0 segments

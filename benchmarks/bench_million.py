@@ -1,4 +1,4 @@
-"""A million segments on one log dir (issue 26): every verb of a migration as its own process, timed, with the peak
+"""A million segments on one log dir: every verb of a migration as its own process, timed, with the peak
 memory of its whole process tree.
 
 For each size N (segments), ``gen_many.write_many`` writes one broker-shaped log dir of N / P partitions x P tiny
@@ -64,7 +64,7 @@ SAMPLE_S = 0.05
 HOST_WARM_BYTES = 16 << 30  # at most half the memory available is touched (quiet_host_memory)
 VERB_TIMEOUT_S = 6 * 3600
 
-# issue 26's goals: (size the goal is stated at, row field, limit, what it says)
+# the scale goals: (size the goal is stated at, row field, limit, what it says)
 GOALS: tuple[tuple[int, str, float, str], ...] = (
     (1_000_000, "execute_overhead_ms_per_segment", 0.3, "execute's overhead at most 0.3 ms per segment"),
     (1_000_000, "max_driver_peak_mb", 1000, "the driver's peak RSS at most 1 GB"),
@@ -478,7 +478,7 @@ def run_size(args: argparse.Namespace, segments: int) -> SizeRow:
 
 
 def goals(rows: list[SizeRow]) -> list[dict[str, object]]:
-    """Each of issue 26's goals against the row of the size it is stated at, where that size was run."""
+    """Each of the scale goals against the row of the size it is stated at, where that size was run."""
     out: list[dict[str, object]] = []
     for size, key, limit, text in GOALS:
         row = next((r for r in rows if r.segments == size), None)

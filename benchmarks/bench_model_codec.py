@@ -1,4 +1,4 @@
-"""The record codec (``migrate.codec``) on a broker-sized plan and on run-state rows, against bare ``json`` (issue 26).
+"""The record codec (``migrate.codec``) on a broker-sized plan and on run-state rows, against bare ``json``.
 
 A plan of ``--partitions`` x ``--segments`` tiny v0 segments (benchmarks/gen_many.py, planned by ``build_plan``) is
 read and written the way every command does, and each is timed against the ``json`` call it wraps, in the same run:

@@ -1,4 +1,4 @@
-"""A v0 segment whose v2 form passes 2 GiB - 1 (Kafka's FileRecords limit), converted into N segments (issue 25).
+"""A v0 segment whose v2 form passes 2 GiB - 1 (Kafka's FileRecords limit), converted into N segments.
 
 Generates one partition of one uncompressed v0 segment of tiny messages (``--records``, default 28,000,000 of a
 6-byte key and a 4-byte value: 36 bytes each in v0, 78 as single-record v2 batches, so about 1.0 GB in and 2.2 GB

@@ -1,5 +1,5 @@
 """A broker-shaped log dir of many tiny v0 segments: ``partitions`` partitions x ``segments`` segments x ``records``
-messages, for the control plane's per-segment cost (issue 26).
+messages, for the control plane's per-segment cost.
 
 Segment k of every partition holds offsets ``k*records ...`` and the same bytes in every partition (generated once
 per k), so a million segments are written in about a minute on tmpfs; the broker's files around them come from

@@ -61,6 +61,13 @@ EXIT_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
 
+DESCRIPTION = """\
+Up-conversion of Kafka log segments from message format v0/v1 to v2, pre-staged beside running brokers and cut over
+broker by broker. In the order an operator runs it: scan finds the legacy data; rehearse migrates one canary broker
+and rolls it back, timing every step; prestage converts and verifies closed segments while the broker runs, outside
+its log dirs; rolling stops, cuts over and starts each broker in turn (plan and execute do the same for brokers
+already stopped); verify re-checks the live files; finalize deletes the originals, or rollback puts them back."""
+
 EPILOG = """exit codes:
   0  success
   1  failure: bad input (file and byte position named), refused (what to do is named), or a stage failed
@@ -73,7 +80,14 @@ EPILOG = """exit codes:
 execute, verify, rollback and finalize keep a run log beside the plan (plan.json.logs/), named in the first
 and last lines of their output.
 
-typical run (brokers stopped):
+typical rolling migration (brokers running):
+  kafka-log-migrate scan --log-dirs /data/kafka                   # exit 4 while v0/v1 data is left
+  kafka-log-migrate prestage --log-dirs /data/kafka               # on each broker host, while it runs
+  kafka-log-migrate rolling --scheduler tls://HOST:8786 --tls-dir tls/ --brokers 1,2,3 --log-dirs /data/kafka \\
+      --run-dir run/ --bootstrap-server kafka1:9092 \\
+      --stop-command 'systemctl stop kafka@{broker}' --start-command 'systemctl start kafka@{broker}'
+
+typical run of stopped brokers:
   kafka-log-migrate scan --log-dirs /data/kafka
   kafka-log-migrate plan --log-dirs /data/kafka -o plan.json      # changes nothing; review plan.json
   kafka-log-migrate execute --plan plan.json                      # convert, verify, swap (originals kept)
@@ -94,7 +108,7 @@ def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
     """Every verb's parser, or only ``verb``'s (what a run of that verb needs: the other modules stay unimported)."""
     parser = argparse.ArgumentParser(
         prog="kafka-log-migrate",
-        description="Offline up-conversion of Kafka log segments from message format v0/v1 to v2 (or v1).",
+        description=DESCRIPTION,
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -65,7 +65,7 @@ Encoder = Callable[[Any], Any]
 
 # the JSON scalars: copied as they are when their type is exactly one of these (a subclass such as a str enum goes
 # through its own encoder)
-_PLAIN = frozenset({str, int, float, bool, type(None)})
+_PLAIN: frozenset[type] = frozenset({str, int, float, bool, type(None)})
 
 
 def _same(value: Any) -> Any:
@@ -95,6 +95,7 @@ def to_json(value: Any) -> Any:
 
 def _encoder(cls: type) -> Encoder:
     """The encoder of values of exactly ``cls``, made once. The order of the tests is the rules' order."""
+    encode: Encoder
     if issubclass(cls, (str, int, float, bool)) or cls is type(None):
         encode = _enum_value if issubclass(cls, enum.Enum) else _same
     elif hasattr(cls, "__dataclass_fields__") and not issubclass(cls, type):
@@ -272,7 +273,7 @@ class _Source:
         decoded in place, records and unions by their own decoders."""
         if tp is Any:
             return []
-        if dataclasses.is_dataclass(tp):
+        if isinstance(tp, type) and dataclasses.is_dataclass(tp):
             return [f"{v} = {self.name(_decoder(tp))}({v}, {w})"]
         if tp in _SCALAR_CHECKS:
             return [line.format(v=v, w=w) for line in _SCALAR_CHECKS[tp]]
@@ -293,7 +294,7 @@ class _Source:
                 f"    {v} = _c_enum_member({kind}, {v}, _c_where({w}))",
             ]
         origin = get_origin(tp)
-        if origin is tuple:
+        if origin is tuple or origin is Sequence:  # a Sequence field is decoded as a tuple
             (item,) = [a for a in get_args(tp) if a is not Ellipsis]
             out, i, x = self.local(), self.local(), self.local()
             return [
@@ -327,9 +328,8 @@ def _indent(lines: list[str]) -> list[str]:
     return ["    " + line for line in lines]
 
 
-@functools.cache
-def _decoder(tp: Any) -> Decoder:
-    """The decoder of one type, built once: records are decoded by the thousand (plans, state rows)."""
+def _make_decoder(tp: Any) -> Decoder:
+    """The decoder of one type; _decoder builds it once: records are decoded by the thousand (plans, state rows)."""
     if _is_union(tp):
         args = [a for a in get_args(tp) if a is not type(None)]
         nullable = len(args) < len(get_args(tp))
@@ -347,7 +347,7 @@ def _decoder(tp: Any) -> Decoder:
             raise ModelError(errors[0] if len(errors) == 1 else f"{_where(where)}: {data!r} fits none of {tp}")
 
         return union
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return _record_decoder(tp)
     if tp is Any:
         return lambda data, where: data
@@ -356,7 +356,11 @@ def _decoder(tp: Any) -> Decoder:
     return source.compile("_c_decode", lines, tp)
 
 
-def _init_defaults(cls: type, names: list[str]) -> list[Any] | None:
+# functools.cache's wrapper is typed as taking any Hashable; a type hint (a class, a union, a generic alias) is one
+_decoder: Callable[[Any], Decoder] = functools.cache(_make_decoder)
+
+
+def _init_defaults(cls: type[object], names: list[str]) -> list[Any] | None:
     """What ``cls.__init__`` puts in for each field when it is not passed (``inspect.Parameter.empty`` for a required
     one, a factory's mark for a default factory), when ``cls(*values)`` with those filled in is the same call as
     ``cls(**kwargs)``: a class called through ``type.__call__`` and ``object.__new__`` whose ``__init__`` takes
@@ -440,7 +444,7 @@ def _schema(tp: Any, defs: dict[str, Any]) -> dict[str, Any]:
         return {"anyOf": [_schema(a, defs) for a in get_args(tp)]}
     if tp is type(None):
         return {"type": "null"}
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         name = tp.__name__
         if name not in defs:
             defs[name] = {}  # recursion guard
@@ -463,7 +467,7 @@ def _schema(tp: Any, defs: dict[str, Any]) -> dict[str, Any]:
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
         return {"enum": [m.value for m in tp]}
     origin = get_origin(tp)
-    if origin is tuple:
+    if origin is tuple or origin is Sequence:
         (item,) = [a for a in get_args(tp) if a is not Ellipsis]
         return {"type": "array", "items": _schema(item, defs)}
     if origin is dict:

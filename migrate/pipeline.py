@@ -304,15 +304,6 @@ def _join_calls(
     ]
 
 
-def check_replicas(
-    plan: Plan, engine: Engine, keys: list[str], bucket: int = DEFAULT_BUCKET_OFFSETS
-) -> list[Divergence]:
-    """Compare the replicas of every partition planned on several brokers of ``plan``: each broker's offset range
-    first, then digests of the range they all hold; a divergence names the partition, the brokers and the first
-    differing offsets."""
-    return compare_replicas(plan, engine, keys, (), bucket)[0]
-
-
 def compare_replicas(
     plan: Plan,
     engine: Engine,
@@ -320,9 +311,11 @@ def compare_replicas(
     peers: tuple[LogDirPlan, ...] = (),
     bucket: int = DEFAULT_BUCKET_OFFSETS,
 ) -> tuple[list[Divergence], list[UncheckedReplica]]:
-    """``check_replicas``, also against ``peers``: log dirs of the cluster plan on brokers outside this run
-    (``--brokers``), read only through their own workers. A canary migrated alone is compared by the later run of
-    the others, and the run says which replicas it could not compare (a peer unreachable or unreadable)."""
+    """Compare the replicas of every partition planned on several brokers of ``plan`` (the log dirs ``keys``): each
+    broker's offset range first, then digests of the range they all hold; a divergence names the partition, the
+    brokers and the first differing offsets. Also against ``peers``: log dirs of the cluster plan on brokers outside
+    this run (``--brokers``), read only through their own workers. A canary migrated alone is compared by the later
+    run of the others, and the run says which replicas it could not compare (a peer unreachable or unreadable)."""
     holders: dict[str, list[tuple[str, int | None]]] = {}
     for d in plan.log_dirs:
         if d.key in keys:
@@ -407,7 +400,7 @@ def compare_replicas(
         if lost and not any(u.partition == name for u in unchecked):
             why = "; ".join(f"broker {broker_of[k]} ({k}) could not be read: {unread[k]}" for k in lost)
             unchecked.append(UncheckedReplica(name, tuple(broker_of[k] for k in lost), why))
-    return [d for rs in digests.values() if (d := compare(rs)) is not None], unchecked
+    return [diverged for rs in digests.values() if (diverged := compare(rs)) is not None], unchecked
 
 
 def archive_dir(plan_path: str | Path) -> Path:

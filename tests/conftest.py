@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,34 @@ ORACLE = SHARED / "oracle" / "oracle"
 
 FIXTURE_SEGMENTS = sorted(LEGACY_LOGDIR.glob("*/*.log"))
 VALID_FIXTURE_SEGMENTS = [p for p in FIXTURE_SEGMENTS if not p.parent.name.startswith("truncated-tail")]
+
+
+@dataclass(frozen=True)
+class CliResult:
+    """What one in-process run of kafka-log-migrate returned and printed."""
+
+    code: int
+    out: str
+    err: str
+
+    @property
+    def lines(self) -> list[str]:
+        return self.out.splitlines()
+
+    @property
+    def text(self) -> str:
+        """stdout then stderr, as an operator's terminal shows them."""
+        return self.out + self.err
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *args: str | Path) -> CliResult:
+    """Run the CLI in this process (``migrate.cli.main``): its exit code and what this call alone printed."""
+    from migrate.cli import main
+
+    capsys.readouterr()
+    code = main([str(a) for a in args])
+    captured = capsys.readouterr()
+    return CliResult(code, captured.out, captured.err)
 
 
 def fixture_id(path: Path) -> str:

@@ -137,3 +137,17 @@ def read_index_at(staging_dir: Path) -> StagedIndex:
     """The staged index of one partition's staging dir, decoded (the test reads it by path: no hostile tree here)."""
     path = staging_dir / INDEX_NAME
     return decode_index(path.read_bytes(), str(path))
+
+
+def io_priority() -> tuple[int, int] | None:
+    """(class, level) of this process's I/O priority by Linux's ``ioprio_get``, or None where it cannot be read."""
+    import ctypes
+    import platform
+
+    from migrate.prestage.priority import _IOPRIO_CLASS_SHIFT, _IOPRIO_WHO_PROCESS, _SYSCALLS
+
+    numbers = _SYSCALLS.get(platform.machine())
+    if numbers is None:
+        return None
+    value = ctypes.CDLL(None, use_errno=True).syscall(numbers[1], _IOPRIO_WHO_PROCESS, 0)
+    return None if value < 0 else (value >> _IOPRIO_CLASS_SHIFT, value & ((1 << _IOPRIO_CLASS_SHIFT) - 1))

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 from broker_life import append, clean, delete_oldest, roll, start_and_stop, truncate_to
+from conftest import run_cli
 from kafka_layout import make_broker_logdir
 from runs import make_plan, snapshot
 
 from migrate import pipeline
-from migrate.cli import main
 from migrate.engines import SerialEngine
 from migrate.kafka.names import segment_name
 
@@ -30,13 +30,6 @@ def migrated(tmp_path):
     return broker, plan_path, before
 
 
-def cli(capsys, *argv: str) -> tuple[int, str]:
-    capsys.readouterr()
-    code = main(list(argv))
-    out = capsys.readouterr()
-    return code, out.out + out.err
-
-
 def bases(part: Path) -> list[int]:
     return sorted(int(p.name[:20]) for p in part.glob("*.log"))
 
@@ -50,21 +43,23 @@ def test_a_start_and_a_clean_stop_change_only_metadata_and_finalize_deletes_the_
     broker, plan_path, _ = migrated
     start_and_stop(broker)
     active_index = broker / "plain-v0-0" / segment_name(bases(broker / "plain-v0-0")[-1], ".index")
-    code, out = cli(capsys, "verify", "--plan", str(plan_path))
-    assert code == 0, out
-    assert "OK: every converted segment is exact" in out and "same bytes, another mtime or inode" in out, out
-    assert str(active_index) in out or "file(s), e.g." in out
-    code, out = cli(capsys, "finalize", "--plan", str(plan_path))
-    assert code == 0, out
-    assert "originals of 3 partitions deleted" in out, out
+    ran = run_cli(capsys, "verify", "--plan", str(plan_path))
+    assert ran.code == 0, ran.text
+    assert "OK: every converted segment is exact" in ran.text and "same bytes, another mtime or inode" in ran.text, (
+        ran.text
+    )
+    assert str(active_index) in ran.text or "file(s), e.g." in ran.text
+    ran = run_cli(capsys, "finalize", "--plan", str(plan_path))
+    assert ran.code == 0, ran.text
+    assert "originals of 3 partitions deleted" in ran.text, ran.text
     assert not list(broker.rglob(".kafka-log-migrate-*/"))
 
 
 def test_a_rollback_after_a_start_loses_nothing_and_needs_no_force(migrated, capsys):
     broker, plan_path, before = migrated
     start_and_stop(broker)
-    code, out = cli(capsys, "rollback", "--plan", str(plan_path))
-    assert code == 0, out
+    ran = run_cli(capsys, "rollback", "--plan", str(plan_path))
+    assert ran.code == 0, ran.text
     assert partitions_of(snapshot(broker)) == partitions_of(before)  # every original file back, bytes and mtimes
 
 
@@ -79,23 +74,27 @@ def test_appends_a_roll_a_cleaner_merge_and_retention_are_the_brokers(migrated, 
     gone = delete_oldest(lz4)
     start_and_stop(broker)
 
-    code, out = cli(capsys, "verify", "--plan", str(plan_path))
-    assert code == 5, out
-    assert "TAKEN OVER" in out and "differs:" not in out, out
-    assert f"appended: offsets {appended[0]}..{appended[-1]}" in out, out
-    assert f"{plain}/{segment_name(rolled, '.log')}: new: a segment rolled since" in out, out
-    assert f"{merged}: replaced" in out, out
-    assert f"{lz4}/{segment_name(gone, '.log')}: deleted: before the log's start now: deleted by retention" in out, out
+    ran = run_cli(capsys, "verify", "--plan", str(plan_path))
+    assert ran.code == 5, ran.text
+    assert "TAKEN OVER" in ran.text and "differs:" not in ran.text, ran.text
+    assert f"appended: offsets {appended[0]}..{appended[-1]}" in ran.text, ran.text
+    assert f"{plain}/{segment_name(rolled, '.log')}: new: a segment rolled since" in ran.text, ran.text
+    assert f"{merged}: replaced" in ran.text, ran.text
+    assert (
+        f"{lz4}/{segment_name(gone, '.log')}: deleted: before the log's start now: deleted by retention" in ran.text
+    ), ran.text
 
-    code, out = cli(capsys, "rollback", "--plan", str(plan_path))
-    assert code == 1 and "would lose" in out, out
-    assert f"appended: offsets {appended[0]}..{appended[-1]}" in out and f"{merged}: replaced" in out, out
+    ran = run_cli(capsys, "rollback", "--plan", str(plan_path))
+    assert ran.code == 1 and "would lose" in ran.text, ran.text
+    assert f"appended: offsets {appended[0]}..{appended[-1]}" in ran.text and f"{merged}: replaced" in ran.text, (
+        ran.text
+    )
 
-    code, out = cli(capsys, "finalize", "--plan", str(plan_path))
-    assert code == 0, out
+    ran = run_cli(capsys, "finalize", "--plan", str(plan_path))
+    assert ran.code == 0, ran.text
     for line in ("plain-v0-0: ", "compacted-v0-0: ", "lz4-v1-0: "):
-        assert line in out, out
-    assert "appended" in out and "replaced" in out and "deleted" in out and "new" in out, out
+        assert line in ran.text, ran.text
+    assert "appended" in ran.text and "replaced" in ran.text and "deleted" in ran.text and "new" in ran.text, ran.text
     assert not list(broker.rglob(".kafka-log-migrate-*/"))
     assert bases(plain)[-1] == rolled and merged.exists()
 
@@ -107,11 +106,13 @@ def test_a_followers_truncation_and_fetch_again_are_the_brokers(migrated, capsys
     start_and_stop(broker)
     truncate_to(plain, last + 5)  # the leader agrees up to 5 records into the last segment
     append(plain, 12, value=b"fetched from the leader")
-    code, out = cli(capsys, "verify", "--plan", str(plan_path))
-    assert code == 5, out
-    assert f"{plain}/{segment_name(last, '.log')}: " in out and ("truncated" in out or "appended" in out), out
-    code, out = cli(capsys, "finalize", "--plan", str(plan_path))
-    assert code == 0, out
+    ran = run_cli(capsys, "verify", "--plan", str(plan_path))
+    assert ran.code == 5, ran.text
+    assert f"{plain}/{segment_name(last, '.log')}: " in ran.text and (
+        "truncated" in ran.text or "appended" in ran.text
+    ), ran.text
+    ran = run_cli(capsys, "finalize", "--plan", str(plan_path))
+    assert ran.code == 0, ran.text
 
 
 def test_a_truncation_into_a_closed_segment_deletes_the_later_ones_as_the_broker(migrated, capsys):
@@ -121,12 +122,12 @@ def test_a_truncation_into_a_closed_segment_deletes_the_later_ones_as_the_broker
     assert later
     start_and_stop(broker)
     truncate_to(plain, first + 3)
-    code, out = cli(capsys, "verify", "--plan", str(plan_path))
-    assert code == 5, out
-    assert f"{plain}/{segment_name(first, '.log')}: truncated" in out, out
-    assert f"{plain}/{segment_name(later[-1], '.log')}: deleted: after the log's end now" in out, out
-    code, out = cli(capsys, "finalize", "--plan", str(plan_path))
-    assert code == 0, out
+    ran = run_cli(capsys, "verify", "--plan", str(plan_path))
+    assert ran.code == 5, ran.text
+    assert f"{plain}/{segment_name(first, '.log')}: truncated" in ran.text, ran.text
+    assert f"{plain}/{segment_name(later[-1], '.log')}: deleted: after the log's end now" in ran.text, ran.text
+    ran = run_cli(capsys, "finalize", "--plan", str(plan_path))
+    assert ran.code == 0, ran.text
 
 
 def test_a_converted_closed_segment_gone_from_the_middle_of_a_log_that_is_not_compacted_stops_finalize(
@@ -137,10 +138,10 @@ def test_a_converted_closed_segment_gone_from_the_middle_of_a_log_that_is_not_co
     middle = bases(plain)[1]
     start_and_stop(broker)
     (plain / segment_name(middle, ".log")).unlink()  # not retention (not the oldest), not the cleaner (not compacted)
-    code, out = cli(capsys, "verify", "--plan", str(plan_path))
-    assert code == 3 and "gone from the middle of the log" in out, out
-    code, out = cli(capsys, "finalize", "--plan", str(plan_path))
-    assert code == 1 and str(plain / segment_name(middle, ".log")) in out, out
+    ran = run_cli(capsys, "verify", "--plan", str(plan_path))
+    assert ran.code == 3 and "gone from the middle of the log" in ran.text, ran.text
+    ran = run_cli(capsys, "finalize", "--plan", str(plan_path))
+    assert ran.code == 1 and str(plain / segment_name(middle, ".log")) in ran.text, ran.text
     assert list(broker.rglob(".kafka-log-migrate-*/original")), "an original was deleted"
 
 
@@ -162,17 +163,17 @@ def test_a_failed_verify_since_the_swap_blocks_finalize_until_a_verify_passes(tm
         f.seek(middle)
         f.write(bytes([good[0] ^ 0x01]))
     os.utime(victim, ns=(st.st_atime_ns, st.st_mtime_ns))
-    code, out = cli(capsys, "verify", "--plan", str(plan_path))
-    assert code == 3, out
-    code, out = cli(capsys, "finalize", "--plan", str(plan_path))
-    assert code == 1 and "the verify at" in out and "difference(s)" in out, out
+    ran = run_cli(capsys, "verify", "--plan", str(plan_path))
+    assert ran.code == 3, ran.text
+    ran = run_cli(capsys, "finalize", "--plan", str(plan_path))
+    assert ran.code == 1 and "the verify at" in ran.text and "difference(s)" in ran.text, ran.text
     with open(victim, "r+b") as f:  # repaired (from a replica, say)
         f.seek(middle)
         f.write(good)
-    code, out = cli(capsys, "verify", "--plan", str(plan_path))
-    assert code == 0, out
-    code, out = cli(capsys, "finalize", "--plan", str(plan_path))
-    assert code == 0, out
+    ran = run_cli(capsys, "verify", "--plan", str(plan_path))
+    assert ran.code == 0, ran.text
+    ran = run_cli(capsys, "finalize", "--plan", str(plan_path))
+    assert ran.code == 0, ran.text
 
 
 def test_a_damaged_converted_segment_of_a_compacted_partition_is_damage_not_a_cleaner_merge(migrated, capsys):
@@ -186,10 +187,12 @@ def test_a_damaged_converted_segment_of_a_compacted_partition_is_damage_not_a_cl
     data = bytearray(victim.read_bytes())
     data[-1] ^= 0x01  # the last record's value: the last batch's CRC-32C no longer holds
     victim.write_bytes(bytes(data))
-    code, out = cli(capsys, "verify", "--plan", str(plan_path))
-    assert code == 3 and str(victim) in out and "CRC-32C mismatch" in out and "cleaner" not in out, out
-    code, out = cli(capsys, "finalize", "--plan", str(plan_path))
-    assert code == 1 and str(victim) in out, out
-    code, out = cli(capsys, "rollback", "--plan", str(plan_path))
-    assert code == 0, out
+    ran = run_cli(capsys, "verify", "--plan", str(plan_path))
+    assert ran.code == 3 and str(victim) in ran.text and "CRC-32C mismatch" in ran.text and "cleaner" not in ran.text, (
+        ran.text
+    )
+    ran = run_cli(capsys, "finalize", "--plan", str(plan_path))
+    assert ran.code == 1 and str(victim) in ran.text, ran.text
+    ran = run_cli(capsys, "rollback", "--plan", str(plan_path))
+    assert ran.code == 0, ran.text
     assert partitions_of(snapshot(broker)) == partitions_of(before)

@@ -10,10 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURE_SEGMENTS, LEGACY_LOGDIR, expected_lines, fixture_id
+from conftest import FIXTURE_SEGMENTS, LEGACY_LOGDIR, REPO, expected_lines, fixture_id, run_cli
 from kafka.record import MemoryRecords
 
-from migrate.cli import build_parser, main
+from migrate.cli import build_parser
 
 JSON_SAMPLES = [
     LEGACY_LOGDIR / name
@@ -42,12 +42,6 @@ TIMESTAMP_LABELS = {
 }
 
 
-def run(capsys: pytest.CaptureFixture[str], *args: str | Path) -> tuple[int, list[str], str]:
-    code = main([str(a) for a in args])
-    captured = capsys.readouterr()
-    return code, captured.out.splitlines(), captured.err
-
-
 def without_trailing_reason(line: dict) -> dict:
     """Our reason for a partial last entry is worded differently from the oracle's; where and how long are not."""
     return {k: v for k, v in line.items() if not (line["type"] == "trailing" and k == "error")}
@@ -55,20 +49,20 @@ def without_trailing_reason(line: dict) -> dict:
 
 @pytest.mark.parametrize("segment", JSON_SAMPLES, ids=fixture_id)
 def test_json_dump_equals_kafkas_dump(segment: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(capsys, "dump", "--json", "--deep-iteration", segment)
-    got = [json.loads(line) for line in out]
+    ran = run_cli(capsys, "dump", "--json", "--deep-iteration", segment)
+    got = [json.loads(line) for line in ran.lines]
     want = expected_lines(segment)
     assert len(got) == len(want)
     for ours, kafkas in zip(got, want):
         assert list(ours) == list(kafkas)  # the same keys in the same order
         assert without_trailing_reason(ours) == without_trailing_reason(kafkas)
-    assert code == (1 if segment.parent.name.startswith("truncated-tail") else 0)
+    assert ran.code == (1 if segment.parent.name.startswith("truncated-tail") else 0)
 
 
 def test_json_dump_of_every_fixture_segment_equals_kafkas_dump(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(capsys, "dump", "--json", "--deep-iteration", *FIXTURE_SEGMENTS)
+    ran = run_cli(capsys, "dump", "--json", "--deep-iteration", *FIXTURE_SEGMENTS)
     files: dict[str, list[dict]] = {}
-    for line in map(json.loads, out):
+    for line in map(json.loads, ran.lines):
         if line["type"] == "file":  # one before each file, as the oracle prints when given several
             current = files.setdefault(line["path"], [])
             assert line["bytes"] == Path(line["path"]).stat().st_size
@@ -77,18 +71,18 @@ def test_json_dump_of_every_fixture_segment_equals_kafkas_dump(capsys: pytest.Ca
     assert list(files) == [str(s) for s in FIXTURE_SEGMENTS]
     for segment in FIXTURE_SEGMENTS:
         assert files[str(segment)] == [without_trailing_reason(x) for x in expected_lines(segment)], segment
-    assert code == 1  # the two truncated-tail segments
+    assert ran.code == 1  # the two truncated-tail segments
 
 
 def test_json_without_deep_iteration_has_only_batch_lines(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(capsys, "dump", "--json", GZIP_V0)
+    ran = run_cli(capsys, "dump", "--json", GZIP_V0)
     want = [x for x in expected_lines(GZIP_V0) if x["type"] == "batch"]
-    assert code == 0 and [json.loads(line) for line in out] == want
+    assert ran.code == 0 and [json.loads(line) for line in ran.lines] == want
 
 
 def test_json_print_data_log_adds_the_oracles_hex_fields(capsys: pytest.CaptureFixture[str]) -> None:
-    _, out, _ = run(capsys, "dump", "--json", "--print-data-log", V2)
-    records = [x for x in map(json.loads, out) if x["type"] == "record"]
+    ran = run_cli(capsys, "dump", "--json", "--print-data-log", V2)
+    records = [x for x in map(json.loads, ran.lines) if x["type"] == "record"]
     assert len(records) == 73
     for record in records:
         for field in ("key", "value"):
@@ -132,13 +126,13 @@ def kafka_record_text_prefix(batch: dict, record: dict) -> str:
 def test_text_dump_has_kafka_dump_log_fields_with_kafkas_values(
     segment: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, out, _ = run(capsys, "dump", "--deep-iteration", segment)
-    assert code == 0
-    assert out[:2] == [f"Dumping {segment}", f"Log starting offset: {int(segment.stem)}"]
+    ran = run_cli(capsys, "dump", "--deep-iteration", segment)
+    assert ran.code == 0
+    assert ran.lines[:2] == [f"Dumping {segment}", f"Log starting offset: {int(segment.stem)}"]
     want = expected_lines(segment)
-    assert len(out) == 2 + len(want)
+    assert len(ran.lines) == 2 + len(want)
     batch: dict = {}
-    for line, kafkas in zip(out[2:], want):
+    for line, kafkas in zip(ran.lines[2:], want):
         if kafkas["type"] == "batch":
             batch = kafkas
             assert line == kafka_text(batch)
@@ -152,13 +146,13 @@ def test_text_dump_has_kafka_dump_log_fields_with_kafkas_values(
 
 
 def test_text_dump_of_v0_and_v2_segments_spot_values(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(capsys, "dump", "--deep-iteration", GZIP_V0, V2)
-    assert code == 0
-    assert out[2] == (
+    ran = run_cli(capsys, "dump", "--deep-iteration", GZIP_V0, V2)
+    assert ran.code == 0
+    assert ran.lines[2] == (
         "offset: 0 position: 0 NoTimestampType: -1 size: 134 magic: 0 compresscodec: gzip crc: 3560323459 isvalid: true"
     )
-    assert out[3].startswith("| offset: 0 NoTimestampType: -1 keySize: 4 valueSize: 100 isValid: true crc: ")
-    out = out[out.index(f"Dumping {V2}") :]
+    assert ran.lines[3].startswith("| offset: 0 NoTimestampType: -1 keySize: 4 valueSize: 100 isValid: true crc: ")
+    out = ran.lines[ran.lines.index(f"Dumping {V2}") :]
     idempotent = next(x for x in out if x.startswith("baseOffset: 58 "))
     assert "baseSequence: 5 lastSequence: 9 producerId: 4242 producerEpoch: 0 partitionLeaderEpoch: 0" in idempotent
     assert (
@@ -176,8 +170,8 @@ def test_text_dump_of_v0_and_v2_segments_spot_values(capsys: pytest.CaptureFixtu
 @pytest.mark.parametrize("segment", [GZIP_V0, LZ4_V1, LEGACY_LOGDIR / "mixed-v0-v1-0/00000000000000000000.log"])
 def test_legacy_record_crcs_are_the_messages_own(segment: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Inner messages of compressed wrappers carry their own CRC-32; kafka-python reads them independently."""
-    _, out, _ = run(capsys, "dump", "--deep-iteration", segment)
-    ours = [(int(x.split()[2]), int(x.rsplit("crc: ", 1)[1])) for x in out if x.startswith("| ")]
+    ran = run_cli(capsys, "dump", "--deep-iteration", segment)
+    ours = [(int(x.split()[2]), int(x.rsplit("crc: ", 1)[1])) for x in ran.lines if x.startswith("| ")]
     memory = MemoryRecords(segment.read_bytes())
     theirs = []
     while memory.has_next():
@@ -186,8 +180,8 @@ def test_legacy_record_crcs_are_the_messages_own(segment: Path, capsys: pytest.C
 
 
 def test_print_data_log_prints_keys_and_values_as_text(capsys: pytest.CaptureFixture[str]) -> None:
-    _, out, _ = run(capsys, "dump", "--print-data-log", V2)
-    _, data, _ = run(capsys, "dump", "--json", "--print-data-log", V2)
+    out = run_cli(capsys, "dump", "--print-data-log", V2).lines
+    data = run_cli(capsys, "dump", "--json", "--print-data-log", V2).lines
     records = [x for x in map(json.loads, data) if x["type"] == "record"]
     lines = [x for x in out if x.startswith("| ")]
     assert len(lines) == len(records)
@@ -207,21 +201,21 @@ def test_print_data_log_prints_keys_and_values_as_text(capsys: pytest.CaptureFix
 
 
 def test_truncated_tail_is_reported_like_kafka_dump_log_and_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(capsys, "dump", TRUNCATED)
-    assert code == 1
-    assert out[-1] == "Found 60 invalid bytes at the end of 00000000000000000015.log"
-    assert len(out) == 2 + 9 + 1  # header lines, the 9 complete messages, the tail
-    code, out, _ = run(capsys, "dump", "--json", TRUNCATED)
-    trailing = json.loads(out[-1])
-    assert code == 1 and (trailing["type"], trailing["position"], trailing["bytes"]) == ("trailing", 621, 60)
+    ran = run_cli(capsys, "dump", TRUNCATED)
+    assert ran.code == 1
+    assert ran.lines[-1] == "Found 60 invalid bytes at the end of 00000000000000000015.log"
+    assert len(ran.lines) == 2 + 9 + 1  # header lines, the 9 complete messages, the tail
+    ran = run_cli(capsys, "dump", "--json", TRUNCATED)
+    trailing = json.loads(ran.lines[-1])
+    assert ran.code == 1 and (trailing["type"], trailing["position"], trailing["bytes"]) == ("trailing", 621, 60)
 
 
 def test_max_bytes_reads_only_the_entries_within_n_bytes(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(capsys, "dump", "--json", "--max-bytes", "300", GZIP_V0)
+    ran = run_cli(capsys, "dump", "--json", "--max-bytes", "300", GZIP_V0)
     want = [x for x in expected_lines(GZIP_V0) if x["type"] == "batch" and x["position"] + x["sizeInBytes"] <= 300]
-    assert code == 0 and [json.loads(line) for line in out] == want  # the entry cut at byte 300 is not damage
-    code, out, _ = run(capsys, "dump", "--max-bytes", "1000000", TRUNCATED)
-    assert code == 1 and out[-1].startswith("Found 60 invalid bytes")  # N beyond the file: the whole file
+    assert ran.code == 0 and [json.loads(line) for line in ran.lines] == want  # the entry cut at byte 300 is not damage
+    ran = run_cli(capsys, "dump", "--max-bytes", "1000000", TRUNCATED)
+    assert ran.code == 1 and ran.lines[-1].startswith("Found 60 invalid bytes")  # N beyond the file: the whole file
 
 
 def corrupt_copy(tmp_path: Path, segment: Path, at: int) -> Path:
@@ -238,22 +232,22 @@ def test_corrupt_entry_is_printed_invalid_and_the_dump_goes_on_like_kafka_dump_l
     batches = [x for x in expected_lines(GZIP_V0) if x["type"] == "batch"]
     bad = batches[3]
     copy = corrupt_copy(tmp_path, GZIP_V0, bad["position"] + bad["sizeInBytes"] - 1)  # last byte of the 4th entry
-    code, out, err = run(capsys, "dump", copy)
-    assert code == 1
+    ran = run_cli(capsys, "dump", copy)
+    assert ran.code == 1
     want = [kafka_text(b) for b in batches]
     want[3] = want[3].replace("isvalid: true", "isvalid: false")
-    assert out[2:] == want
-    assert out[5] == (
+    assert ran.lines[2:] == want
+    assert ran.lines[5] == (
         "offset: 24 position: 622 NoTimestampType: -1 size: 774 magic: 0 compresscodec: gzip crc: 379745816 "
         "isvalid: false"  # the CRC the entry carries, not the one its bytes have
     )
-    assert err.startswith("kafka-log-migrate: error: CRC-32 mismatch in magic 0 compressed message")
-    assert f"({copy}, byte position {bad['position']}, offset {bad['lastOffset']})" in err
-    assert "the dump went on after it" in err and "restore the segment from a replica" in err
-    assert "Traceback" not in err
-    code, out, _ = run(capsys, "dump", "--json", copy)
-    lines = [json.loads(line) for line in out]
-    assert code == 1 and lines[:3] == batches[:3] and lines[4:] == batches[4:]
+    assert ran.err.startswith("kafka-log-migrate: error: CRC-32 mismatch in magic 0 compressed message")
+    assert f"({copy}, byte position {bad['position']}, offset {bad['lastOffset']})" in ran.err
+    assert "the dump went on after it" in ran.err and "restore the segment from a replica" in ran.err
+    assert "Traceback" not in ran.err
+    ran = run_cli(capsys, "dump", "--json", copy)
+    lines = [json.loads(line) for line in ran.lines]
+    assert ran.code == 1 and lines[:3] == batches[:3] and lines[4:] == batches[4:]
     assert lines[3]["type"] == "batch" and lines[3]["position"] == bad["position"] and not lines[3]["valid"]
     # gzip's own trailer check fails too: like Kafka, no records, hence no base offset
     assert (lines[3]["records"], lines[3]["baseOffset"], lines[3]["lastOffset"]) == (0, None, 24)
@@ -265,57 +259,74 @@ def test_zero_filled_region_stops_the_dump_where_kafkas_reader_throws(
 ) -> None:
     copy = tmp_path / GZIP_V0.name
     copy.write_bytes(GZIP_V0.read_bytes() + bytes(64))  # a preallocated, never written tail
-    code, out, err = run(capsys, "dump", "--json", copy)
-    error = json.loads(out[-1])
-    assert code == 1 and error["type"] == "error"
+    ran = run_cli(capsys, "dump", "--json", copy)
+    error = json.loads(ran.lines[-1])
+    assert ran.code == 1 and error["type"] == "error"
     assert (error["position"], error["bytes"]) == (GZIP_V0.stat().st_size, 64)
-    assert "declares size 0" in err
+    assert "declares size 0" in ran.err
 
 
 def test_deep_iteration_reports_offset_gaps_on_stderr_like_kafka(capsys: pytest.CaptureFixture[str]) -> None:
-    code, _, err = run(capsys, "dump", "--deep-iteration", COMPACTED)
-    assert code == 0  # compaction gaps are not damage
-    assert err.splitlines()[:2] == [f"Non-consecutive offsets in {COMPACTED}", "  105 is followed by 109"]
+    ran = run_cli(capsys, "dump", "--deep-iteration", COMPACTED)
+    assert ran.code == 0  # compaction gaps are not damage
+    assert ran.err.splitlines()[:2] == [f"Non-consecutive offsets in {COMPACTED}", "  105 is followed by 109"]
 
 
 def test_empty_segment_prints_only_its_header(capsys: pytest.CaptureFixture[str]) -> None:
-    assert run(capsys, "dump", "--deep-iteration", EMPTY) == (0, [f"Dumping {EMPTY}", "Log starting offset: 0"], "")
-    assert run(capsys, "dump", "--json", EMPTY) == (0, [], "")
+    ran = run_cli(capsys, "dump", "--deep-iteration", EMPTY)
+    assert (ran.code, ran.lines, ran.err) == (0, [f"Dumping {EMPTY}", "Log starting offset: 0"], "")
+    ran = run_cli(capsys, "dump", "--json", EMPTY)
+    assert (ran.code, ran.lines, ran.err) == (0, [], "")
 
 
 def test_files_option_takes_a_comma_list_like_kafka_dump_log(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(capsys, "dump", "--files", f"{GZIP_V0},{EMPTY}")
-    assert code == 0 and [x for x in out if x.startswith("Dumping ")] == [f"Dumping {GZIP_V0}", f"Dumping {EMPTY}"]
+    ran = run_cli(capsys, "dump", "--files", f"{GZIP_V0},{EMPTY}")
+    assert ran.code == 0 and [x for x in ran.lines if x.startswith("Dumping ")] == [
+        f"Dumping {GZIP_V0}",
+        f"Dumping {EMPTY}",
+    ]
 
 
 def test_bad_input_exits_1_with_a_message_and_usage_errors_exit_2(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, out, err = run(capsys, "dump", tmp_path / "missing.log")
-    assert (code, out) == (1, []) and err == f"kafka-log-migrate: error: no such file: {tmp_path / 'missing.log'}\n"
-    code, _, err = run(capsys, "dump", tmp_path)
-    assert code == 1 and "is a directory" in err
-    assert run(capsys, "dump")[0] == 2
-    assert run(capsys, "dump", "--max-bytes", "0", GZIP_V0)[0] == 2
-    assert run(capsys, "no-such-command")[0] == 2
-    assert run(capsys)[0] == 2
+    ran = run_cli(capsys, "dump", tmp_path / "missing.log")
+    assert (ran.code, ran.lines) == (
+        1,
+        [],
+    ) and ran.err == f"kafka-log-migrate: error: no such file: {tmp_path / 'missing.log'}\n"
+    ran = run_cli(capsys, "dump", tmp_path)
+    assert ran.code == 1 and "is a directory" in ran.err
+    assert run_cli(capsys, "dump").code == 2
+    assert run_cli(capsys, "dump", "--max-bytes", "0", GZIP_V0).code == 2
+    assert run_cli(capsys, "no-such-command").code == 2
+    assert run_cli(capsys).code == 2
 
 
 def test_version_and_help_document_the_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(capsys, "--version")
-    assert code == 0 and out == ["kafka-log-migrate 0.1.0"]
-    code, out, _ = run(capsys, "--help")
-    text = "\n".join(out)
-    assert code == 0
+    ran = run_cli(capsys, "--version")
+    assert ran.code == 0 and ran.lines == ["kafka-log-migrate 0.1.0"]
+    ran = run_cli(capsys, "--help")
+    text = "\n".join(ran.lines)
+    assert ran.code == 0
     for exit_code in ("0  success", "1  failure", "2  usage error", "3  verify found differences"):
         assert exit_code in text
     assert "dump" in text
 
 
+def test_help_and_the_readme_open_with_the_verbs_in_the_order_an_operator_runs_them(capsys) -> None:
+    description = run_cli(capsys, "--help").out.split("\n\n")[1]
+    readme_opening = (REPO / "README.md").read_text().split("\n\n")[1]
+    for text in (description, readme_opening):
+        at = [text.index(verb) for verb in ("scan", "rehearse", "prestage", "rolling", "verify", "finalize")]
+        assert at == sorted(at), text
+        assert "pre-staged beside running brokers" in text or "pre-staged beside the running brokers" in text
+
+
 def test_dump_help_describes_the_command_and_every_option(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(capsys, "dump", "--help")
-    text = "\n".join(out)
-    assert code == 0
+    ran = run_cli(capsys, "dump", "--help")
+    text = "\n".join(ran.lines)
+    assert ran.code == 0
     assert "the way kafka-dump-log.sh (DumpLogSegments) does" in text and "exit codes:" in text
     parser = build_parser()
     subcommands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))

@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 
+from conftest import run_cli
 from kafka_layout import make_broker_logdir
 from runs import snapshot
 
@@ -38,11 +39,13 @@ def test_plan_execute_verify_status_rollback(tmp_path, capsys):
     log_dir = make_broker_logdir(tmp_path, partitions=["plain-v0-1", "lz4-v1-1"])
     before = snapshot(log_dir)
     plan = tmp_path / "plan.json"
-    assert main(["plan", "--log-dirs", str(log_dir), "-o", str(plan), "--json"]) == 0
-    summary = json.loads(capsys.readouterr().out)
+    ran = run_cli(capsys, "plan", "--log-dirs", str(log_dir), "-o", str(plan), "--json")
+    assert ran.code == 0
+    summary = json.loads(ran.out)
     assert summary["segments"] == 4 and summary["plan_id"] == json.loads(plan.read_text())["plan_id"]
-    assert main(["execute", "--plan", str(plan), "--engine", "serial"]) == 0
-    out = capsys.readouterr().out
+    ran = run_cli(capsys, "execute", "--plan", str(plan), "--engine", "serial")
+    assert ran.code == 0
+    out = ran.out
     assert "4 segments converted and verified" in out and "2 of 2 partitions migrated; fence down" in out
     assert main(["verify", "--plan", str(plan), "--engine", "serial"]) == 0
     assert main(["scan", "--log-dirs", str(log_dir)]) == 0
@@ -55,23 +58,25 @@ def test_status_shows_every_partition_migrated_and_the_history_after_finalize(tm
     log_dir = make_broker_logdir(tmp_path, partitions=["gzip-v0-0"])
     plan = tmp_path / "plan.json"
     main(["plan", "--log-dirs", str(log_dir), "-o", str(plan)])
-    main(["execute", "--plan", str(plan), "--engine", "serial"])
-    capsys.readouterr()
-    assert main(["status", "--plan", str(plan), "--json"]) == 0
-    status = json.loads(capsys.readouterr().out)
+    run_cli(capsys, "execute", "--plan", str(plan), "--engine", "serial")
+    ran = run_cli(capsys, "status", "--plan", str(plan), "--json")
+    assert ran.code == 0
+    status = json.loads(ran.out)
     assert status["log_dirs"][0]["phase"] == "migrated"
     assert [(p["partition"], p["state"]) for p in status["log_dirs"][0]["partitions"]] == [("gzip-v0-0", "migrated")]
     assert main(["finalize", "--plan", str(plan)]) == 0
     assert not list(log_dir.glob("*/.kafka-log-migrate*")) and not list(log_dir.glob(".kafka-log-migrate*"))
     capsys.readouterr()
-    assert main(["status", "--plan", str(plan)]) == 0
-    assert f"{log_dir}: finalized: 1 migrated" in capsys.readouterr().out
+    ran = run_cli(capsys, "status", "--plan", str(plan))
+    assert ran.code == 0
+    assert f"{log_dir}: finalized: 1 migrated" in ran.out
 
 
 def test_refusals_exit_1_with_a_message_that_says_what_to_do(tmp_path, capsys):
     log_dir = make_broker_logdir(tmp_path, partitions=["plain-v0-1"], clean_shutdown=False)
-    assert main(["plan", "--log-dirs", str(log_dir), "-o", str(tmp_path / "p.json")]) == 1
-    err = capsys.readouterr().err
+    ran = run_cli(capsys, "plan", "--log-dirs", str(log_dir), "-o", str(tmp_path / "p.json"))
+    assert ran.code == 1
+    err = ran.err
     assert "kafka-log-migrate: error: refusing to plan" in err and "stop it cleanly" in err
     assert not (tmp_path / "p.json").exists()
 
@@ -102,8 +107,9 @@ def test_plan_digest_and_range_options_reach_the_plan_and_the_run(tmp_path, caps
         (30, {"index": 2, "count": 3, "start": 5772, "end": 8468, "output_start": 6652, "output_end": 9788}),
         (0, None),
     ]
-    assert main(["execute", "--plan", str(chosen), "--engine", "serial"]) == 0
-    assert "2 segments converted and verified" in capsys.readouterr().out
+    ran = run_cli(capsys, "execute", "--plan", str(chosen), "--engine", "serial")
+    assert ran.code == 0
+    assert "2 segments converted and verified" in ran.out
     assert (log_dir / "plain-v0-1" / f"{30:020d}.log").stat().st_size == 9788
     assert main(["scan", "--log-dirs", str(log_dir)]) == 0
     assert main(["plan", "--log-dirs", str(log_dir), "-o", str(chosen), "--range-bytes", "-1"]) == 2
@@ -129,8 +135,9 @@ def test_a_plan_pinned_to_other_hosts_is_refused_at_once_without_a_scheduler(tmp
     assert to_json(load_plan_json(plan.read_text()))["log_dirs"][0]["host"] == "10.9.9.9"
     capsys.readouterr()
     for verb in ("execute", "verify"):
-        assert main([verb, "--plan", str(plan)]) == 1
-        err = capsys.readouterr().err
+        ran = run_cli(capsys, verb, "--plan", str(plan))
+        assert ran.code == 1
+        err = ran.err
         assert "pins its log dirs to 10.9.9.9" in err and "--scheduler ADDRESS" in err, err
     assert snapshot(log_dir) == before
     assert not list(log_dir.glob(".kafka-log-migrate-*.db"))  # nothing left behind that blocks the next plan

@@ -13,11 +13,10 @@ from pathlib import Path
 
 import pytest
 from cluster_harness import BrokerCluster, can_unshare, make_tls
-from conftest import expected_summaries, needs_root_power
+from conftest import expected_summaries, needs_root_power, run_cli
 from kafka_layout import make_broker_logdir
 from runs import snapshot
 
-from migrate.cli import main
 from migrate.cluster.parts import load_part
 from migrate.format.entries import walk_entries
 from migrate.model.cluster_manifest import load_manifest_json
@@ -64,13 +63,6 @@ def brokers(tmp_path):
     return out
 
 
-def run(capsys, *argv: str) -> tuple[int, str]:
-    """Exit code, and stdout then stderr."""
-    code = main(list(argv))
-    captured = capsys.readouterr()
-    return code, captured.out + "\n" + captured.err
-
-
 def test_a_cluster_is_planned_on_its_brokers_and_migrated_canary_first(tls, brokers, tmp_path, capsys, oracle):
     if not can_unshare():
         needs_root_power("brokers at one path need mount namespaces (unshare -m)")
@@ -79,8 +71,8 @@ def test_a_cluster_is_planned_on_its_brokers_and_migrated_canary_first(tls, brok
     with BrokerCluster(tls, brokers, data, preload="migrate.monitor") as cluster:
         secure = ["--scheduler", cluster.address, "--tls-dir", str(tls)]
         plan_path = tmp_path / "cluster-plan.json"
-        code, out = run(capsys, "plan", "--log-dirs", str(data), "--brokers", "1,2,3", "-o", str(plan_path), *secure)
-        assert code == 0, out
+        ran = run_cli(capsys, "plan", "--log-dirs", str(data), "--brokers", "1,2,3", "-o", str(plan_path), *secure)
+        assert ran.code == 0, ran.text
         plan = load_plan(plan_path)
         assert [(d.key, d.host, d.broker_id) for d in plan.log_dirs] == [
             (f"broker-{b}:{data}", cluster.hosts[b], b) for b in (1, 2, 3)
@@ -88,19 +80,20 @@ def test_a_cluster_is_planned_on_its_brokers_and_migrated_canary_first(tls, brok
         assert {p.name for p in plan.log_dir(f"broker-3:{data}").partitions} == set(HOLDINGS[3])
 
         # the canary broker alone first: the others are not touched
-        code, out = run(capsys, "execute", "--plan", str(plan_path), "--brokers", "1", *secure)
-        assert code == 0, out
+        ran = run_cli(capsys, "execute", "--plan", str(plan_path), "--brokers", "1", *secure)
+        assert ran.code == 0, ran.text
         assert snapshot(brokers[2]) == before[2] and snapshot(brokers[3]) == before[3]
-        assert main(["status", "--plan", str(plan_path), "--json", *secure]) == 0
-        status = json.loads(capsys.readouterr().out)
+        ran = run_cli(capsys, "status", "--plan", str(plan_path), "--json", *secure)
+        assert ran.code == 0
+        status = json.loads(ran.out)
         assert [d["log_dir"] for d in status["log_dirs"]] == [f"broker-1:{data}"]
         assert status["not_started"] == [f"broker-2:{data}", f"broker-3:{data}"]
 
-        code, out = run(capsys, "execute", "--plan", str(plan_path), *secure)
-        assert code == 0, out
-        assert "replicas of plain-v0-1 differ across brokers 1, 3: first in offsets 0..59" in out
-        code, out = run(capsys, "verify", "--plan", str(plan_path), *secure)
-        assert code == 0, out
+        ran = run_cli(capsys, "execute", "--plan", str(plan_path), *secure)
+        assert ran.code == 0, ran.text
+        assert "replicas of plain-v0-1 differ across brokers 1, 3: first in offsets 0..59" in ran.text
+        ran = run_cli(capsys, "verify", "--plan", str(plan_path), *secure)
+        assert ran.code == 0, ran.text
 
         # every broker's data is converted, as Kafka reads it; identical replicas became identical bytes
         for b, parts in HOLDINGS.items():
@@ -120,21 +113,21 @@ def test_a_cluster_is_planned_on_its_brokers_and_migrated_canary_first(tls, brok
             live = json.loads(r.read())
         assert live["plan"]["plan_id"] == plan.plan_id
 
-        code, out = run(capsys, "rollback", "--plan", str(plan_path), *secure)
-        assert code == 0, out
+        ran = run_cli(capsys, "rollback", "--plan", str(plan_path), *secure)
+        assert ran.code == 0, ran.text
         assert {b: snapshot(d) for b, d in brokers.items()} == before
         # the states are archived beside the plan now: each goes to its broker's worker in pieces for verify
-        code, out = run(capsys, "verify", "--plan", str(plan_path), *secure)
-        assert code == 0 and "rolled" in out.lower(), out
+        ran = run_cli(capsys, "verify", "--plan", str(plan_path), *secure)
+        assert ran.code == 0 and "rolled" in ran.text.lower(), ran.text
 
-        assert run(capsys, "execute", "--plan", str(plan_path), "--require-consistent-replicas", *secure)[0] == 1
-        code, out = run(capsys, "status", "--plan", str(plan_path), *secure)
-        assert "plain-v0-1" in out and "replicas of plain-v0-1 differ across brokers 1, 3" in out
+        assert run_cli(capsys, "execute", "--plan", str(plan_path), "--require-consistent-replicas", *secure).code == 1
+        ran = run_cli(capsys, "status", "--plan", str(plan_path), *secure)
+        assert "plain-v0-1" in ran.text and "replicas of plain-v0-1 differ across brokers 1, 3" in ran.text
         assert (brokers[1] / "plain-v0-1" / "00000000000000000000.log").read_bytes() == (
             before_bytes := (tmp_path / "b1" / "kafka-logs" / "plain-v0-1" / "00000000000000000000.log").read_bytes()
         )
         assert before_bytes[16] == 0  # still magic 0: not swapped on any broker
-        assert run(capsys, "finalize", "--plan", str(plan_path), "--partial", *secure)[0] == 0
+        assert run_cli(capsys, "finalize", "--plan", str(plan_path), "--partial", *secure).code == 0
         for d in brokers.values():
             assert not list(d.glob("*/.kafka-log-migrate*")) and not list(d.glob(".kafka-log-migrate*"))
 
@@ -163,7 +156,7 @@ def test_plan_time_refusals_name_the_broker(tls, brokers, tmp_path, capsys):
     try:
         assert holder.stdout.readline().strip() == "locked"
         with BrokerCluster(tls, brokers, data) as cluster:
-            code, out = run(
+            ran = run_cli(
                 capsys,
                 "plan",
                 "--log-dirs",
@@ -180,11 +173,11 @@ def test_plan_time_refusals_name_the_broker(tls, brokers, tmp_path, capsys):
     finally:
         holder.kill()
         holder.wait()
-    assert code == 1 and not (tmp_path / "p.json").exists()
-    assert f"broker 2 ({cluster.address.split('://')[0]}://{cluster.hosts[2]}:" in out
-    assert f"process {holder.pid} holds the fcntl lock" in out
-    assert "different clusters" in out and "brokers 3" in out
-    assert "broker 4 has no worker. On its host run: dask worker" in out and "--name broker-4" in out
+    assert ran.code == 1 and not (tmp_path / "p.json").exists()
+    assert f"broker 2 ({cluster.address.split('://')[0]}://{cluster.hosts[2]}:" in ran.text
+    assert f"process {holder.pid} holds the fcntl lock" in ran.text
+    assert "different clusters" in ran.text and "brokers 3" in ran.text
+    assert "broker 4 has no worker. On its host run: dask worker" in ran.text and "--name broker-4" in ran.text
 
 
 def test_merge_refuses_two_workers_claiming_one_broker():
@@ -204,10 +197,10 @@ def test_a_manifest_keeps_each_brokers_part_on_its_broker(tls, brokers, tmp_path
     with BrokerCluster(tls, brokers, data) as cluster:
         secure = ["--scheduler", cluster.address, "--tls-dir", str(tls)]
         path = tmp_path / "cluster.manifest.json"
-        code, out = run(
+        ran = run_cli(
             capsys, "plan", "--log-dirs", str(data), "--brokers", "1,2,3", "--manifest", "-o", str(path), *secure
         )
-        assert code == 0, out
+        assert ran.code == 0, ran.text
         manifest = load_manifest_json(path.read_text())
         assert [b.broker_id for b in manifest.brokers] == [1, 2, 3]
         assert manifest.estimates.partitions == sum(len(p) for p in HOLDINGS.values())
@@ -218,24 +211,24 @@ def test_a_manifest_keeps_each_brokers_part_on_its_broker(tls, brokers, tmp_path
             assert held.form == PlanForm.COLUMNAR
             assert {p.name for p in held.log_dirs[0].partitions} == set(HOLDINGS[part.broker_id])
 
-        code, out = run(capsys, "execute", "--plan", str(path), *secure)
-        assert code == 0, out
-        assert "manifest " + manifest.manifest_id + ": execute ok on every broker (3)" in out
+        ran = run_cli(capsys, "execute", "--plan", str(path), *secure)
+        assert ran.code == 0, ran.text
+        assert "manifest " + manifest.manifest_id + ": execute ok on every broker (3)" in ran.text
         for b, parts in HOLDINGS.items():
             for name in parts:
                 for log in (brokers[b] / name).glob("*.log"):
                     assert log.read_bytes()[16] == 2, log  # magic 2 on every broker
-        code, out = run(capsys, "status", "--plan", str(path), *secure)
-        assert code == 0 and "broker 2: status ok: 3 of 3 partitions" in out, out
-        code, out = run(capsys, "verify", "--plan", str(path), *secure)
-        assert code == 0, out
-        code, out = run(capsys, "rollback", "--plan", str(path), *secure)
-        assert code == 0, out
+        ran = run_cli(capsys, "status", "--plan", str(path), *secure)
+        assert ran.code == 0 and "broker 2: status ok: 3 of 3 partitions" in ran.text, ran.text
+        ran = run_cli(capsys, "verify", "--plan", str(path), *secure)
+        assert ran.code == 0, ran.text
+        ran = run_cli(capsys, "rollback", "--plan", str(path), *secure)
+        assert ran.code == 0, ran.text
         assert {b: snapshot(d) for b, d in brokers.items()} == before
 
         edited = Path(manifest.part(3).path)
         edited.write_bytes(edited.read_bytes() + b"\0")
-        code, out = run(capsys, "status", "--plan", str(path), *secure)
-        assert code == 1
-        assert "broker 3: status FAILED" in out and "not the file the manifest names" in out
-        assert "broker 1: status ok" in out and "broker 2: status ok" in out
+        ran = run_cli(capsys, "status", "--plan", str(path), *secure)
+        assert ran.code == 1
+        assert "broker 3: status FAILED" in ran.text and "not the file the manifest names" in ran.text
+        assert "broker 1: status ok" in ran.text and "broker 2: status ok" in ran.text

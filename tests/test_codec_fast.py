@@ -168,7 +168,7 @@ def _decoder(tp: Any) -> Callable[[Any, Any], Any]:
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
         return lambda data, where: _enum_member(tp, data, _where(where))
     origin = get_origin(tp)
-    if origin is tuple:
+    if origin is tuple or origin is Sequence:
         (item,) = [a for a in get_args(tp) if a is not Ellipsis]
         decode_item = _decoder(item)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from compaction_layout import Entry, Rec, Segment, write_partition
-from conftest import Oracle, have_java
+from conftest import Oracle, have_java, run_cli
 from kafka_layout import make_broker_logdir
 from runs import assert_scan_agrees, make_plan, snapshot
 
@@ -603,7 +603,9 @@ def test_the_plan_command_maps_its_compaction_options(broker, tmp_path, capsys):
     assert (users["strategy"], users["header"], users["memory_limit_bytes"]) == ("header", "version", 64 << 20)
     assert "compaction" not in written["compacted-v0-0"]  # no rule names its topic
     capsys.readouterr()
-    assert main(["plan", "--log-dirs", str(broker), "-o", str(plan), "--compact", "orders=newest"]) == 2
-    assert "expected TOPIC_REGEX=offset, TOPIC_REGEX=timestamp or TOPIC_REGEX=header:NAME" in capsys.readouterr().err
-    assert main(["plan", "--log-dirs", str(broker), "-o", str(plan), "--drop-tombstones-older-than", "1h"]) == 1
-    assert "apply to compacted partitions only" in capsys.readouterr().err
+    ran = run_cli(capsys, "plan", "--log-dirs", str(broker), "-o", str(plan), "--compact", "orders=newest")
+    assert ran.code == 2
+    assert "expected TOPIC_REGEX=offset, TOPIC_REGEX=timestamp or TOPIC_REGEX=header:NAME" in ran.err
+    ran = run_cli(capsys, "plan", "--log-dirs", str(broker), "-o", str(plan), "--drop-tombstones-older-than", "1h")
+    assert ran.code == 1
+    assert "apply to compacted partitions only" in ran.err

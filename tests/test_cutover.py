@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import run_cli
 from kafka_layout import lock_held_by_other_process
 from prestage_layout import add_segment, broker_log_dir, cleaner_merge, gen, judge, retention_delete, snapshot
 from runs import assert_scan_agrees, run_verb
@@ -98,16 +99,18 @@ def test_the_cut_over_takes_what_was_staged_and_converts_only_what_rolled_since(
     twin = cold_twin(log_dir, tmp_path)
 
     plan_path = tmp_path / plan_name
-    assert main(["plan", "--log-dirs", str(log_dir), "-o", str(plan_path)]) == 0
-    assert "cut-over: 6 segments" in capsys.readouterr().out
+    ran = run_cli(capsys, "plan", "--log-dirs", str(log_dir), "-o", str(plan_path))
+    assert ran.code == 0
+    assert "cut-over: 6 segments" in ran.out
     plan = load_plan(plan_path)
     (entry,) = plan.log_dirs
     assert entry.staging_dir == str(default_staging_root(log_dir))
     assert entry.stopped_at_ns == (log_dir / CLEAN_SHUTDOWN_FILE).stat().st_mtime_ns
     staged = {(p.name, s.base_offset) for p in entry.partitions for s in p.segments if s.staged}
     assert staged == {(f"t-{p}", b) for p in range(3) for b in (0, 100)}
-    assert main(["execute", "--plan", str(plan_path), "--engine", "serial", "--json"]) == 0
-    out = capsys.readouterr().out
+    ran = run_cli(capsys, "execute", "--plan", str(plan_path), "--engine", "serial", "--json")
+    assert ran.code == 0
+    out = ran.out
     cut = json.loads(out[out.index("{") :])["cutover"]
     assert (cut["staged_segments"], cut["window_segments"]) == (6, 3 + 2)  # each partition's 200; t-0's 350 and 450
     assert cut["fallbacks"] == [] and cut["window_seconds"] > 0 and cut["cold_seconds"] > 0
@@ -129,8 +132,9 @@ def test_the_window_is_told_beside_a_cold_run(tmp_path, capsys):
     log_dir = broker_log_dir(tmp_path / "live", partitions=1, segments=3)
     prestage(log_dir)
     assert main(["plan", "--log-dirs", str(log_dir), "-o", str(tmp_path / "plan.json")]) == 0
-    assert main(["execute", "--plan", str(tmp_path / "plan.json"), "--engine", "serial"]) == 0
-    out = capsys.readouterr().out
+    ran = run_cli(capsys, "execute", "--plan", str(tmp_path / "plan.json"), "--engine", "serial")
+    assert ran.code == 0
+    out = ran.out
     assert "cut-over: 2 segments" in out and "1 (" in out and "converted in the window" in out
     assert "window since the broker stopped" in out and "these stages without pre-staging: about" in out
 
@@ -190,8 +194,9 @@ def test_what_kafka_did_after_the_last_pass_is_converted_from_the_live_files(tmp
     twin = cold_twin(log_dir, tmp_path)
 
     plan_path = tmp_path / "plan.json"
-    assert main(["plan", "--log-dirs", str(log_dir), "-o", str(plan_path)]) == 0
-    out = capsys.readouterr().out
+    ran = run_cli(capsys, "plan", "--log-dirs", str(log_dir), "-o", str(plan_path))
+    assert ran.code == 0
+    out = ran.out
     assert "t-2: 1 pre-staged conversion(s) not used" in out and "source-changed" in out and "ctime_ns" in out
     assert "t-3: 1 pre-staged conversion(s) not used" in out
     plan = load_plan(plan_path)
@@ -244,11 +249,13 @@ def test_other_options_or_a_new_leader_epoch_are_not_taken(tmp_path, capsys):
     log_dir = broker_log_dir(tmp_path / "live", partitions=1, segments=3)
     prestage(log_dir)
     plan_path = tmp_path / "plan.json"
-    assert main(["plan", "--log-dirs", str(log_dir), "-o", str(plan_path), "--leader-epoch", "4"]) == 0
-    assert "options-differ" in capsys.readouterr().out
+    ran = run_cli(capsys, "plan", "--log-dirs", str(log_dir), "-o", str(plan_path), "--leader-epoch", "4")
+    assert ran.code == 0
+    assert "options-differ" in ran.out
     assert not any(s.staged for p in load_plan(plan_path).log_dirs[0].partitions for s in p.segments)
-    assert main(["plan", "--log-dirs", str(log_dir), "-o", str(plan_path), "--no-staged"]) == 0
-    assert "pre-staged" not in capsys.readouterr().out
+    ran = run_cli(capsys, "plan", "--log-dirs", str(log_dir), "-o", str(plan_path), "--no-staged")
+    assert ran.code == 0
+    assert "pre-staged" not in ran.out
 
 
 def test_a_compacted_partition_never_takes_staged_outputs(tmp_path):
@@ -267,8 +274,9 @@ def test_no_cut_over_while_the_broker_runs_or_after_it_died(tmp_path, capsys):
     before = live_files(log_dir)
     plan_path = tmp_path / "plan.json"
     with lock_held_by_other_process(log_dir):
-        assert main(["plan", "--log-dirs", str(log_dir), "-o", str(plan_path)]) != 0
-    assert "log-dir-locked" in capsys.readouterr().err or not plan_path.exists()
+        ran = run_cli(capsys, "plan", "--log-dirs", str(log_dir), "-o", str(plan_path))
+        assert ran.code != 0
+    assert "log-dir-locked" in ran.err or not plan_path.exists()
     (log_dir / CLEAN_SHUTDOWN_FILE).unlink()  # killed with -9: no marker
     assert main(["plan", "--log-dirs", str(log_dir), "-o", str(plan_path)]) != 0
     (log_dir / CLEAN_SHUTDOWN_FILE).write_text("")

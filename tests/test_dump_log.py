@@ -9,9 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import LEGACY_LOGDIR, expected_lines, fixture_id
-
-from migrate.cli import main
+from conftest import LEGACY_LOGDIR, expected_lines, fixture_id, run_cli
 
 DATA_SAMPLES = [
     LEGACY_LOGDIR / name
@@ -34,12 +32,6 @@ TIMESTAMP_LABELS = {
 LINE_START = re.compile(
     r"\n(?=\| offset: -?\d+ |offset: \d+ position: |baseOffset: -?\d+ lastOffset: |Dumping |Log starting offset: )"
 )
-
-
-def run(capsys: pytest.CaptureFixture[str], *args: str | Path) -> tuple[int, str, str]:
-    code = main([str(a) for a in args])
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 def kafka_files(oracle, *paths: Path, hex_data: bool = False) -> dict[str, list[dict]]:
@@ -69,9 +61,9 @@ def kafka_data_text(record: dict) -> str:
 @pytest.mark.oracle
 def test_print_data_log_prints_kafkas_keys_and_values(capsys: pytest.CaptureFixture[str], oracle) -> None:
     kafka = kafka_files(oracle, *DATA_SAMPLES, hex_data=True)
-    code, out, _ = run(capsys, "dump", "--print-data-log", *DATA_SAMPLES)
-    assert code == 0
-    chunks = LINE_START.split(out.rstrip("\n"))
+    ran = run_cli(capsys, "dump", "--print-data-log", *DATA_SAMPLES)
+    assert ran.code == 0
+    chunks = LINE_START.split(ran.out.rstrip("\n"))
     checked = binary = 0
     for segment in DATA_SAMPLES:
         at = chunks.index(f"Dumping {segment}")
@@ -116,8 +108,8 @@ def test_print_data_log_prints_kafkas_keys_and_values(capsys: pytest.CaptureFixt
 
 def test_print_data_log_spot_values(capsys: pytest.CaptureFixture[str]) -> None:
     segment = LEGACY_LOGDIR / "plain-v0-0/00000000000000000000.log"
-    _, out, _ = run(capsys, "dump", "--print-data-log", segment)
-    lines = LINE_START.split(out)
+    ran = run_cli(capsys, "dump", "--print-data-log", segment)
+    lines = LINE_START.split(ran.out)
     assert lines[3] == (
         "| offset: 0 NoTimestampType: -1 keySize: 6 valueSize: 64 isValid: true crc: 1807746229 key: user-0 payload: "
         "segment value consumer leader header compact wrapper wrapper par"
@@ -183,8 +175,8 @@ def test_damaged_entries_are_marked_invalid_and_read_past_exactly_as_kafka_does(
     copies.append(flipped_copy(tmp_path, gzip_v0, fourth["position"] + fourth["sizeInBytes"] - 1, "gzip"))
     kafka = kafka_files(oracle, *copies)
     for copy in copies:
-        code, out, err = run(capsys, "dump", "--json", "--deep-iteration", copy)
-        ours = [json.loads(line) for line in out.splitlines()]
+        ran = run_cli(capsys, "dump", "--json", "--deep-iteration", copy)
+        ours = [json.loads(line) for line in ran.out.splitlines()]
         theirs = kafka[str(copy)]
         bad = [x for x in theirs if x["type"] == "batch" and not x["valid"]]
         assert len(bad) == 1, copy  # Kafka sees exactly the damaged entry, and reads on
@@ -194,13 +186,13 @@ def test_damaged_entries_are_marked_invalid_and_read_past_exactly_as_kafka_does(
             assert list(mine) == list(kafkas)
             assert {k: v for k, v in mine.items() if k != "error"} == {k: v for k, v in kafkas.items() if k != "error"}
             assert (mine.get("error") is None) == (kafkas.get("error") is None)
-        assert code == 1
-        assert f"({copy}, byte position {bad[0]['position']}, offset " in err and "Traceback" not in err
+        assert ran.code == 1
+        assert f"({copy}, byte position {bad[0]['position']}, offset " in ran.err and "Traceback" not in ran.err
         # the same in kafka-dump-log's text: the entry with isvalid: false at Kafka's position, then the rest
-        code, out, _ = run(capsys, "dump", copy)
-        entry_lines = out.splitlines()[2:]
+        ran = run_cli(capsys, "dump", copy)
+        entry_lines = ran.out.splitlines()[2:]
         batches = [x for x in theirs if x["type"] == "batch"]
-        assert len(entry_lines) == len(batches) and code == 1
+        assert len(entry_lines) == len(batches) and ran.code == 1
         for line, batch in zip(entry_lines, batches):
             assert f" position: {batch['position']} " in line and f" size: {batch['sizeInBytes']} " in line
             assert line.endswith(f" crc: {batch['crc']} isvalid: {str(batch['valid']).lower()}")
@@ -212,17 +204,17 @@ def test_invalid_v0_message_prints_its_record_with_isvalid_false(
     segment = LEGACY_LOGDIR / "plain-v0-0/00000000000000000000.log"
     batches = [x for x in expected_lines(segment) if x["type"] == "batch"]
     copy = flipped_copy(tmp_path, segment, value_byte(segment, 8), "v0")
-    code, out, err = run(capsys, "dump", "--deep-iteration", copy)
-    lines = out.splitlines()
+    ran = run_cli(capsys, "dump", "--deep-iteration", copy)
+    lines = ran.out.splitlines()
     head = "offset: 8 position: 459 NoTimestampType: -1 size: 208 magic: 0 compresscodec: none crc: "
     at = lines.index(f"{head}{batches[8]['crc']} isvalid: false")
     assert lines[at + 1].startswith("| offset: 8 NoTimestampType: -1 keySize: ")
     assert lines[at + 1].endswith(f" isValid: false crc: {batches[8]['crc']}")  # the stored CRC, as Kafka prints
     assert lines[at + 2].startswith("offset: 9 position: 667 ") and lines[at + 2].endswith(" isvalid: true")
     assert len([x for x in lines if x.startswith("offset: ")]) == len(batches)
-    assert code == 1
-    assert err.startswith("kafka-log-migrate: error: CRC-32 mismatch in magic 0 message")
-    assert f"({copy}, byte position 459, offset 8)" in err and "isvalid: false" in err
+    assert ran.code == 1
+    assert ran.err.startswith("kafka-log-migrate: error: CRC-32 mismatch in magic 0 message")
+    assert f"({copy}, byte position 459, offset 8)" in ran.err and "isvalid: false" in ran.err
 
 
 def test_offset_going_back_after_an_invalid_entry_is_still_reported(
@@ -235,8 +227,8 @@ def test_offset_going_back_after_an_invalid_entry_is_still_reported(
     data[667:675] = (3).to_bytes(8, "big")  # entry 9's offset field (no CRC covers it) says 3
     copy = tmp_path / segment.name
     copy.write_bytes(data)
-    code, out, err = run(capsys, "dump", "--json", copy)
-    lines = [json.loads(x) for x in out.splitlines()]
+    ran = run_cli(capsys, "dump", "--json", copy)
+    lines = [json.loads(x) for x in ran.out.splitlines()]
     assert [(x["position"], x["lastOffset"], x["valid"]) for x in lines[7:11]] == [
         (306, 7, True),
         (459, 8, False),
@@ -244,7 +236,7 @@ def test_offset_going_back_after_an_invalid_entry_is_still_reported(
         (817, 10, True),
     ]
     assert lines[9]["error"] == "offset 3 does not increase on the previous entry's last offset 8"
-    assert code == 1 and "byte position 667, offset 3" in err
+    assert ran.code == 1 and "byte position 667, offset 3" in ran.err
 
 
 def test_offset_outside_the_segments_range_is_invalid(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -252,9 +244,9 @@ def test_offset_outside_the_segments_range_is_invalid(tmp_path: Path, capsys: py
     segment = LEGACY_LOGDIR / "plain-v0-0/00000000000000000040.log"
     copy = tmp_path / "00000000000000000050.log"  # a name above the segment's first offsets (40..49)
     copy.write_bytes(segment.read_bytes())
-    code, out, err = run(capsys, "dump", "--json", copy)
-    lines = [json.loads(x) for x in out.splitlines()]
+    ran = run_cli(capsys, "dump", "--json", copy)
+    lines = [json.loads(x) for x in ran.out.splitlines()]
     assert [x["lastOffset"] for x in lines if not x["valid"]] == list(range(40, 50))
     assert all(x["valid"] for x in lines if x["lastOffset"] >= 50) and len(lines) == 40
-    assert "offset 40 is outside the segment's offsets 50..2147483697" in err
-    assert code == 1
+    assert "offset 40 is outside the segment's offsets 50..2147483697" in ran.err
+    assert ran.code == 1

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from broker_life import append
-from conftest import REPO, expected_summaries, needs_root_power
+from conftest import REPO, expected_summaries, needs_root_power, run_cli
 from kafka_layout import make_broker_logdir
 from runs import assert_scan_agrees, below_target, make_plan, scan_partitions, snapshot
 
@@ -85,13 +85,16 @@ def test_a_refused_segment_fails_only_its_partition_even_inside_a_shared_task(br
     assert not (broker / FENCE_NAME).exists()  # every partition wholly old or wholly new
     # the command line says so, and exits 1
     capsys.readouterr()
-    assert main(["execute", "--plan", str(plan_path), "--engine", "serial"]) == 1
-    out = capsys.readouterr().out
+    ran = run_cli(capsys, "execute", "--plan", str(plan_path), "--engine", "serial")
+    assert ran.code == 1
+    out = ran.out
     assert "4 of 5 partitions migrated" in out and "FAILED       gzip-v0-0" in out and str(victim) in out
-    assert main(["verify", "--plan", str(plan_path), "--engine", "serial"]) == 1
-    assert "1 planned partitions are not migrated, e.g. gzip-v0-0" in capsys.readouterr().out
-    assert main(["finalize", "--plan", str(plan_path)]) == 1
-    assert "not migrated (e.g. gzip-v0-0: failed)" in capsys.readouterr().out
+    ran = run_cli(capsys, "verify", "--plan", str(plan_path), "--engine", "serial")
+    assert ran.code == 1
+    assert "1 planned partitions are not migrated, e.g. gzip-v0-0" in ran.out
+    ran = run_cli(capsys, "finalize", "--plan", str(plan_path))
+    assert ran.code == 1
+    assert "not migrated (e.g. gzip-v0-0: failed)" in ran.out
     # --partial finalizes the migrated four and leaves gzip-v0-0 exactly as it was
     gzip_before = {p.name: p.read_bytes() for p in (broker / "gzip-v0-0").glob("*.log")}
     assert main(["finalize", "--plan", str(plan_path), "--partial"]) == 0
@@ -329,8 +332,9 @@ def test_a_second_run_is_refused_at_once_naming_the_holder(broker, tmp_path, cap
         assert holder.stdout.readline().strip() == "held"
         with pytest.raises(RunLockedError, match=rf"execute \(pid {holder.pid} on host {os.uname().nodename}"):
             pipeline.execute(plan, SerialEngine())
-        assert main(["rollback", "--plan", str(plan_path)]) == 1
-        assert f"pid {holder.pid}" in capsys.readouterr().err
+        ran = run_cli(capsys, "rollback", "--plan", str(plan_path))
+        assert ran.code == 1
+        assert f"pid {holder.pid}" in ran.err
     finally:
         holder.kill()
         holder.wait()
@@ -502,8 +506,7 @@ def test_scan_never_certifies_what_it_could_not_read(broker, tmp_path, capsys):
     assert main(["scan", "--log-dirs", str(tmp_path / "no-such-dir")]) == 1
     assert main(["scan", "--log-dirs", f"{v2only},{tmp_path / 'typo'}"]) == 1
     assert main(["scan", "--log-dirs", f"{v2only},"]) == 2
-    assert main(["scan", "--log-dirs", ""]) == 2
-    capsys.readouterr()
+    assert run_cli(capsys, "scan", "--log-dirs", "").code == 2
     assert main(["scan", "--log-dirs", str(broker / "plain-v0-0")]) == 1
     assert f"is a partition directory (plain-v0-0), not a log dir. Give its log dir instead: --log-dirs {broker}" in (
         capsys.readouterr().out
@@ -528,8 +531,9 @@ def test_a_hand_edited_plan_is_refused(broker, tmp_path, capsys):
     _, plan_path = make_plan(tmp_path, broker)
     plan_path.write_text(plan_path.read_text().replace('"leader_epoch": 0', '"leader_epoch": 5', 1))
     before = snapshot(broker)
-    assert main(["execute", "--plan", str(plan_path), "--engine", "serial"]) == 1
-    assert "was edited after it was made" in capsys.readouterr().err
+    ran = run_cli(capsys, "execute", "--plan", str(plan_path), "--engine", "serial")
+    assert ran.code == 1
+    assert "was edited after it was made" in ran.err
     assert snapshot(broker) == before
 
 

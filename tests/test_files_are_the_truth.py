@@ -18,12 +18,12 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from conftest import run_cli
 from kafka_layout import lock_held_by_other_process, make_broker_logdir
 from runs import assert_scan_agrees, below_target, make_plan, run_verb, scan_partitions, snapshot
 from test_crash_recovery import PARTITIONS, SUMMARIES, assert_migrated, crash, live_forms
 
 from migrate import pipeline
-from migrate.cli import main
 from migrate.engines import SerialEngine
 from migrate.errors import StateWriteError
 from migrate.format.entries import walk_entries
@@ -75,13 +75,6 @@ def finish_execute(broker: Path, plan) -> None:
     assert_migrated(broker, plan)  # fence down, Kafka's records, every .log all v2
 
 
-def cli(capsys, *argv: str) -> tuple[int, str]:
-    capsys.readouterr()
-    code = main(list(argv))
-    out = capsys.readouterr()
-    return code, out.out + out.err
-
-
 def crash_mid_swap(plan_path: Path, broker: Path, before: dict) -> dict[str, str]:
     """execute killed after its second exchange: one partition converted (its original kept inside it), one
     exchanged (its original still in the fence), one built but not moved (original at its path); fence up."""
@@ -125,14 +118,14 @@ def stale_database(broker: Path, plan, plan_path: Path, before: dict, tmp_path: 
 def test_stale_database_status_tells_what_the_files_say_then_execute_finishes(setup, tmp_path, capsys, oracle):
     broker, plan, plan_path, before = setup
     stale_database(broker, plan, plan_path, before, tmp_path)
-    code, out = cli(capsys, "status", "--plan", str(plan_path))
-    assert code == 0
-    assert "the files say otherwise" in out, out
+    ran = run_cli(capsys, "status", "--plan", str(plan_path))
+    assert ran.code == 0
+    assert "the files say otherwise" in ran.text, ran.text
     forms = live_forms(broker, before)
     for name, form in forms.items():
         if form != "original":  # the partitions the stale database calls ready are named as swapped or mixed
-            assert any(name in line and "the files say" in line for line in out.splitlines()), (name, out)
-    assert "exchanged" in out and "converted" in out
+            assert any(name in line and "the files say" in line for line in ran.text.splitlines()), (name, ran.text)
+    assert "exchanged" in ran.text and "converted" in ran.text
     assert fence_up(broker)
     finish_execute(broker, plan)
     assert_whole(broker, before)
@@ -170,8 +163,8 @@ def test_a_stale_migrated_database_after_a_crashed_rollback_never_lets_finalize_
     shutil.copy2(copy, state_path(broker, plan.plan_id))
     crashed = snapshot(broker)
     backups = originals(broker)
-    code, out = cli(capsys, "finalize", "--plan", str(plan_path))
-    assert code == 1, out
+    ran = run_cli(capsys, "finalize", "--plan", str(plan_path))
+    assert ran.code == 1, ran.text
     assert originals(broker) == backups
     assert {k: v for k, v in snapshot(broker).items() if ".kafka-log-migrate-" not in k and k != "."} == {
         k: v for k, v in crashed.items() if ".kafka-log-migrate-" not in k and k != "."
@@ -223,9 +216,9 @@ def test_a_database_that_lost_its_wal_after_a_crash_mid_swap(setup, capsys, then
     crash_mid_swap(plan_path, broker, before)
     for f in db_files(broker, plan)[1:]:
         f.unlink(missing_ok=True)
-    code, out = cli(capsys, "status", "--plan", str(plan_path))
-    assert code == 0
-    assert "not started" not in out and ("the files say otherwise" in out or "rebuilt" in out), out
+    ran = run_cli(capsys, "status", "--plan", str(plan_path))
+    assert ran.code == 0
+    assert "not started" not in ran.text and ("the files say otherwise" in ran.text or "rebuilt" in ran.text), ran.text
     if then == "execute":
         finish_execute(broker, plan)
         assert_whole(broker, before)
@@ -244,10 +237,10 @@ def test_deleted_database_status_says_rebuild_and_the_verbs_finish(setup, capsys
     crash_mid_swap(plan_path, broker, before)
     for f in db_files(broker, plan):
         f.unlink(missing_ok=True)
-    code, out = cli(capsys, "status", "--plan", str(plan_path))
-    assert code == 0
-    assert "not started" not in out, out
-    assert "missing" in out and "rebuilt" in out, out
+    ran = run_cli(capsys, "status", "--plan", str(plan_path))
+    assert ran.code == 0
+    assert "not started" not in ran.text, ran.text
+    assert "missing" in ran.text and "rebuilt" in ran.text, ran.text
     assert not any(f.exists() for f in db_files(broker, plan)), "status wrote a database"
     if then == "execute":
         finish_execute(broker, plan)
@@ -330,10 +323,12 @@ def test_a_database_of_another_plan_is_refused_and_named(setup, tmp_path, capsys
     src.close()
     dst.close()
     planted = snapshot(broker)
-    code, out = cli(capsys, "execute", "--plan", str(plan_path), "--engine", "serial")
-    assert code == 1
-    assert "another plan" in out and str(broker) in out, out
-    assert "summary of plan" not in out, out  # no summary read from the other plan's rows: none of them ran here
+    ran = run_cli(capsys, "execute", "--plan", str(plan_path), "--engine", "serial")
+    assert ran.code == 1
+    assert "another plan" in ran.text and str(broker) in ran.text, ran.text
+    assert "summary of plan" not in ran.text, (
+        ran.text
+    )  # no summary read from the other plan's rows: none of them ran here
     assert snapshot(broker) == planted
     report = pipeline.execute(plan, SerialEngine())
     assert not report.ok and any("another plan" in e.message for e in report.errors), report.errors
@@ -390,8 +385,8 @@ def test_resume_rechecks_every_source_before_the_exchange(setup, capsys, change,
     # the other partitions were finished by the same execute
     assert all(f == "migrated" for p, f in live_forms(broker, before).items() if p != part)
 
-    code, out = cli(capsys, "rollback", "--plan", str(plan_path))
-    assert code == 0, out
+    ran = run_cli(capsys, "rollback", "--plan", str(plan_path))
+    assert ran.code == 0, ran.text
     assert not fence_up(broker) and not list(broker.rglob(".kafka-log-migrate-*/"))
     after = snapshot(broker)
     rel = f"{part}/{later.name}"
@@ -417,16 +412,18 @@ def test_an_append_after_the_swap_is_the_brokers_and_nothing_else(setup, capsys)
     appended = live.read_bytes()
     report = pipeline.execute(plan, SerialEngine())
     assert report.ok, report.errors
-    code, out = cli(capsys, "verify", "--plan", str(plan_path))
-    assert code == 5, out
-    assert "TAKEN OVER" in out and f"{live}: appended: offsets 30..30 ({len(appended) - size} bytes)" in out, out
-    code, out = cli(capsys, "rollback", "--plan", str(plan_path))
-    assert code == 1 and "would lose" in out and f"{live}: appended" in out, out
+    ran = run_cli(capsys, "verify", "--plan", str(plan_path))
+    assert ran.code == 5, ran.text
+    assert (
+        "TAKEN OVER" in ran.text and f"{live}: appended: offsets 30..30 ({len(appended) - size} bytes)" in ran.text
+    ), ran.text
+    ran = run_cli(capsys, "rollback", "--plan", str(plan_path))
+    assert ran.code == 1 and "would lose" in ran.text and f"{live}: appended" in ran.text, ran.text
     kept = originals(broker)
     assert len(kept) == 12  # three originals kept whole: their segments and every other file of theirs
-    code, out = cli(capsys, "finalize", "--plan", str(plan_path))
-    assert code == 0, out
-    assert "plain-v0-1:" in out and "appended" in out, out
+    ran = run_cli(capsys, "finalize", "--plan", str(plan_path))
+    assert ran.code == 0, ran.text
+    assert "plain-v0-1:" in ran.text and "appended" in ran.text, ran.text
     assert originals(broker) == {} and live.read_bytes() == appended
 
 
@@ -444,11 +441,11 @@ def test_a_same_size_same_mtime_rewrite_of_a_closed_converted_segment_stops_fina
     os.utime(live, ns=(st.st_atime_ns, st.st_mtime_ns))
     now = live.stat()
     assert (now.st_size, now.st_mtime_ns, now.st_ino) == (st.st_size, st.st_mtime_ns, st.st_ino)
-    code, out = cli(capsys, "verify", "--plan", str(plan_path))
-    assert code == 3 and f"differs: {live}" in out, out
-    code, out = cli(capsys, "finalize", "--plan", str(plan_path))
-    assert code == 1, out
-    assert str(live) in out and "no broker operation explains" in out, out
+    ran = run_cli(capsys, "verify", "--plan", str(plan_path))
+    assert ran.code == 3 and f"differs: {live}" in ran.text, ran.text
+    ran = run_cli(capsys, "finalize", "--plan", str(plan_path))
+    assert ran.code == 1, ran.text
+    assert str(live) in ran.text and "no broker operation explains" in ran.text, ran.text
     assert originals(broker) == backups
 
 
@@ -464,9 +461,9 @@ def test_meta_properties_changed_after_plan_refuses_execute(setup, capsys, how):
     else:
         meta.write_text(meta.read_text().replace("broker.id=1", "broker.id=2"))
     changed = snapshot(broker)
-    code, out = cli(capsys, "execute", "--plan", str(plan_path), "--engine", "serial")
-    assert code == 1
-    assert "meta.properties" in out, out
+    ran = run_cli(capsys, "execute", "--plan", str(plan_path), "--engine", "serial")
+    assert ran.code == 1
+    assert "meta.properties" in ran.text, ran.text
     assert snapshot(broker) == changed, "execute wrote in a log dir it refused"
     report = pipeline.execute(plan, SerialEngine())
     assert not report.ok and any("meta.properties" in e.message for e in report.errors)
@@ -520,12 +517,12 @@ def test_fuzz_plan_paths_outside_the_log_dir_are_refused_and_nothing_outside_cha
         path = plans / f"hostile-{i}.json"
         path.write_text(dump_plan_json(hostile))
         seen = listing(host)
-        code, out = cli(capsys, "execute", "--plan", str(path), "--engine", "serial")
-        assert code != 0, (part_dir, out)
-        assert listing(host) == seen, (part_dir, out)
-        code, out = cli(capsys, "rollback", "--plan", str(path))
-        assert code != 0, (part_dir, out)
-        assert listing(host) == seen, (part_dir, out)
+        ran = run_cli(capsys, "execute", "--plan", str(path), "--engine", "serial")
+        assert ran.code != 0, (part_dir, ran.text)
+        assert listing(host) == seen, (part_dir, ran.text)
+        ran = run_cli(capsys, "rollback", "--plan", str(path))
+        assert ran.code != 0, (part_dir, ran.text)
+        assert listing(host) == seen, (part_dir, ran.text)
 
 
 # --- 10. work dirs and the fence planted as symbolic links --------------------------------------------------------
@@ -590,38 +587,38 @@ def test_a_fence_planted_as_a_symlink_is_refused_before_anything_converts(setup,
 def test_an_execute_refused_for_a_held_lock_leaves_no_state_and_the_next_plan_runs(setup, tmp_path, capsys):
     broker, _plan, plan_path, before = setup
     with lock_held_by_other_process(broker):
-        code, out = cli(capsys, "execute", "--plan", str(plan_path), "--engine", "serial")
-        assert code == 1, out
-        assert ".lock" in out or "lock" in out, out
+        ran = run_cli(capsys, "execute", "--plan", str(plan_path), "--engine", "serial")
+        assert ran.code == 1, ran.text
+        assert ".lock" in ran.text or "lock" in ran.text, ran.text
     assert not list(broker.glob(".kafka-log-migrate-*.db*")), "a refused execute left a state database"
     assert not fence_up(broker)
     assert live_forms(broker, before) == dict.fromkeys(PARTITIONS, "original")
-    code, out = cli(capsys, "plan", "--log-dirs", str(broker), "-o", str(tmp_path / "next.json"))
-    assert code == 0, out
+    ran = run_cli(capsys, "plan", "--log-dirs", str(broker), "-o", str(tmp_path / "next.json"))
+    assert ran.code == 0, ran.text
 
 
 def test_status_after_a_crash_says_no_run_is_live_and_how_to_go_on(setup, capsys):
     broker, _plan, plan_path, before = setup
     crash_mid_swap(plan_path, broker, before)
-    code, out = cli(capsys, "status", "--plan", str(plan_path))
-    assert code == 0
-    assert "no run is active" in out, out
-    assert f"execute --plan {plan_path}" in out and f"rollback --plan {plan_path}" in out, out
-    assert "running now" not in out
+    ran = run_cli(capsys, "status", "--plan", str(plan_path))
+    assert ran.code == 0
+    assert "no run is active" in ran.text, ran.text
+    assert f"execute --plan {plan_path}" in ran.text and f"rollback --plan {plan_path}" in ran.text, ran.text
+    assert "running now" not in ran.text
 
 
 def test_verbs_after_finalize_say_it_was_finalized(setup, capsys):
     broker, plan, plan_path, before = setup
     finish_execute(broker, plan)
-    code, out = cli(capsys, "finalize", "--plan", str(plan_path))
-    assert code == 0, out
+    ran = run_cli(capsys, "finalize", "--plan", str(plan_path))
+    assert ran.code == 0, ran.text
     finalized = snapshot(broker)
-    code, out = cli(capsys, "rollback", "--plan", str(plan_path))
-    assert code == 1, out
-    assert "finalized" in out and "0 partitions restored" not in out, out
-    code, out = cli(capsys, "finalize", "--plan", str(plan_path))
-    assert code == 0, out
-    assert "finalized earlier" in out and "execute" not in out.split("run log")[0], out
+    ran = run_cli(capsys, "rollback", "--plan", str(plan_path))
+    assert ran.code == 1, ran.text
+    assert "finalized" in ran.text and "0 partitions restored" not in ran.text, ran.text
+    ran = run_cli(capsys, "finalize", "--plan", str(plan_path))
+    assert ran.code == 0, ran.text
+    assert "finalized earlier" in ran.text and "execute" not in ran.text.split("run log")[0], ran.text
     assert snapshot(broker) == finalized
     assert set(assert_whole(broker, before).values()) == {"migrated"}
 
@@ -629,12 +626,12 @@ def test_verbs_after_finalize_say_it_was_finalized(setup, capsys):
 def test_verbs_after_rollback_say_it_was_rolled_back(setup, capsys):
     broker, plan, plan_path, before = setup
     finish_execute(broker, plan)
-    code, out = cli(capsys, "rollback", "--plan", str(plan_path))
-    assert code == 0, out
+    ran = run_cli(capsys, "rollback", "--plan", str(plan_path))
+    assert ran.code == 0, ran.text
     assert snapshot(broker) == before
-    code, out = cli(capsys, "rollback", "--plan", str(plan_path))
-    assert code == 0, out
-    assert "rolled back earlier" in out, out
+    ran = run_cli(capsys, "rollback", "--plan", str(plan_path))
+    assert ran.code == 0, ran.text
+    assert "rolled back earlier" in ran.text, ran.text
     assert snapshot(broker) == before
 
 

@@ -21,8 +21,8 @@ from kafka_layout import (
 )
 
 from migrate.errors import LogDirAccessError, LogDirLockedError, MalformedLogDirFileError, MigrateError
-from migrate.kafka.layout import free_bytes, inspect_log_dir, list_partitions, list_segments
-from migrate.kafka.lock import LogDirLock, is_locked, lock_holder
+from migrate.kafka.layout import free_bytes, inspect_log_dir, list_segments
+from migrate.kafka.lock import LogDirLock, lock_holder
 from migrate.kafka.names import CHECKPOINT_FILES, parse_partition_dir, parse_partition_dir_name
 from migrate.kafka.properties import (
     CleanShutdown,
@@ -162,7 +162,8 @@ def test_inspect_log_dir_classifies_every_child_dir_as_kafka_would(tmp_path):
     assert "migration is in progress" in text
     assert "__cluster_metadata" not in text and "remote-log-index-cache" not in text  # Kafka skips these silently
     assert len(layout.warnings) == 5
-    partitions, warnings = list_partitions(log_dir)  # what plan uses: live partitions only
+    layout = inspect_log_dir(log_dir)  # what plan uses: live partitions only
+    partitions, warnings = layout.partitions, layout.warnings
     assert [p.name for p in partitions] == ["already-v2-1", "plain-v0-1"] and warnings == layout.warnings
 
     handed: list[tuple[str, str, int]] = []
@@ -209,9 +210,9 @@ def _can_lock_from_another_process(log_dir: Path) -> bool:
 
 def test_a_broker_held_lock_is_detected_and_refused(tmp_path):
     log_dir = make_broker_logdir(tmp_path, partitions=["plain-v0-1"])
-    assert not is_locked(log_dir) and not (log_dir / ".lock").exists()  # probing creates nothing
+    assert lock_holder(log_dir) is None and not (log_dir / ".lock").exists()  # probing creates nothing
     with lock_held_by_other_process(log_dir, "fcntl") as broker:
-        assert is_locked(log_dir)
+        assert lock_holder(log_dir) is not None
         assert lock_holder(log_dir) == broker.pid
         with pytest.raises(LogDirLockedError) as info:
             LogDirLock(log_dir).acquire()
@@ -220,7 +221,7 @@ def test_a_broker_held_lock_is_detected_and_refused(tmp_path):
         assert "a Kafka broker or another kafka-log-migrate is using" in message and "Stop the broker" in message
         assert info.value.holder_pid == broker.pid
         assert (log_dir / ".lock").exists()  # the broker's file is left alone
-    assert not is_locked(log_dir)  # a leftover .lock nobody holds is not a lock
+    assert lock_holder(log_dir) is None  # a leftover .lock nobody holds is not a lock
     assert (log_dir / ".lock").exists()
 
 
@@ -236,7 +237,7 @@ def test_an_flock_from_another_process_is_not_kafkas_lock(tmp_path):
         finally:
             os.close(fd)
         # ... but neither we nor a starting broker see it as Kafka's lock
-        assert not is_locked(log_dir) and lock_holder(log_dir) is None
+        assert lock_holder(log_dir) is None
         assert _can_lock_from_another_process(log_dir)
         with LogDirLock(log_dir) as lock:
             assert lock.held and not lock.created
@@ -248,7 +249,7 @@ def test_lock_we_create_is_removed_and_kafkas_own_is_kept(tmp_path):
     with LogDirLock(log_dir) as lock:
         assert lock.created and (log_dir / ".lock").exists()
         assert not _can_lock_from_another_process(log_dir)  # a broker starting now would fail
-        assert is_locked(log_dir) and lock_holder(log_dir) == os.getpid()
+        assert lock_holder(log_dir) == os.getpid()
     assert not (log_dir / ".lock").exists()
     assert _can_lock_from_another_process(log_dir)  # leaves a .lock behind (Kafka's FileLock creates it)
     before = (log_dir / ".lock").stat()
@@ -269,7 +270,7 @@ def test_the_same_log_dir_cannot_be_locked_twice_in_one_process(tmp_path):
             LogDirLock(log_dir).acquire()
         with pytest.raises(LogDirLockedError):
             LogDirLock(str(log_dir) + "/").acquire()
-        assert is_locked(log_dir)  # probing from this process must not drop our lock either
+        assert lock_holder(log_dir) is not None  # probing from this process must not drop our lock either
         assert not _can_lock_from_another_process(log_dir)
     assert _can_lock_from_another_process(log_dir)
 

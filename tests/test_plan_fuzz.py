@@ -7,7 +7,7 @@ import importlib.util
 import sys
 
 import pytest
-from conftest import REPO
+from conftest import REPO, run_cli
 
 
 def _load_fuzz():
@@ -30,12 +30,12 @@ def test_damaged_plans_are_refused_by_every_verb_and_touch_nothing(form, seed):
 
 
 def test_a_plan_damaged_where_it_is_read_is_refused_with_its_name(tmp_path, capsys):
-    from migrate.cli import main
 
     _, plan, data = fuzz_plans.make_plan(tmp_path, "columnar")
     footer = len(data) - 8 - int.from_bytes(data[-8:-4], "little")  # the Parquet footer's first byte
     plan.write_bytes(data[:footer] + bytes(64) + data[footer + 64 :])
     capsys.readouterr()
-    assert main(["status", "--plan", str(plan)]) == 1
-    err = capsys.readouterr().err
+    ran = run_cli(capsys, "status", "--plan", str(plan))
+    assert ran.code == 1
+    err = ran.err
     assert f"{plan}: not a readable columnar plan" in err and "Traceback" not in err

@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from conftest import run_cli
 from kafka_layout import lock_held_by_other_process, make_broker_logdir
 from prestage_layout import (
     add_segment,
@@ -327,8 +328,9 @@ def test_staging_places_kafka_would_trip_over_are_refused(tmp_path):
 
 
 def test_help_describes_the_verb_and_every_option(capsys):
-    assert main(["prestage", "--help"]) == 0
-    out = capsys.readouterr().out
+    ran = run_cli(capsys, "prestage", "--help")
+    assert ran.code == 0
+    out = ran.out
     for option in ("--staging-dir", "--passes", "--threshold", "--rate", "--pause-file", "--abort-file", "--topics"):
         assert option in out
     from migrate.cli import build_parser

@@ -13,10 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, needs_root_power
+from conftest import REPO, needs_root_power, run_cli
 from prestage_layout import broker_log_dir, judge, snapshot, staging_root
 
-from migrate.cli import main
 from migrate.kafka.names import segment_name
 from migrate.model.plan_tree import ConvertOptions
 from migrate.prestage import pagecache
@@ -156,8 +155,9 @@ def test_a_full_disk_removes_partial_outputs_and_leaves_the_log_dir_alone(small_
     with open(small_disk / "filler", "wb") as f:  # room for about one staged segment of the four
         f.write(b"\0" * max(shutil.disk_usage(small_disk).free - 150_000, 0))
 
-    assert main(["prestage", "--log-dirs", str(log_dir), "--rate", "0", "--min-free", "0"]) == 1
-    out = capsys.readouterr().out
+    ran = run_cli(capsys, "prestage", "--log-dirs", str(log_dir), "--rate", "0", "--min-free", "0")
+    assert ran.code == 1
+    out = ran.out
     assert "No space left on device" in out and "the log dirs were not touched" in out
     assert "bytes free of" in out and "run prestage again" in out and "stopped early" in out
     assert snapshot(log_dir) == before
@@ -179,8 +179,9 @@ def test_the_free_space_floor_stops_a_pass_before_the_broker_runs_short(small_di
     before = snapshot(log_dir)
     with open(small_disk / "filler", "wb") as f:  # room above a 10% floor for one staged segment, not two
         f.write(b"\0" * max(shutil.disk_usage(small_disk).free - 550_000, 0))
-    assert main(["prestage", "--log-dirs", str(log_dir), "--rate", "0"]) == 1  # --min-free 10% by default
-    out = capsys.readouterr().out
+    ran = run_cli(capsys, "prestage", "--log-dirs", str(log_dir), "--rate", "0")
+    assert ran.code == 1  # --min-free 10% by default
+    out = ran.out
     assert "the floor is 104.9 KB (--min-free)" in out and "the next segment may need" in out, out
     assert snapshot(log_dir) == before
     _assert_whole(log_dir)
@@ -244,7 +245,8 @@ def test_the_rate_file_changes_the_rate_while_running(tmp_path):
 def test_a_pass_runs_at_the_lowest_cpu_and_a_low_io_priority(tmp_path):
     log_dir = broker_log_dir(tmp_path, partitions=1, segments=2)
     probe = (
-        "import os, sys; from migrate.cli import main; from migrate.prestage.priority import io_priority; "
+        f"import os, sys; sys.path.insert(0, {str(REPO / 'tests')!r}); from migrate.cli import main; "
+        "from prestage_layout import io_priority; "
         "code = main(['prestage', '--log-dirs', sys.argv[1], '--rate', '0'] + sys.argv[2:]); "
         "print(os.getpriority(os.PRIO_PROCESS, 0), *io_priority()); sys.exit(code)"
     )

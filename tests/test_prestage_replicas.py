@@ -11,11 +11,10 @@ from pathlib import Path
 
 import pytest
 from cluster_harness import BrokerCluster, can_unshare, make_tls
-from conftest import needs_root_power
+from conftest import needs_root_power, run_cli
 from kafka_layout import make_broker_logdir
 from prestage_layout import broker_log_dir, snapshot
 
-from migrate.cli import main
 from migrate.format.entries import walk_entries
 from migrate.kafka.names import segment_name
 from migrate.prestage.controls import Controls
@@ -99,8 +98,9 @@ def test_prestage_over_a_cluster_compares_the_replicas_before_any_cut_over(tmp_p
     with BrokerCluster(tls, hosts, data) as cluster:
         secure = ["--scheduler", cluster.address, "--tls-dir", str(tls)]
         log_dir = str(data / "kafka-logs")
-        code = main(["prestage", "--log-dirs", log_dir, "--brokers", "1,2,3", "--rate", "0", *secure])
-        out = capsys.readouterr().out
+        ran = run_cli(capsys, "prestage", "--log-dirs", log_dir, "--brokers", "1,2,3", "--rate", "0", *secure)
+        code = ran.code
+        out = ran.out
     assert code == 1, out
     for b in (1, 2, 3):
         assert f"broker {b} (" in out and "done after 1 pass(es)" in out

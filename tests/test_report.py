@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from conftest import chromium_path
+from conftest import chromium_path, run_cli
 from kafka_layout import make_broker_logdir
 
 from migrate.cli import main
@@ -235,12 +235,13 @@ def test_a_chart_draws_equal_series_once_and_says_what_it_leaves_out():
 def test_execute_ends_with_the_same_summary_as_report(tmp_path, capsys):
     log_dir = make_broker_logdir(tmp_path, partitions=["plain-v0-1", "lz4-v1-1"])
     plan = tmp_path / "plan.json"
-    assert main(["plan", "--log-dirs", str(log_dir), "-o", str(plan)]) == 0
-    capsys.readouterr()
-    assert main(["execute", "--plan", str(plan), "--engine", "serial"]) == 0
-    execute_out = capsys.readouterr().out
-    assert main(["report", "--plan", str(plan)]) == 0
-    report_out = capsys.readouterr().out
+    assert run_cli(capsys, "plan", "--log-dirs", str(log_dir), "-o", str(plan)).code == 0
+    ran = run_cli(capsys, "execute", "--plan", str(plan), "--engine", "serial")
+    assert ran.code == 0
+    execute_out = ran.out
+    ran = run_cli(capsys, "report", "--plan", str(plan))
+    assert ran.code == 0
+    report_out = ran.out
     block = report_out[report_out.index("summary of plan") : report_out.index("segments (Parquet")]
     assert block in execute_out
     tail = execute_out[execute_out.index(block) + len(block) :]
@@ -252,14 +253,13 @@ def test_execute_ends_with_the_same_summary_as_report(tmp_path, capsys):
 def test_report_after_finalize_reads_the_state_archived_beside_the_plan(tmp_path, capsys):
     log_dir = make_broker_logdir(tmp_path, partitions=["gzip-v0-0"])
     plan = tmp_path / "plan.json"
-    main(["plan", "--log-dirs", str(log_dir), "-o", str(plan)])
-    capsys.readouterr()
-    main(["execute", "--plan", str(plan), "--engine", "serial", "--json"])
-    totals = json.loads(capsys.readouterr().out)["totals"]
-    assert main(["finalize", "--plan", str(plan)]) == 0
-    capsys.readouterr()
-    assert main(["report", "--plan", str(plan), "--json"]) == 0
-    summary = json.loads(capsys.readouterr().out)
+    run_cli(capsys, "plan", "--log-dirs", str(log_dir), "-o", str(plan))
+    ran = run_cli(capsys, "execute", "--plan", str(plan), "--engine", "serial", "--json")
+    totals = json.loads(ran.out)["totals"]
+    assert run_cli(capsys, "finalize", "--plan", str(plan)).code == 0
+    ran = run_cli(capsys, "report", "--plan", str(plan), "--json")
+    assert ran.code == 0
+    summary = json.loads(ran.out)
     assert (summary["bytes_before"], summary["bytes_after"]) == (totals["bytes_in"], totals["bytes_out"])
     assert summary["states"] == {"swapped": 2}
 
@@ -267,8 +267,8 @@ def test_report_after_finalize_reads_the_state_archived_beside_the_plan(tmp_path
 def test_report_before_any_run_refuses_with_what_to_do(tmp_path, capsys):
     log_dir = make_broker_logdir(tmp_path, partitions=["gzip-v0-0"])
     plan = tmp_path / "plan.json"
-    main(["plan", "--log-dirs", str(log_dir), "-o", str(plan)])
-    capsys.readouterr()
-    assert main(["report", "--plan", str(plan)]) == 1
-    err = capsys.readouterr().err
+    run_cli(capsys, "plan", "--log-dirs", str(log_dir), "-o", str(plan))
+    ran = run_cli(capsys, "report", "--plan", str(plan))
+    assert ran.code == 1
+    err = ran.err
     assert "nothing to report" in err and f"execute --plan {plan}" in err

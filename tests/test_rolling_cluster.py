@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from cluster_harness import BrokerCluster, can_unshare, make_tls
-from conftest import needs_root_power
+from conftest import needs_root_power, run_cli
 from kafka_admin_stub import AdminCluster, KafkaAdminStub
 from kafka_layout import make_broker_logdir
 from runs import snapshot
@@ -128,12 +128,6 @@ def running(cluster, tmp_path):
             shutil.rmtree(d, ignore_errors=True)
 
 
-def run(capsys, *argv: str) -> tuple[int, str]:
-    code = main(list(argv))
-    captured = capsys.readouterr()
-    return code, captured.out + "\n" + captured.err
-
-
 def wait_stopped(log_dir: Path) -> None:
     """Until the broker process has let go of ``log_dir``: its marker written and its ``.lock`` released."""
     deadline = time.monotonic() + 30
@@ -173,8 +167,8 @@ def test_brokers_are_cut_over_one_by_one_behind_the_gate_and_one_rolls_back_byte
 
     # every broker pre-stages while it runs (on its host; the same files its worker sees at the shared path)
     for d in brokers.values():
-        code, out = run(capsys, "prestage", "--log-dirs", str(d), "--timestamps", "none")
-        assert code == 0 and "everything closed is staged: 0 B left in closed segments" in out, out
+        ran = run_cli(capsys, "prestage", "--log-dirs", str(d), "--timestamps", "none")
+        assert ran.code == 0 and "everything closed is staged: 0 B left in closed segments" in ran.text, ran.text
 
     # the operator's gate says no (Cruise Control is fixing something): nothing is stopped, the reasons are shown
     no = tmp_path / "no-go.sh"
@@ -183,20 +177,23 @@ def test_brokers_are_cut_over_one_by_one_behind_the_gate_and_one_rolls_back_byte
     )
     no.chmod(0o755)
     argv = [*common, "--brokers", "1,2,3", "--stop-command", commands["stop"], "--gate-timeout", "0.3"]
-    code, out = run(capsys, *(f"{no} {{broker}}" if a == commands["gate"] else a for a in argv))
-    assert code == 1, out
-    assert "broker 1: gate failed: the gate did not open within 0.3 s; nothing was stopped." in out
-    assert "| anomaly: disk failure on broker 3" in out and "with --brokers 1,2,3" in out
+    ran = run_cli(capsys, *(f"{no} {{broker}}" if a == commands["gate"] else a for a in argv))
+    assert ran.code == 1, ran.text
+    assert "broker 1: gate failed: the gate did not open within 0.3 s; nothing was stopped." in ran.text
+    assert "| anomaly: disk failure on broker 3" in ran.text and "with --brokers 1,2,3" in ran.text
     assert set(events(tmp_path)) == {"gate 1"}  # asked (again, within the timeout), never stopped
     (tmp_path / "events").write_text("")
 
     # broker 1 is killed instead of stopped: no clean-shutdown marker, so it is refused and nothing moves on
-    code, out = run(
+    ran = run_cli(
         capsys, *common, "--brokers", "1,2,3", "--stop-command", commands["kill9"], "--shutdown-timeout", "120"
     )
-    assert code == 1, out
-    assert "broker 1: release failed" in out and "there is no clean-shutdown marker (.kafka_cleanshutdown)" in out
-    assert "Next: nothing was converted" in out and "the same rolling command with --brokers 1,2,3" in out
+    assert ran.code == 1, ran.text
+    assert (
+        "broker 1: release failed" in ran.text
+        and "there is no clean-shutdown marker (.kafka_cleanshutdown)" in ran.text
+    )
+    assert "Next: nothing was converted" in ran.text and "the same rolling command with --brokers 1,2,3" in ran.text
     assert events(tmp_path) == ["gate 1", "kill -9 1"]
     assert {b: partitions(d, HOLDINGS[b]) for b, d in brokers.items()} == before
     assert not (tmp_path / "run" / "broker-1.plan.json").exists()
@@ -209,25 +206,33 @@ def test_brokers_are_cut_over_one_by_one_behind_the_gate_and_one_rolls_back_byte
     fails.write_text(f'#!/bin/sh\necho "start-fail $1" >> {tmp_path / "events"}\necho "unit kafka@$1 failed"\nexit 1\n')
     fails.chmod(0o755)
     argv = [*common, "--brokers", "1,2,3", "--stop-command", commands["stop"]]
-    code, out = run(capsys, *(f"{fails} {{broker}}" if a == commands["start"] else a for a in argv))
-    assert code == 1, out
-    assert "broker 1: execute ok" in out and "4 taken from pre-staging, 3 converted in the window" in out
+    ran = run_cli(capsys, *(f"{fails} {{broker}}" if a == commands["start"] else a for a in argv))
+    assert ran.code == 1, ran.text
+    assert "broker 1: execute ok" in ran.text and "4 taken from pre-staging, 3 converted in the window" in ran.text
     # the cut-over against what its running peers staged for the same offsets: the replicas agree
-    compared = re.search(r"broker 1: execute ok.*?; (\d+) converted segments compared with the running peers'", out)
-    assert compared is not None and int(compared[1]) > 0, out
-    assert "hold different records" not in out
-    assert f"broker 1: start failed: the start command `{fails} 1` exited 1; broker 1 is converted" in out
-    assert "unit kafka@1 failed" in out and "continue with: the same rolling command with --brokers 2,3" in out
+    compared = re.search(
+        r"broker 1: execute ok.*?; (\d+) converted segments compared with the running peers'", ran.text
+    )
+    assert compared is not None and int(compared[1]) > 0, ran.text
+    assert "hold different records" not in ran.text
+    assert f"broker 1: start failed: the start command `{fails} 1` exited 1; broker 1 is converted" in ran.text
+    assert (
+        "unit kafka@1 failed" in ran.text and "continue with: the same rolling command with --brokers 2,3" in ran.text
+    )
     assert events(tmp_path) == ["gate 1", "stop 1", "start-fail 1"]
     assert {b: partitions(brokers[b], HOLDINGS[b]) for b in (2, 3)} == {b: before[b] for b in (2, 3)}
 
     # the operator starts broker 1 and continues with the others
     subprocess.run(commands["start"].replace("{broker}", "1").split(), check=True, capture_output=True)
     (tmp_path / "events").write_text("")
-    code, out = run(capsys, *common, "--brokers", "2,3", "--stop-command", commands["stop"])
-    assert code == 0, out
-    assert "7 segments converted and verified; 4 taken from pre-staging, 3 converted in the window" in out  # broker 2
-    assert "4 segments converted and verified; 2 taken from pre-staging, 2 converted in the window" in out  # broker 3
+    ran = run_cli(capsys, *common, "--brokers", "2,3", "--stop-command", commands["stop"])
+    assert ran.code == 0, ran.text
+    assert (
+        "7 segments converted and verified; 4 taken from pre-staging, 3 converted in the window" in ran.text
+    )  # broker 2
+    assert (
+        "4 segments converted and verified; 2 taken from pre-staging, 2 converted in the window" in ran.text
+    )  # broker 3
     assert events(tmp_path) == [
         event for b in (2, 3) for event in (f"gate {b}", f"stop {b}", f"start {b}", f"gate {b}")
     ]
@@ -239,14 +244,14 @@ def test_brokers_are_cut_over_one_by_one_behind_the_gate_and_one_rolls_back_byte
             for log in (d / part).glob("*.log"):
                 assert log.read_bytes()[16] == 2, log  # magic of the first batch: v2
         assert (d / ".lock").exists() and not (d / ".kafka_cleanshutdown").exists()  # running again
-    assert "broker 3: converted" in out
+    assert "broker 3: converted" in ran.text
 
     # roll broker 2 back: stopped as an operator would, its partitions are what they were, byte for byte
     subprocess.run(commands["stop"].replace("{broker}", "2").split(), check=True, capture_output=True)
     wait_stopped(brokers[2])
     secure = ["--scheduler", c.address, "--tls-dir", str(tls)]
-    code, out = run(capsys, "rollback", "--plan", str(tmp_path / "run" / "broker-2.plan.json"), *secure)
-    assert code == 0, out
+    ran = run_cli(capsys, "rollback", "--plan", str(tmp_path / "run" / "broker-2.plan.json"), *secure)
+    assert ran.code == 0, ran.text
     assert partitions(brokers[2], HOLDINGS[2]) == before[2]
     assert partitions(brokers[1], HOLDINGS[1]) != before[1]
 
@@ -254,12 +259,16 @@ def test_brokers_are_cut_over_one_by_one_behind_the_gate_and_one_rolls_back_byte
 def test_a_rolling_run_refuses_timestamps_from_each_brokers_mtime_unless_accepted(tmp_path, capsys):
     argv = ["rolling", "--brokers", "1", "--log-dirs", str(tmp_path), "--run-dir", str(tmp_path / "run")]
     argv += ["--stop-command", "true", "--start-command", "true", "--gate-command", "true", "--scheduler", "tls://x:1"]
-    code, out = run(capsys, *argv)  # --timestamps mtime is plan's default
-    assert code == 1
-    assert "--timestamps mtime in a rolling run would give the same offsets different timestamps on different" in out
+    ran = run_cli(capsys, *argv)  # --timestamps mtime is plan's default
+    assert ran.code == 1
+    assert (
+        "--timestamps mtime in a rolling run would give the same offsets different timestamps on different" in ran.text
+    )
     assert not (tmp_path / "run").exists()
-    code, out = run(capsys, *argv[:-2], "--timestamps", "none")
-    assert code == 2 and "--scheduler" in out  # past the refusal: argparse wants the scheduler it was not given
+    ran = run_cli(capsys, *argv[:-2], "--timestamps", "none")
+    assert (
+        ran.code == 2 and "--scheduler" in ran.text
+    )  # past the refusal: argparse wants the scheduler it was not given
 
 
 def test_a_canary_migrated_alone_is_compared_with_the_others_when_they_run(cluster, tmp_path, capsys):
@@ -268,27 +277,31 @@ def test_a_canary_migrated_alone_is_compared_with_the_others_when_they_run(clust
     diverge(brokers[1] / "plain-v0-1" / "00000000000000000000.log")  # the canary's copy differs from broker 3's
     secure = ["--scheduler", c.address, "--tls-dir", str(tls)]
     plan = str(tmp_path / "plan.json")
-    code, out = run(
+    ran = run_cli(
         capsys, "plan", "--log-dirs", str(c.path_of(1) / "canary-logs"), "--brokers", "1,2,3", "-o", plan, *secure
     )
-    assert code == 0, out
+    assert ran.code == 0, ran.text
 
     # the canary alone, while broker 3's log dir cannot be read: what it could not compare, it says
     away = roots[3] / "canary-logs.away"
     brokers[3].rename(away)
-    code, out = run(capsys, "execute", "--plan", plan, "--brokers", "1", "--require-consistent-replicas", *secure)
+    ran = run_cli(capsys, "execute", "--plan", plan, "--brokers", "1", "--require-consistent-replicas", *secure)
     away.rename(brokers[3])
-    assert code == 0, out
-    assert "note: replicas of plain-v0-1 on broker(s) 3 were not compared with this run's: broker 3 (broker-3:" in out
-    assert "canary-logs of broker 3 is not there on its host" in out
-    assert "replicas of plain-v0-0" not in out and "replicas of gzip-v0-0" not in out  # compared with broker 2: equal
+    assert ran.code == 0, ran.text
+    assert (
+        "note: replicas of plain-v0-1 on broker(s) 3 were not compared with this run's: broker 3 (broker-3:" in ran.text
+    )
+    assert "canary-logs of broker 3 is not there on its host" in ran.text
+    assert (
+        "replicas of plain-v0-0" not in ran.text and "replicas of gzip-v0-0" not in ran.text
+    )  # compared with broker 2: equal
     assert (brokers[1] / "plain-v0-1" / "00000000000000000000.log").read_bytes()[16] == 2  # swapped
 
     # the others later: compared with the canary's migrated copy, read only through broker 1's worker
     before_1 = snapshot(brokers[1])
-    code, out = run(capsys, "execute", "--plan", plan, "--brokers", "2,3", "--require-consistent-replicas", *secure)
-    assert code == 1, out
-    assert "replicas of plain-v0-1 differ across brokers 3, 1: first in offsets 0..59" in out
+    ran = run_cli(capsys, "execute", "--plan", plan, "--brokers", "2,3", "--require-consistent-replicas", *secure)
+    assert ran.code == 1, ran.text
+    assert "replicas of plain-v0-1 differ across brokers 3, 1: first in offsets 0..59" in ran.text
     assert (brokers[3] / "plain-v0-1" / "00000000000000000000.log").read_bytes()[16] == 0  # not swapped on 3
     assert (brokers[3] / "lz4-v1-1" / "00000000000000000000.log").read_bytes()[16] == 2
     assert all((brokers[2] / p / "00000000000000000000.log").read_bytes()[16] == 2 for p in HOLDINGS[2])
@@ -341,14 +354,16 @@ def test_a_broker_that_writes_v1_refuses_the_run_before_any_stop_naming_it_and_i
     c, brokers, commands, tls = running
     before = {b: partitions(d, HOLDINGS[b]) for b, d in brokers.items()}
     with KafkaAdminStub(admin_cluster("2.8-IV1")) as kafka:
-        code, out = run(capsys, *rolling_argv(c, brokers, commands, tls, tmp_path, kafka))
-    assert code == 1, out
-    assert "refusing the rolling run, nothing was stopped: not every broker writes v2." in out
+        ran = run_cli(capsys, *rolling_argv(c, brokers, commands, tls, tmp_path, kafka))
+    assert ran.code == 1, ran.text
+    assert "refusing the rolling run, nothing was stopped: not every broker writes v2." in ran.text
     assert (
         "broker 2 has inter.broker.protocol.version 2.8-IV1, log.message.format.version 0.10.2-IV0: as a leader it "
-        "writes v1 batches" in out
+        "writes v1 batches" in ran.text
     )
-    assert "Set inter.broker.protocol.version=3.0 or higher" in out and "not started: broker(s) 1, 2, 3" in out
+    assert (
+        "Set inter.broker.protocol.version=3.0 or higher" in ran.text and "not started: broker(s) 1, 2, 3" in ran.text
+    )
     assert events(tmp_path) == []  # no broker was stopped
     assert {b: partitions(d, HOLDINGS[b]) for b, d in brokers.items()} == before
 
@@ -365,10 +380,12 @@ def test_a_refusal_that_needs_no_stopped_broker_is_found_before_the_first_stop(r
     (tmp_path / "events").write_text("")
     capsys.readouterr()
     with KafkaAdminStub(admin_cluster("3.9")) as kafka:
-        code, out = run(capsys, *rolling_argv(c, brokers, commands, tls, tmp_path, kafka))
-    assert code == 1, out
-    assert "refusing the rolling run, nothing was stopped:" in out
-    assert "broker 3: " in out and "holds the state of a migration that was not finalized or rolled back" in out
+        ran = run_cli(capsys, *rolling_argv(c, brokers, commands, tls, tmp_path, kafka))
+    assert ran.code == 1, ran.text
+    assert "refusing the rolling run, nothing was stopped:" in ran.text
+    assert (
+        "broker 3: " in ran.text and "holds the state of a migration that was not finalized or rolled back" in ran.text
+    )
     assert events(tmp_path) == []
 
 

@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
+from conftest import run_cli
 from kafka_layout import lock_held_by_other_process, make_broker_logdir
 
 from migrate import pipeline
@@ -135,10 +136,9 @@ def run_log_of(err: str) -> Path:
 def test_execute_without_a_terminal_prints_progress_and_keeps_every_message_in_the_run_log(tmp_path, capsys):
     log_dir = make_broker_logdir(tmp_path, partitions=["plain-v0-1", "lz4-v1-1"])
     plan = tmp_path / "plan.json"
-    assert main(["plan", "--log-dirs", str(log_dir), "-o", str(plan)]) == 0
-    capsys.readouterr()
-    assert main(["execute", "--plan", str(plan), "--engine", "serial"]) == 0
-    captured = capsys.readouterr()
+    assert run_cli(capsys, "plan", "--log-dirs", str(log_dir), "-o", str(plan)).code == 0
+    captured = run_cli(capsys, "execute", "--plan", str(plan), "--engine", "serial")
+    assert captured.code == 0
     log = run_log_of(captured.err)
     assert log.parent == Path(f"{plan}.logs") and log.name.startswith("execute-")
     total = load_plan(plan).estimates.bytes
@@ -156,11 +156,11 @@ def test_execute_without_a_terminal_prints_progress_and_keeps_every_message_in_t
 def test_a_refusal_prints_the_tools_message_alone(tmp_path, capsys):
     log_dir = make_broker_logdir(tmp_path, partitions=["plain-v0-1"])
     plan = tmp_path / "plan.json"
-    main(["plan", "--log-dirs", str(log_dir), "-o", str(plan)])
-    capsys.readouterr()
+    run_cli(capsys, "plan", "--log-dirs", str(log_dir), "-o", str(plan))
     with lock_held_by_other_process(log_dir):
-        assert main(["execute", "--plan", str(plan), "--engine", "serial"]) == 1
-    captured = capsys.readouterr()
+        ran = run_cli(capsys, "execute", "--plan", str(plan), "--engine", "serial")
+        assert ran.code == 1
+    captured = ran
     # refused by prepare's re-run of the plan's checks, before any file of the run exists (issue 23)
     assert f"error in prepare of {log_dir}: refusing to execute (1 problem):" in captured.out
     assert f"  - {log_dir}: process" in captured.out and "holds the fcntl lock" in captured.out
@@ -171,15 +171,14 @@ def test_a_refusal_prints_the_tools_message_alone(tmp_path, capsys):
 def test_an_unexpected_error_in_a_stage_is_a_message_with_its_traceback_in_the_run_log(tmp_path, capsys, monkeypatch):
     log_dir = make_broker_logdir(tmp_path, partitions=["plain-v0-1"])
     plan = tmp_path / "plan.json"
-    main(["plan", "--log-dirs", str(log_dir), "-o", str(plan)])
-    capsys.readouterr()
+    run_cli(capsys, "plan", "--log-dirs", str(log_dir), "-o", str(plan))
 
     def broken_swap(*args):
         raise RuntimeError("swap went wrong")
 
     monkeypatch.setattr(pipeline, "swap_log_dir", broken_swap)
-    assert main(["execute", "--plan", str(plan), "--engine", "serial"]) == 1
-    captured = capsys.readouterr()
+    captured = run_cli(capsys, "execute", "--plan", str(plan), "--engine", "serial")
+    assert captured.code == 1
     assert f"error in swap of {log_dir}: swap went wrong" in captured.out
     assert "Traceback" not in captured.out + captured.err
     logged = run_log_of(captured.err).read_text()
@@ -190,16 +189,15 @@ def test_an_unexpected_error_in_a_stage_is_a_message_with_its_traceback_in_the_r
 def test_an_unexpected_error_of_the_command_itself_names_the_run_log(tmp_path, capsys, monkeypatch):
     log_dir = make_broker_logdir(tmp_path, partitions=["plain-v0-1"])
     plan = tmp_path / "plan.json"
-    main(["plan", "--log-dirs", str(log_dir), "-o", str(plan)])
-    capsys.readouterr()
+    run_cli(capsys, "plan", "--log-dirs", str(log_dir), "-o", str(plan))
     from migrate.reports import run_report as report
 
     def broken(*args):
         raise KeyError("no such column")
 
     monkeypatch.setattr(report, "run_summary", broken)  # execute's summary, after the swap
-    assert main(["execute", "--plan", str(plan), "--engine", "serial"]) == 1
-    captured = capsys.readouterr()
+    captured = run_cli(capsys, "execute", "--plan", str(plan), "--engine", "serial")
+    assert captured.code == 1
     log = run_log_of(captured.err)
     assert f"unexpected KeyError: 'no such column'. This is a bug in kafka-log-migrate; its traceback is in {log}" in (
         captured.err
@@ -241,8 +239,9 @@ def test_help_describes_the_verb_and_every_option(verb, capsys):
     assert parser.description and len(parser.description) > 40
     undocumented = [a.option_strings or a.dest for a in parser._actions if not a.help]
     assert undocumented == []
-    assert main([verb, "--help"]) == 0
-    assert parser.description.split()[0] in capsys.readouterr().out
+    ran = run_cli(capsys, verb, "--help")
+    assert ran.code == 0
+    assert parser.description.split()[0] in ran.out
 
 
 @pytest.mark.parametrize("verb", ["status", "rollback", "finalize", "report"])

@@ -9,10 +9,9 @@ import shutil
 import struct
 from pathlib import Path
 
-from conftest import EXPECTED, LEGACY_LOGDIR, REAL_BROKER, expected_summaries
+from conftest import EXPECTED, LEGACY_LOGDIR, REAL_BROKER, expected_summaries, run_cli
 from kafka_layout import BROKER_EPOCH, lock_held_by_other_process, make_broker_logdir
 
-from migrate.cli import main
 from migrate.reports.scan import scan_log_dirs
 
 SUMMARIES = expected_summaries()
@@ -206,8 +205,10 @@ def test_several_log_dirs_group_by_broker_and_a_missing_one_is_an_error(tmp_path
 def test_scan_exit_code_says_whether_legacy_data_is_left(tmp_path, capsys):
     legacy = make_broker_logdir(tmp_path / "a", partitions=["plain-v0-1"])
     modern = make_broker_logdir(tmp_path / "b", partitions=["already-v2-0"])
-    assert main(["scan", "--log-dirs", str(legacy)]) == 4
-    assert "LEGACY" in capsys.readouterr().out
-    assert main(["scan", "--log-dirs", str(modern), "--json"]) == 0
-    report = json.loads(capsys.readouterr().out)
+    ran = run_cli(capsys, "scan", "--log-dirs", str(legacy))
+    assert ran.code == 4
+    assert "LEGACY" in ran.out
+    ran = run_cli(capsys, "scan", "--log-dirs", str(modern), "--json")
+    assert ran.code == 0
+    report = json.loads(ran.out)
     assert report["summary"]["v2Only"] is True and partitions_of(report)["already-v2-0"]["v2Only"] is True

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from client_envs import Unavailable, oracle_jars
-from conftest import FIXTURES, LEGACY_LOGDIR, copy_logdir, have_java
+from conftest import FIXTURES, LEGACY_LOGDIR, copy_logdir, have_java, run_cli
 from kafka_layout import lock_held_by_other_process
 
 from migrate.cli import main
@@ -225,14 +225,16 @@ def test_serve_as_an_operator_runs_it_real_consumers_read_the_converted_copy_and
 
 
 def test_serve_refuses_to_listen_beyond_loopback_without_the_flag(capsys):
-    assert main(["serve", "--log-dirs", str(LEGACY_LOGDIR), "--host", "0.0.0.0"]) == 2
-    assert "not a loopback address" in capsys.readouterr().err
+    ran = run_cli(capsys, "serve", "--log-dirs", str(LEGACY_LOGDIR), "--host", "0.0.0.0")
+    assert ran.code == 2
+    assert "not a loopback address" in ran.err
 
 
 def test_serve_refuses_a_log_dir_a_broker_holds(legacy, capsys):
     with lock_held_by_other_process(legacy):
-        assert main(["serve", "--log-dirs", str(legacy)]) == 1
-    assert ".lock is held" in capsys.readouterr().err
+        ran = run_cli(capsys, "serve", "--log-dirs", str(legacy))
+        assert ran.code == 1
+    assert ".lock is held" in ran.err
     os.unlink(legacy / ".lock")
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import run_cli
 from prestage_layout import broker_log_dir, read_index_at
 from runs import assert_scan_agrees
 
@@ -115,8 +116,8 @@ def test_a_forged_index_is_taken_but_finalize_refuses_and_rollback_restores(tmp_
     assert report.ok and report.cutover is not None and report.cutover.staged_segments == 4, report
     assert_scan_agrees(plan, report)
     capsys.readouterr()
-    assert main(["finalize", "--plan", str(plan_path)]) == 1
-    captured = capsys.readouterr()
+    captured = run_cli(capsys, "finalize", "--plan", str(plan_path))
+    assert captured.code == 1
     err = captured.out + captured.err
     assert "refusing to finalize" in err and "partition t-0" in err and segment_name(100, ".log") in err, err
     assert "Nothing was deleted" in err

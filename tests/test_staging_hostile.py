@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import run_cli
 from kafka_layout import lock_held_by_other_process
 from prestage_layout import broker_log_dir
 from runs import assert_scan_agrees
@@ -279,8 +280,8 @@ def test_a_forged_staged_segment_is_taken_but_finalize_refuses_and_rollback_rest
     assert report.ok and report.cutover is not None and report.cutover.staged_segments == 4  # taken unread
     assert_scan_agrees(plan, report)
     capsys.readouterr()
-    assert main(["finalize", "--plan", str(plan_path)]) == 1
-    captured = capsys.readouterr()
+    captured = run_cli(capsys, "finalize", "--plan", str(plan_path))
+    assert captured.code == 1
     err = captured.out + captured.err
     print(err)
     assert "refusing to finalize" in err and "partition t-0" in err and segment_name(100, ".log") in err

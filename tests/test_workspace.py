@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from migrate.kafka.names import FileKind, segment_name
-from migrate.run.workspace import backup_file, durable_file, segment_file, write_durably
+from migrate.run.workspace import durable_file, segment_file, write_durably
 
 
 def test_segment_name_is_kafkas_twenty_digit_prefix() -> None:
@@ -16,7 +16,6 @@ def test_segment_name_is_kafkas_twenty_digit_prefix() -> None:
     assert segment_name(12345, FileKind.TIME_INDEX) == "00000000000000012345.timeindex"
     assert segment_name(2**63 - 1) == "09223372036854775807"
     assert segment_file("/d", 7, ".index") == Path("/d/00000000000000000007.index")
-    assert backup_file("/d", "p1", 7, ".log") == Path("/d/.kafka-log-migrate-p1/00000000000000000007.log.orig")
 
 
 def test_write_durably_replaces_whole_and_leaves_no_partial(tmp_path: Path) -> None:

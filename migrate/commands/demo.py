@@ -9,7 +9,7 @@ from pathlib import Path
 from migrate import pipeline
 from migrate.commands.output import note
 from migrate.demo.generate import write_demo_logdir
-from migrate.engines import SerialEngine
+from migrate.engines import Engine, SerialEngine
 from migrate.planning.plan import build_plan, write_plan
 from migrate.planning.request import PlanRequest
 from migrate.reports.scan import scan_log_dirs
@@ -48,6 +48,7 @@ def run(args: argparse.Namespace) -> int:
     plan_path = root.parent / f"{root.name}-plan.json"
     write_plan(plan, plan_path)
     note(f"2. plan {plan.plan_id} -> {plan_path}: {plan.estimates.segments} segments to convert")
+    engine: Engine
     if args.engine == "dask":
         from migrate.engines.dask import DaskEngine
 

@@ -138,9 +138,9 @@ def make_engine(
     if engine_name == "spark":
         from migrate.engines.spark import SparkEngine
 
-        engine = SparkEngine(master=args.master, progress=False if on_segment is not None else None)
-        note(f"Spark UI: {engine.ui_url}")
-        return engine, accelerator
+        spark = SparkEngine(master=args.master, progress=False if on_segment is not None else None)
+        note(f"Spark UI: {spark.ui_url}")
+        return spark, accelerator
     from migrate.engines.dask import DaskEngine
 
     security = None

@@ -222,7 +222,7 @@ def plan_request_from(args: argparse.Namespace, log_dirs: tuple[str, ...], check
         options=options,
         topics=args.topics,
         leader_epoch=args.leader_epoch,
-        host_map=tuple(tuple(item.split("=", 1)) for item in getattr(args, "host_map", "").split(",") if item),  # type: ignore[misc]
+        host_map=tuple(tuple(item.split("=", 1)) for item in getattr(args, "host_map", "").split(",") if item),
         allow_unclean=args.allow_unclean,
         check=check,
         task_bytes=args.task_bytes,
@@ -392,11 +392,11 @@ def execute_text(report_: ExecuteReport, plan_path: str, summary_lines: list[str
             lines.append(f"  ... and {len(d.unmigrated) - 50} more (`status --plan {plan_path}` lists them all)")
     for e in report_.errors:
         lines.append(f"error in {e.stage} of {e.log_dir}: {e.message}")
-    for d in report_.divergent_replicas:
+    for div in report_.divergent_replicas:
         lines.append(
-            f"warning: replicas of {d.partition} differ across brokers {', '.join(map(str, d.brokers))}: first in "
-            f"offsets {d.first_offset}..{d.last_offset} (digests: "
-            + ", ".join(f"broker {b} {h[:12]}" for b, h in d.digests.items())
+            f"warning: replicas of {div.partition} differ across brokers {', '.join(map(str, div.brokers))}: first "
+            f"in offsets {div.first_offset}..{div.last_offset} (digests: "
+            + ", ".join(f"broker {b} {h[:12]}" for b, h in div.digests.items())
             + ")"
         )
     for u in report_.unchecked_replicas:

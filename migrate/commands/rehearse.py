@@ -267,9 +267,9 @@ def report_text(report: RehearsalReport) -> str:
     p = report.projection
     if p is not None:
         lines.append(f"projection from {p.basis}:")
-        for r in p.rates:
-            speed = f"{hb(r.bytes_per_second)}/s" if r.bytes_per_second else "-"
-            lines.append(f"  {r.step:<11} {speed:>12}" + (f"  ({r.note})" if r.note else ""))
+        for step in p.rates:
+            speed = f"{hb(step.bytes_per_second)}/s" if step.bytes_per_second else "-"
+            lines.append(f"  {step.step:<11} {speed:>12}" + (f"  ({step.note})" if step.note else ""))
         for b in p.brokers:
             back = f"; rollback {hs(b.rollback_seconds)}" if b.rollback_seconds is not None else ""
             cut = f"; pre-staged cut-over {hs(b.cutover_seconds)}" if b.cutover_seconds is not None else ""

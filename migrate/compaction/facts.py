@@ -15,6 +15,7 @@ import xxhash
 
 from migrate.compaction.rules import CompactionRefusedError, Settings
 from migrate.errors import CorruptRecordError
+from migrate.format.batch import V2Batch
 from migrate.format.entries import Entry
 from migrate.format.records import NO_TIMESTAMP, RecordColumns
 from migrate.model.plan_tree import CompactionStrategy, TimestampPolicy
@@ -98,7 +99,7 @@ def entry_facts(
     cols = item.records
     assert cols is not None
     n = len(cols)
-    if item.is_transactional or item.is_control:  # only a v2 batch can be, so it has a base offset
+    if isinstance(item, V2Batch) and (item.is_transactional or item.is_control):  # only a v2 batch can be
         raise CompactionRefusedError(
             f"a {'control' if item.is_control else 'transactional'} batch in a partition planned for compaction: "
             "which of its records an abort hides is the broker's cleaner's business",

@@ -52,8 +52,9 @@ class _State:
         # getattr, not dataclasses.asdict: that deep-copies every array
         return {name: getattr(self, name) for name in self.names()}
 
-    def absent(self) -> dict[str, None]:
-        return {f.name: None for f in dataclasses.fields(self) if getattr(self, f.name) is None}
+    def with_columns(self, columns: dict[str, np.ndarray]) -> _State:
+        """This state with ``columns`` (the present ones, by name) replaced; the absent ones stay absent."""
+        return dataclasses.replace(self, **columns)
 
     def __len__(self) -> int:
         return len(self.off)
@@ -148,7 +149,7 @@ class PassOne:
                 flags |= f.has.astype(np.uint8) * HAS_HEADER
         part = _State(f.hi, f.lo, f.offsets, f.cmp if s.compares else None, flags, f.clock if s.tracks_clock else None)
         if keyed is not None:
-            part = _State(**{k: v[keyed] for k, v in part.columns().items()}, **part.absent())
+            part = part.with_columns({k: v[keyed] for k, v in part.columns().items()})
         return part
 
     def _take_pending(self) -> _State:
@@ -170,7 +171,7 @@ class PassOne:
         for b, (start, end) in enumerate(zip(cuts[:-1].tolist(), cuts[1:].tolist())):
             if start == end:
                 continue
-            part = _State(**{k: v[start:end] for k, v in winners.columns().items()}, **winners.absent())
+            part = winners.with_columns({k: v[start:end] for k, v in winners.columns().items()})
             before = len(self.buckets[b])
             self.buckets[b] = self._merge_sorted(self.buckets[b], part)
             self.keys += len(self.buckets[b]) - before
@@ -204,7 +205,7 @@ class PassOne:
         del hi, lo
         pick = order[last]
         del order, last
-        return _State(**{k: v[pick] for k, v in p.columns().items()}, **p.absent())
+        return p.with_columns({k: v[pick] for k, v in p.columns().items()})
 
     def _wins(self, new: _State, i: np.ndarray, old: _State, j: np.ndarray) -> np.ndarray:
         """Whether ``new[i]`` beats ``old[j]``, the new record having the higher offset."""
@@ -222,14 +223,14 @@ class PassOne:
         """Merge two key-sorted states whose keys are each unique; ``new`` holds the later offsets."""
         if not len(old):
             # a copy, not a view: a view would keep all of ``new``'s arrays alive for this bucket's share of them
-            return _State(**{k: v.copy() for k, v in new.columns().items()}, **new.absent())
+            return new.with_columns({k: v.copy() for k, v in new.columns().items()})
         left = np.searchsorted(old.hi, new.hi, "left")
         right = np.searchsorted(old.hi, new.hi, "right")
         span = right - left
         if (span > 1).any():
             # two distinct keys share the digest's high half (about one partition in 10^6 at 10^7 keys): the general
             # way, a sort of both
-            both = _State(**{k: np.concatenate([v, getattr(new, k)]) for k, v in old.columns().items()}, **old.absent())
+            both = old.with_columns({k: np.concatenate([v, getattr(new, k)]) for k, v in old.columns().items()})
             return self._reduce(both)
         at = np.minimum(left, len(old) - 1)
         same = (span == 1) & (old.lo[at] == new.lo)
@@ -241,9 +242,8 @@ class PassOne:
         if not len(fresh):
             return old
         where = np.where((span == 1) & (new.lo > old.lo[at]), right, left)[fresh]
-        return _State(
-            **{name: np.insert(column, where, getattr(new, name)[fresh]) for name, column in old.columns().items()},
-            **old.absent(),
+        return old.with_columns(
+            {name: np.insert(column, where, getattr(new, name)[fresh]) for name, column in old.columns().items()}
         )
 
     def finish(self) -> Survivors:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from migrate.compaction.facts import SegmentSource
 from migrate.format import batch as v2
 from migrate.format import legacy
 from migrate.format.entries import Entry
@@ -86,7 +87,7 @@ def _header_value(record: Record, name: str) -> int | None:
     return int.from_bytes(found, "big", signed=True)
 
 
-def _segments(sources: Iterable) -> Iterator[tuple[object, Entry]]:
+def _segments(sources: Iterable[SegmentSource]) -> Iterator[tuple[SegmentSource, Entry]]:
     for src in sources:
         for chunk in read_file(src.path):
             for entry in chunk.entries.items:
@@ -94,13 +95,13 @@ def _segments(sources: Iterable) -> Iterator[tuple[object, Entry]]:
 
 
 def reference_survivors(
-    sources: Iterable,
+    sources: Iterable[SegmentSource],
     strategy: CompactionStrategy,
     header: str,
     policy: TimestampPolicy,
     drop_tombstones_older_than_ms: int | None,
 ) -> ReferenceResult:
-    """``sources``: objects with ``path`` and ``mtime_ms``, in offset order. ``strategy`` is taken as given, except
+    """``sources``: the partition's segments, in offset order. ``strategy`` is taken as given, except
     that a header strategy with a blank name is offset (KIP-280)."""
     if strategy == CompactionStrategy.HEADER and not header.strip():
         strategy = CompactionStrategy.OFFSET

@@ -109,7 +109,7 @@ def write_broker_files(log_dir: Path, partitions: Sequence[PartitionFiles], brok
     (log_dir / "replication-offset-checkpoint").write_text(checkpoint_text(ends))
     (log_dir / "log-start-offset-checkpoint").write_text(checkpoint_text([]))
     cleaner = [(p.topic, p.partition, p.first_dirty_offset) for p in partitions if p.first_dirty_offset is not None]
-    (log_dir / "cleaner-offset-checkpoint").write_text(checkpoint_text(cleaner))  # type: ignore[arg-type]
+    (log_dir / "cleaner-offset-checkpoint").write_text(checkpoint_text(cleaner))
     cluster = f"cluster.id={broker.cluster_id}\n" if broker.cluster_id else ""
     if broker.kraft:
         directory_id = topic_id(f"directory:{log_dir.name}")

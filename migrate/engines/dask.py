@@ -49,9 +49,9 @@ if TYPE_CHECKING:  # imported where a cluster starts: ``distributed`` is about 0
 
 NO_WORKERS_TIMEOUT = "60s"
 MONITOR = "migrate.monitor"
-# What this process does alone, measured on a 2-core VM (benchmarks/README.md, issue 9's fifth session): convert +
-# verify at about 600 MB/s with XXH3-128 digests and 290 MB/s with SHA-256, and about 3 ms of file work per segment
-# (staging, swap; not re-measured since issue 8); a LocalCluster's workers take 1.5-2.5 s to start, and meanwhile
+# What this process does alone, measured on a 2-core VM (benchmarks/bench_end_to_end.py): convert + verify at about
+# 600 MB/s with XXH3-128 digests and 290 MB/s with SHA-256, and about 3 ms of file work per segment (staging, swap;
+# benchmarks/bench_scale.py); a LocalCluster's workers take 1.5-2.5 s to start, and meanwhile
 # take both cores from the driver. Below this estimate workers would come up when the work is done: plan + execute
 # of one 450 MB partition (API, one process, XXH3-128) took 2.93-3.33 s without workers and 3.26-3.86 s with them
 # (six runs each), of a 750 MB one 3.44-4.26 s and 4.02-4.80 s (three each).
@@ -62,9 +62,9 @@ LOCAL_SECONDS_WORTH_WORKERS = 1.0
 # Dask's own periodic work in each process of a LocalCluster (the driver holds the scheduler and one nanny per
 # worker): an event-loop tick every 20 ms in each of them, a stack sample every 10 ms in each worker (the dashboard's
 # Profile page), psutil every 500 ms. Idle, that was 0.11-0.14 of a core on a 2-core VM, taken from the workers once
-# both cores convert; at these rates 0.03-0.04 (benchmarks/README.md). The Profile page, the System page and the
-# warning about a blocked event loop all still work, at a coarser grain. A value the operator set (a Dask config file
-# or a DASK_* variable) is kept.
+# both cores convert; at these rates 0.03-0.04 (10 s of os.times() in each process). The Profile page, the System
+# page and the warning about a blocked event loop all still work, at a coarser grain. A value the operator set (a
+# Dask config file or a DASK_* variable) is kept.
 LOCAL_CLUSTER_PERIODS = {
     "distributed.admin.tick.interval": "500ms",
     "distributed.admin.system-monitor.interval": "1s",
@@ -75,7 +75,7 @@ LOCAL_CLUSTER_PERIODS = {
 # default. Our segment events are batches of up to 256 segments (about 1 KB each once unpacked), so a worker kept
 # about 1 KB per segment it converted, and the driver as much again (the scheduler's stream to this client, which
 # receives every segment event), up to a quarter of a million segments: what grew per segment in both after execute
-# stopped keeping a record per segment itself (issue 26). A few payloads still tell a stream's last words; a value
+# stopped keeping a record per segment itself. A few payloads still tell a stream's last words; a value
 # the operator set is kept, as the periods above.
 LOCAL_CLUSTER_LOGS = {"distributed.admin.low-level-log-length": 16}
 # what a worker of a LocalCluster imports while it starts (every stage, through the pipeline that names them): about
@@ -355,7 +355,7 @@ class DaskEngine:
                 # _forkserver_deaf_to_ctrl_c, before Dask would set its preload), so each worker imports Dask
                 # itself: preloading Dask there saved about 0.1 s of a one-segment run's start-up but kept 50-60 MB
                 # more resident beside the workers, which put a run of 10^5 tiny segments over its 400 MB
-                # (benchmarks/README.md, issue 26's eighth session)
+                # (benchmarks/bench_million.py)
                 "distributed.worker.multiprocessing-method": "forkserver",
             }
         )
@@ -467,13 +467,17 @@ class DaskEngine:
         """The dashboard URL; for a LocalCluster bound to one interface, that interface (Dask would name another)."""
         client = self.client  # the cluster has started
         host = self._dashboard_address.rsplit(":", 1)[0]
-        if self.cluster is not None and host:
-            return f"http://{host}:{self.cluster.scheduler.http_server.port}/status"
+        scheduler = self.cluster.scheduler if self.cluster is not None else None
+        if scheduler is not None and host:
+            return f"http://{host}:{scheduler.http_server.port}/status"
         return client.dashboard_link
 
     @property
     def address(self) -> str:
-        return self.client.scheduler.address
+        scheduler = self.client.scheduler
+        if scheduler is None or scheduler.address is None:
+            raise MigrateError("the Dask client is closed: it has no scheduler address")
+        return str(scheduler.address)
 
     def workers(self, expect: int = 0, timeout: float = 60.0) -> list[str]:
         """The address of every connected worker (on a cluster: one per broker host), after waiting up to
@@ -585,9 +589,9 @@ class DaskEngine:
             for i in pinned:
                 submit(i)
             for _ in range(ahead):
-                if (i := take()) is None:
+                if (taken := take()) is None:
                     break
-                submit(i)
+                submit(taken)
             for future in done:
                 i = index[future.key]
                 out[i] = _kept(fold, i, _result_of(future))

@@ -14,7 +14,7 @@ import os
 import shutil
 import sys
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from migrate.engines import CallResult, Fold, StageCall
@@ -25,7 +25,7 @@ INSTALL_HINT = "pip install 'kafka-log-migrate[spark]' (PySpark, about 0.5 GB; i
 
 
 def _run_calls(
-    fn: Callable[..., Any], plan_var: Any, items: Iterator[tuple[int, tuple[Any, ...]]]
+    fn: Callable[..., Any], plan_var: Any, items: Iterable[tuple[int, tuple[Any, ...]]]
 ) -> Iterator[tuple[int, dict[str, Any]]]:
     """Each call of one partition of the job, on an executor; ``plan_var``: the plan's broadcast, None without one."""
     for index, args in items:

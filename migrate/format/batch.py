@@ -227,7 +227,7 @@ class V2Batch:
         return data, dataclasses.replace(kept, timestamps=timestamps), max_ts
 
 
-def decode_batch(buf: bytes | memoryview, position: int, size: int, deep: bool = True) -> V2Batch:
+def decode_batch(buf: bytes | bytearray | memoryview, position: int, size: int, deep: bool = True) -> V2Batch:
     """Decode and CRC-check one v2 batch; with ``deep``, decompress and decode its records too."""
     if size < RECORD_BATCH_OVERHEAD:
         raise CorruptRecordError(
@@ -391,7 +391,8 @@ def encode_record(
 ) -> bytes:
     """One record, its length varint included: the only v2 record writer (``encode_batch`` and the reference of
     the single-record batches both use it)."""
-    body = b"%c%b%b%b%b%b%b%b" % (
+    # %b takes any buffer, a memoryview key or value included (PEP 461); mypy's format check accepts only bytes
+    body = b"%c%b%b%b%b%b%b%b" % (  # type: ignore[str-format]
         attributes,
         _varint(timestamp_delta),
         _varint(offset_delta),

@@ -96,13 +96,14 @@ class LogDigest:
         if n == 0:
             return
         if self._split is not None:
-            self._update_split(cols)
+            self._update_split(cols, self._split)
             return
         self._update(cols)
 
-    def _update_split(self, cols: RecordColumns) -> None:
-        """Cut ``cols`` where the next ranges begin, and hash each piece into its range's digest."""
-        splits = self._split[0].splits if self._split[0] is not None else self._split[1].splits
+    def _update_split(self, cols: RecordColumns, split: list[_Split | None]) -> None:
+        """Cut ``cols`` where the next ranges begin, and hash each piece into its range's digest (``split``: the
+        plain and the timed digest's ranges, None for a digest not computed)."""
+        splits = next(s.splits for s in split if s is not None)
         a = 0
         while True:
             if self._next_split < len(splits):
@@ -111,12 +112,12 @@ class LogDigest:
                 b = len(cols)
             if b > a:
                 piece = cols if (a, b) == (0, len(cols)) else cols.slice(a, b)
-                self.plain = self._split[0].current if self._split[0] is not None else None
-                self.timed = self._split[1].current if self._split[1] is not None else None
+                self.plain = split[0].current if split[0] is not None else None
+                self.timed = split[1].current if split[1] is not None else None
                 self._update(piece)
             if b >= len(cols):
                 return
-            for s in self._split:
+            for s in split:
                 if s is not None:
                     s.next_piece()
             self._next_split += 1
@@ -158,7 +159,7 @@ class LogDigest:
         timed: list[bytes] = []
         mv = memoryview(buf)
         for i in range(n):
-            parts = []
+            parts: list[bytes | memoryview] = []
             k = kl[i]
             if k < 0:
                 parts.append(_NULL)

@@ -29,7 +29,7 @@ from migrate.errors import CorruptRecordError, UnsupportedFormatError
 from migrate.format import accel, legacy
 from migrate.format import batch as v2
 from migrate.format.buffers import as_u8
-from migrate.format.records import BatchColumns, Record
+from migrate.format.records import BatchColumns, Record, RecordColumns
 
 HEADER_SIZE_UP_TO_MAGIC = 17
 MIN_ENTRY_SIZE = legacy.MIN_MESSAGE_SIZE
@@ -41,6 +41,13 @@ T_co = TypeVar("T_co", covariant=True)
 class EntryVisitor(legacy.LegacyVisitor[T_co], v2.V2BatchVisitor[T_co], Protocol[T_co]):
     """What a caller does with each kind of entry, for ``entry.accept(visitor)``: each kind calls its own method, so
     callers never ask an entry what it is (as Kafka's ``RecordBatch`` answers for itself to ``LogSegment``)."""
+
+
+def records_of(item: Entry) -> RecordColumns:
+    """The records of an entry read deep: every legacy entry's, a v2 batch's unless it was decoded with deep=False."""
+    if item.records is None:
+        raise ValueError(f"the v2 batch at buffer position {item.first_position} was decoded without its records")
+    return item.records
 
 
 _SIZE = struct.Struct(">i")

@@ -229,14 +229,14 @@ class LegacyWrapper(_LegacyEntry):
         return dataclasses.replace(self, records=self.records.subset(keep))
 
 
-def decode_run(buf: bytes | memoryview, positions: np.ndarray, sizes: np.ndarray) -> LegacyRun:
+def decode_run(buf: bytes | bytearray | memoryview, positions: np.ndarray, sizes: np.ndarray) -> LegacyRun:
     """Decode and CRC-check a run of uncompressed legacy messages at ``positions``: in one pass of the C
     accelerator when it is active and every message is sound, else (and to raise the precise error) with
     ``decode_run_reference``."""
     return _decode_run(buf, positions, sizes)
 
 
-def _decode_run_compiled(buf: bytes | memoryview, positions: np.ndarray, sizes: np.ndarray) -> LegacyRun:
+def _decode_run_compiled(buf: bytes | bytearray | memoryview, positions: np.ndarray, sizes: np.ndarray) -> LegacyRun:
     if len(positions):
         positions, sizes = int64_column(positions), int64_column(sizes)
         status, *raw = _legacy_run(buf, positions, sizes)
@@ -249,7 +249,7 @@ def _decode_run_compiled(buf: bytes | memoryview, positions: np.ndarray, sizes: 
     return decode_run_reference(buf, positions, sizes)
 
 
-def decode_run_reference(buf: bytes | memoryview, positions: np.ndarray, sizes: np.ndarray) -> LegacyRun:
+def decode_run_reference(buf: bytes | bytearray | memoryview, positions: np.ndarray, sizes: np.ndarray) -> LegacyRun:
     """The reference of the accelerator's ``legacy_run`` (vectorized numpy): the same columns for sound messages,
     and the precise error for the first problem. A compressed message, or one of magic above 1, is a caller's bug
     (ValueError)."""
@@ -328,7 +328,7 @@ _legacy_run = accel.compiled("legacy_run")
 _decode_run = accel.pick(_decode_run_compiled, decode_run_reference)
 
 
-def decode_wrapper(buf: bytes | memoryview, position: int, size: int) -> LegacyWrapper:
+def decode_wrapper(buf: bytes | bytearray | memoryview, position: int, size: int) -> LegacyWrapper:
     """Decode and CRC-check one compressed legacy message and its inner message set."""
     magic = buf[position + MAGIC_OFFSET]
     if magic == 0:
@@ -480,16 +480,18 @@ def encode_wrapper(
     if not records:
         raise ValueError("a compressed message needs at least one record")
     base = records[0].offset
-    log_append = magic == 1 and timestamp_type == TimestampType.LOG_APPEND_TIME
-    if log_append and log_append_time is None:
-        raise ValueError("LogAppendTime needs log_append_time")
-    inner_attributes = TIMESTAMP_TYPE_BIT if log_append else 0
+    append_time: int | None = None  # every message's timestamp under LogAppendTime
+    if magic == 1 and timestamp_type == TimestampType.LOG_APPEND_TIME:
+        if log_append_time is None:
+            raise ValueError("LogAppendTime needs log_append_time")
+        append_time = log_append_time
+    inner_attributes = TIMESTAMP_TYPE_BIT if append_time is not None else 0
     inner = b"".join(
         encode_message(
             r.offset - base if magic == 1 else r.offset,
             magic,
             inner_attributes,
-            log_append_time if log_append else r.timestamp,
+            r.timestamp if append_time is None else append_time,
             r.key,
             r.value,
         )
@@ -497,8 +499,8 @@ def encode_wrapper(
     )
     if magic == 0:
         wrapper_ts = NO_TIMESTAMP
-    elif log_append:
-        wrapper_ts = log_append_time
+    elif append_time is not None:
+        wrapper_ts = append_time
     else:
         wrapper_ts = max(r.timestamp for r in records)
     value = codecs.compress(compression, inner, magic)

@@ -97,8 +97,14 @@ class RecordColumns:
         """Every record, row-wise. ``timestamp_type`` and ``batch_position``: one for all records, or one each (the
         messages of a legacy run are each their own entry)."""
         n = len(self)
-        types = [TimestampType(t) for t in timestamp_type.tolist()] if isinstance(timestamp_type, np.ndarray) else None
-        positions = batch_position.tolist() if isinstance(batch_position, np.ndarray) else None
+        types: list[TimestampType] = (
+            [TimestampType(t) for t in timestamp_type.tolist()]
+            if isinstance(timestamp_type, np.ndarray)
+            else [timestamp_type] * n
+        )
+        positions: list[int] = (
+            batch_position.tolist() if isinstance(batch_position, np.ndarray) else [batch_position] * n
+        )
         headers = self.headers
         return [
             Record(
@@ -107,8 +113,8 @@ class RecordColumns:
                 self.key(i),
                 self.value(i),
                 headers[i] if headers is not None else (),
-                timestamp_type if types is None else types[i],
-                batch_position if positions is None else positions[i],
+                types[i],
+                positions[i],
             )
             for i in range(n)
         ]

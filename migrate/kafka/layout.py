@@ -255,12 +255,6 @@ def inspect_log_dir(log_dir: str | Path, each: Callable[[Partition], None] | Non
     return layout
 
 
-def list_partitions(log_dir: str | Path) -> tuple[list[Partition], list[str]]:
-    """The live topic-partition dirs of a log dir with their segments, and warnings about everything else."""
-    layout = inspect_log_dir(log_dir)
-    return layout.partitions, layout.warnings
-
-
 # --- free space -------------------------------------------------------------------------------------------------
 
 

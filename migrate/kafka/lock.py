@@ -87,11 +87,6 @@ def lock_holder(log_dir: str | Path) -> int | None:
         os.close(fd)
 
 
-def is_locked(log_dir: str | Path) -> bool:
-    """Whether a process (a broker, another kafka-log-migrate, or this process's LogDirLock) holds Kafka's lock."""
-    return lock_holder(log_dir) is not None
-
-
 class LogDirLock:
     """Hold Kafka's own lock on a log dir (as ``LogManager.lockLogDirs`` does), so no broker can start on it while
     files change: ``fcntl(F_SETLK)`` on ``<log dir>/.lock``, created if missing.

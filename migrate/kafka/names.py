@@ -1,4 +1,4 @@
-"""The names a broker gives its files and directories, and how it parses them (kafka-on-disk-facts.md §2).
+"""The names a broker gives its files and directories, and how it parses them (Apache Kafka's ``LocalLog``).
 
 - Every sub-directory of a log dir except ``remote-log-index-cache`` goes through
   ``LocalLog.parseTopicPartitionName``: ``<topic>-<partition>`` (topic = text before the last ``-``, partition an
@@ -61,7 +61,7 @@ class FileKind(str, enum.Enum):
 
 def segment_name(base_offset: int, suffix: str = "") -> str:
     """``<20-digit base offset><suffix>``: Kafka's ``LogFileUtils.filenamePrefixFromOffset`` and a suffix
-    (``.log``, ``.index``, ``.timeindex``, or one of our own such as ``.log.orig``)."""
+    (``.log``, ``.index``, ``.timeindex``, ...)."""
     return f"{base_offset:020d}{suffix}"
 
 

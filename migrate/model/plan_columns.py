@@ -46,7 +46,7 @@ import os
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Any, overload
+from typing import Any, Generic, TypeVar, overload
 
 import numpy as np
 
@@ -287,8 +287,8 @@ class ColumnBuilder:
             values, codes = c.names[column]
             c.names[column] = (values, np.frombuffer(codes, dtype=np.int32) if len(codes) else np.zeros(0, np.int32))
         for column, kind in INT_COLUMNS:
-            values = c.ints[column]
-            c.ints[column] = np.frombuffer(values, dtype=kind) if len(values) else np.zeros(0, dtype=kind)
+            grown = c.ints[column]
+            c.ints[column] = np.frombuffer(grown, dtype=kind) if len(grown) else np.zeros(0, dtype=kind)
         return c
 
 
@@ -313,14 +313,18 @@ def task_id(number: int) -> str:
 # --- lazy sequences over the columns -------------------------------------------------------------------------
 
 
-class _Rows(Sequence[Any]):
+# a run of rows (a partition's segments, a log dir's partitions) or any rows in order (a task's segments)
+RowIndex = TypeVar("RowIndex", range, np.ndarray)
+
+
+class _Rows(Sequence[Any], Generic[RowIndex]):
     """A read-only sequence of rows of ``SegmentColumns``, built on access; equal to any sequence of the same items."""
 
     __slots__ = ("_columns", "_rows")
 
-    def __init__(self, columns: SegmentColumns, rows: range | np.ndarray) -> None:
+    def __init__(self, columns: SegmentColumns, rows: RowIndex) -> None:
         self._columns = columns
-        self._rows = rows
+        self._rows: RowIndex = rows
 
     def _item(self, row: int) -> Any:
         raise NotImplementedError
@@ -357,7 +361,7 @@ class _Rows(Sequence[Any]):
         return (type(self), (self._columns, self._rows))
 
 
-class SegmentRows(_Rows):
+class SegmentRows(_Rows[range]):
     """``PartitionPlan.segments`` of a columnar plan: one partition's rows, in base offset order."""
 
     __slots__ = ()
@@ -367,14 +371,14 @@ class SegmentRows(_Rows):
 
     @property
     def rows(self) -> range:
-        return self._rows  # type: ignore[return-value]
+        return self._rows
 
     @property
     def columns(self) -> SegmentColumns:
         return self._columns
 
     def by_base(self) -> SegmentsByBase:
-        return SegmentsByBase(self._columns, self._rows)  # type: ignore[arg-type]
+        return SegmentsByBase(self._columns, self._rows)
 
     def sizes_by_base(self) -> dict[int, int]:
         c, rows = self._columns.ints, self._rows
@@ -443,7 +447,7 @@ class SegmentsByBase(Mapping[int, SegmentPlan]):
         return len(self._rows)
 
 
-class PartitionRows(_Rows):
+class PartitionRows(_Rows[range]):
     """``LogDirPlan.partitions`` of a columnar plan: a partition is built when it is looked at, so 10^5 partitions
     cost their columns, not 10^5 records."""
 
@@ -520,14 +524,14 @@ class PartitionsByName(Mapping[str, PartitionPlan]):
         return len(self._index)
 
 
-class TaskRows(_Rows):
+class TaskRows(_Rows[np.ndarray]):
     """``TaskPlan.segments`` of a columnar plan."""
 
     __slots__ = ()
 
     @property
     def rows(self) -> np.ndarray:
-        return self._rows  # type: ignore[return-value]
+        return self._rows
 
     def _item(self, row: int) -> SegmentRef:
         return SegmentRef(self._columns.name("partition", row), int(self._columns.ints["base_offset"][row]))

@@ -42,9 +42,9 @@ def pack_columns(names: Names, ints: dict[str, np.ndarray], extra: dict[int, str
         steps = np.empty_like(wide)
         steps[:1] = wide[:1]
         np.subtract(wide[1:], wide[:-1], out=steps[1:])  # wraps as the cumulative sum unwraps
-        frames[column] = compressor.compress(memoryview(steps).cast("B"))
+        frames[column] = compressor.compress(steps.data.cast("B"))
     coded = {
-        c: (values, compressor.compress(memoryview(np.ascontiguousarray(codes, np.int32)).cast("B")))
+        c: (values, compressor.compress(np.ascontiguousarray(codes, np.int32).data.cast("B")))
         for c, (values, codes) in names.items()
     }
     return pickle.dumps((rows, coded, frames, extra), protocol=pickle.HIGHEST_PROTOCOL)

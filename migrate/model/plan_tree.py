@@ -9,7 +9,7 @@ import itertools
 import json
 import os
 import types
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -28,8 +28,8 @@ DEFAULT_CHUNK_BYTES = 2 << 20
 DEFAULT_TASK_BYTES = 64 << 20
 # each task costs the engine about 3 ms of the driver's CPU (its scheduler and client, which share the GIL with the
 # driver's own conversions) and 2 ms of a worker's event loop: at 256 tiny segments a task that was 8% of the work,
-# at 1024 2% (10^5 segments: the convert stage 13.4-16.1 s against 15.8-18.7, benchmarks/README.md, issue 26's
-# thirteenth session); 4096 left a core idle at the start and the end of the stage. A log dir of fewer segments
+# at 1024 2% (10^5 segments: the convert stage 13.4-16.1 s against 15.8-18.7, benchmarks/bench_million.py); 4096
+# left a core idle at the start and the end of the stage. A log dir of fewer segments
 # keeps tasks of 256, or smaller ones of at least 32 tasks: its tasks must still spread over the workers
 DEFAULT_TASK_SEGMENTS = 1024
 SMALL_TASK_SEGMENTS = 256
@@ -281,7 +281,8 @@ class PartitionPlan:
     leader_epoch: int
     bytes: int
     estimated_output_bytes: int
-    segments: tuple[SegmentPlan, ...]
+    # a tuple, or a columnar plan's rows read from its columns on access (``SegmentRows``)
+    segments: Sequence[SegmentPlan]
     # plan --compact: left out of the JSON when None, so plans without compaction keep their bytes and ids
     compaction: CompactionPlan | None = field(default=None, metadata=OMIT_IF_NONE)
 
@@ -342,7 +343,7 @@ class LogDirPlan:
     host: str | None  # the Dask worker host that owns it; None: the machine that runs the command
     broker_id: int | None
     cluster_id: str | None
-    partitions: tuple[PartitionPlan, ...]
+    partitions: Sequence[PartitionPlan]  # a tuple, or a columnar plan's ``PartitionRows``
     filesystems: tuple[FilesystemSpace, ...] = ()
     # where this log dir's pre-staged conversions are (a cut-over plan); None: nothing staged was found
     staging_dir: str | None = field(default=None, metadata=OMIT_IF_NONE)
@@ -423,7 +424,7 @@ class TaskPlan:
 
     id: str
     log_dir: str  # the key of its LogDirPlan
-    segments: tuple[SegmentRef, ...]
+    segments: Sequence[SegmentRef]  # a tuple, or a columnar plan's ``TaskRows``
     bytes: int
     # left out of the JSON when None, so plans without ranges keep their bytes and ids
     byte_range: ByteRange | None = field(default=None, metadata=OMIT_IF_NONE)

@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
@@ -98,7 +98,7 @@ def build_plan(request: PlanRequest) -> Plan:
     found.refusals += judge(Scope.REQUEST, request)
     _warn_blank_headers(request, found)
     log_dir_plans = []
-    # a columnar plan keeps each partition's segments as columns as soon as it is planned (issue 26: a million)
+    # a columnar plan keeps each partition's segments as columns as soon as it is planned (a million would not fit)
     builder = ColumnBuilder() if request.form == PlanForm.COLUMNAR else None
     for raw in request.log_dirs:
         problems = judge(Scope.LOG_DIR_PATH, LogDirSubject(raw))
@@ -458,15 +458,23 @@ def _plan_compaction(
     return None
 
 
+class _CutoverFields(TypedDict, total=False):
+    staging_dir: str
+    stopped_at_ns: int | None
+    reverify_staged: bool
+
+
 def _cutover_fields(
     staging: Path | None, partitions: list[PartitionPlan], log_dir: Path, reverify: bool
-) -> dict[str, object]:
+) -> _CutoverFields:
     """A log dir some of whose segments are planned from staging: where the staging is, and when the broker stopped
     (the window's start). Nothing for a cold plan, whose JSON stays as it was."""
     if staging is None or not any(s.staged for p in partitions for s in p.segments):
         return {}
-    fields: dict[str, object] = {"staging_dir": str(staging), "stopped_at_ns": stopped_at_ns(log_dir)}
-    return {**fields, "reverify_staged": True} if reverify else fields
+    fields: _CutoverFields = {"staging_dir": str(staging), "stopped_at_ns": stopped_at_ns(log_dir)}
+    if reverify:
+        fields["reverify_staged"] = True
+    return fields
 
 
 def _space(partitions: list[PartitionPlan], request: PlanRequest, found: _Findings) -> tuple[FilesystemSpace, ...]:

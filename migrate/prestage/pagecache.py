@@ -56,7 +56,7 @@ def resident_pages(fd: int, size: int) -> np.ndarray | None:
         vec = (ctypes.c_ubyte * pages)()
         if _mincore(addr, size, vec) != 0:
             return None
-        return (np.frombuffer(vec, np.uint8) & 1).astype(bool)
+        return (np.ctypeslib.as_array(vec) & 1).astype(bool)
     finally:
         _munmap(addr, size)
 

@@ -56,12 +56,3 @@ def lower_priority(io_class: IoClass = IoClass.BEST_EFFORT) -> list[str]:
     if libc.syscall(numbers[0], _IOPRIO_WHO_PROCESS, 0, (int(io_class) << _IOPRIO_CLASS_SHIFT) | level) != 0:
         problems.append(f"I/O priority: {os.strerror(ctypes.get_errno())}")
     return problems
-
-
-def io_priority(pid: int = 0) -> tuple[int, int] | None:
-    """(class, level) of ``pid`` (0: this process), or None where it cannot be read."""
-    numbers = _SYSCALLS.get(platform.machine())
-    if numbers is None:
-        return None
-    value = ctypes.CDLL(None, use_errno=True).syscall(numbers[1], _IOPRIO_WHO_PROCESS, pid)
-    return None if value < 0 else (value >> _IOPRIO_CLASS_SHIFT, value & ((1 << _IOPRIO_CLASS_SHIFT) - 1))

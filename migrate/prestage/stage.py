@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import io
 import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 from migrate import __version__
 from migrate.errors import LocatedError, ModelError, SegmentRefusedError
@@ -55,9 +56,12 @@ from migrate.segment.convert import (
     stream_entries,
 )
 from migrate.segment.indexes import IndexBuilder
-from migrate.segment.reader import read_whole
+from migrate.segment.reader import SegmentFile, read_whole
 from migrate.segment.small import convert_whole
 from migrate.segment.verify import verify_segment
+
+if TYPE_CHECKING:
+    from _typeshed import WriteableBuffer
 
 _WRITE_BUFFER = 1 << 20  # as execute's convert_segment
 _WRITEBACK_STEP = 8 << 20  # dirty bytes of a staged .log at most before they are pushed to disk
@@ -334,7 +338,7 @@ def discard(staging: PartitionStaging, base_offset: int, root: Path) -> str:
 
 
 def convert(
-    task: SegmentTask, src: BinaryIO, st: os.stat_result, controls: Controls, outputs: NewOutputs
+    task: SegmentTask, src: io.FileIO, st: os.stat_result, controls: Controls, outputs: NewOutputs
 ) -> SegmentResult:
     """``migrate.segment.convert.convert_segment`` on an open source whose reads and writes pass the controls, into
     the unnamed files of ``outputs``: the same bytes, indexes, owner, mode and mtime. ``result.outputs`` name the
@@ -359,7 +363,7 @@ def convert(
         with open(fd, "wb", buffering=_WRITE_BUFFER, closefd=False) as out:
             writer = _GatedWriter(out, controls, str(outputs.staging.path))
             reader = _GatedReader(src, controls)
-            result = stream_entries(task, reader, writer, st, index=index, data=data).result  # type: ignore[arg-type]
+            result = stream_entries(task, reader, writer, st, index=index, data=data).result
             writer.flush()
         if result.status != ConversionStatus.UNCHANGED:
             finish_open_output(fd, outputs.path(".log"), ".log", result, live, st)
@@ -393,7 +397,7 @@ def _write_new(
     finish_open_output(fd, outputs.path(sfx), sfx, result, live, source)
 
 
-def _read_small(task: SegmentTask, src: BinaryIO, st: os.stat_result, controls: Controls) -> bytes | None:
+def _read_small(task: SegmentTask, src: io.FileIO, st: os.stat_result, controls: Controls) -> bytes | None:
     """A source below the reader's chunk size (and execute's small-segment bound), read whole with one pread
     through the controls (its bytes counted once, as the general path's pieces are); None for any other, or for one
     whose size moved since ``st`` (the general path then reads it in pieces)."""
@@ -412,17 +416,22 @@ def _write_all(fd: int, data: bytes, path: Path) -> None:
         raise StagingWriteError(exc.errno, exc.strerror, str(path)) from exc
 
 
-class _GatedReader:
+class _GatedReader(io.RawIOBase):
     """The source as ``read_chunks`` reads it (``readinto``), a piece at a time through the controls."""
 
-    def __init__(self, raw: BinaryIO, controls: Controls) -> None:
+    def __init__(self, raw: SegmentFile, controls: Controls) -> None:
+        super().__init__()
         self._raw = raw
         self._controls = controls
 
-    def readinto(self, view: memoryview) -> int:
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: WriteableBuffer, /) -> int | None:
+        view = memoryview(buffer)
         size = min(len(view), self._controls.piece)
         self._controls.gate(size)
-        return self._raw.readinto(view[:size])  # type: ignore[attr-defined]
+        return self._raw.readinto(view[:size])
 
 
 class _GatedWriter:

@@ -76,7 +76,7 @@ ROW = np.dtype(
     + [(f"options_{i}", "<u8") for i in range(2)]
     + [(f"record_digest_{i}", "<u8") for i in range(4)]
 )
-_AT = {name: i for i, name in enumerate(ROW.names)}
+_AT = {name: i for i, name in enumerate(ROW.names or ())}  # a structured dtype: its names are never None
 _SRC = _AT["src_dev"]
 _REC = _AT["rec_ino"]
 _STAGED_AT = tuple(_AT[f"{k}_dev"] for k in _FILES)

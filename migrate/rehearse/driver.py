@@ -1,4 +1,4 @@
-"""A canary-broker rehearsal (issue 10): migrate one broker's data, prove it right, roll back, prove the originals came
+"""A canary-broker rehearsal: migrate one broker's data, prove it right, roll back, prove the originals came
 back byte for byte, and time every step to size the cluster's maintenance window. Kafka's own upgrade plan for the
 message-format change (KIP-32) starts with one canary broker and rolls it back if anything goes wrong; this is that
 rehearsal, offline.

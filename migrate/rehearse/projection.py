@@ -24,8 +24,8 @@ def parse_cluster_bytes(text: str) -> tuple[BrokerBytes, ...]:
 
 
 WINDOW_STEPS = ("plan-check", "execute", "verify")
-# a pre-staged cut-over converts only what changed after the last pass: issue 24's design point, an operator's pass
-# run shortly before the stop leaves about this much
+# a pre-staged cut-over converts only what changed after the last pass: its design point, an operator's pass run
+# shortly before the stop leaves about this much
 CUTOVER_CHANGED_FRACTION = 0.01
 CUTOVER_SCALED_STEPS = ("plan-check", "execute")  # verify re-reads every migrated segment, staged or not
 
@@ -74,19 +74,18 @@ def project(state: RehearsalState) -> Projection | None:
     brokers = []
     canary = BrokerBytes("canary (measured)", basis_bytes)
     for b in (canary, *state.config.cluster):
-        seconds = {
-            s: round(b.bytes / by_step[s].bytes_per_second, 3)
-            for s in WINDOW_STEPS
-            if s in by_step and by_step[s].bytes_per_second
-        }
+        step_rates = {s: by_step[s].bytes_per_second for s in WINDOW_STEPS if s in by_step}
+        step_seconds = {s: round(b.bytes / rate, 3) for s, rate in step_rates.items() if rate}
         rollback = by_step.get("rollback")
-        cutover = sum(seconds[s] * (CUTOVER_CHANGED_FRACTION if s in CUTOVER_SCALED_STEPS else 1.0) for s in seconds)
+        cutover = sum(
+            step_seconds[s] * (CUTOVER_CHANGED_FRACTION if s in CUTOVER_SCALED_STEPS else 1.0) for s in step_seconds
+        )
         brokers.append(
             BrokerWindow(
                 broker=b.broker,
                 bytes=b.bytes,
-                seconds_by_step=seconds,
-                window_seconds=round(sum(seconds.values()), 3),
+                seconds_by_step=step_seconds,
+                window_seconds=round(sum(step_seconds.values()), 3),
                 rollback_seconds=round(b.bytes / rollback.bytes_per_second, 3)
                 if rollback and rollback.bytes_per_second
                 else None,

@@ -4,7 +4,7 @@ run's table (``report``, ``execute``) and the canary rehearsal's page rendered f
 Markup, style and script are Jinja templates shipped as package data (``migrate/reports/templates``); this module
 works out what they show: the rows of each table, the summary cards and the geometry of each chart.
 
-Long pages are kept readable (issue 23: 2,000 partitions made a 62,226 px page, and two thirds of a 40-partition one
+Long pages are kept readable (unbounded, 2,000 partitions made a 62,226 px page, and two thirds of a 40-partition one
 was a chart of identical bars): a table longer than ``SCROLL_ROWS`` scrolls in a box of its own, series that are
 equal everywhere are drawn as one, and a chart whose bars would all be the same is a sentence instead.
 """

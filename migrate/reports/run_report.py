@@ -80,7 +80,7 @@ SCHEMA = pa.schema(
         ("problem_file", pa.string()),
         ("problem_position", pa.int64()),
         ("problem_offset", pa.int64()),
-        ("output_segments", pa.int32()),  # a split source became several (issue 25); null where not converted
+        ("output_segments", pa.int32()),  # a split source became several; null where not converted
     ]
 )
 

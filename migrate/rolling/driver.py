@@ -275,12 +275,12 @@ class RollingRun:
         passed(Step.GATE, started)
 
         started = self.clock()
-        problems = self._refusals([broker])
-        if problems:
+        refusals = self._refusals([broker])
+        if refusals:
             return fail(
                 Step.REFUSALS,
                 started,
-                f"its plan would be refused after the stop; nothing was stopped:{problems}",
+                f"its plan would be refused after the stop; nothing was stopped:{refusals}",
                 f"fix what is named above, then run again: {resume}",
             )
         passed(Step.REFUSALS, started)

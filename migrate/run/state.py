@@ -90,7 +90,8 @@ CREATE INDEX IF NOT EXISTS segments_by_state ON segments(state);
 def _within(column: str, within: PartitionRange) -> tuple[str, tuple[str, ...]]:
     """The SQL condition (to append after a WHERE) and its parameters for ``column`` in ``within``: SQLite orders
     TEXT by its UTF-8 bytes, which is Python's order of the names."""
-    where, bounds = "", ()
+    where = ""
+    bounds: tuple[str, ...] = ()
     if within.first is not None:
         where, bounds = f" AND {column} >= ?", (within.first,)
     if within.end is not None:
@@ -567,10 +568,6 @@ class StateStore:
     def get_meta(self, key: str) -> str | None:
         row = self.conn.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
         return row[0] if row else None
-
-    @property
-    def initialized(self) -> bool:
-        return self.get_meta("plan_id") is not None
 
     @property
     def phase(self) -> LogDirPhase:

@@ -1,10 +1,11 @@
 """Where kafka-log-migrate keeps its own files, chosen so that a Kafka broker never acts on them.
 
-Facts that bind these choices (docs/kafka-on-disk-facts.md sections 2 and 3):
+Facts of Apache Kafka's log loading (``LogManager``, ``LogLoader``, ``LocalLog``) that bind these choices:
 - Kafka's log loader reads only the *regular files* of a partition dir (``dir.listFiles if file.isFile``), so a
-  subdirectory there is invisible to it: staged files and the originals' backups (``<base>.log.orig``, hard links)
-  live in ``<partition>/.kafka-log-migrate-<plan id>/``,
-  on the same filesystem as the live files, so swaps and backups are renames and hard links, never copies.
+  subdirectory there is invisible to it: a run's work for a partition (the new directory a cold run builds, the
+  original directory kept until finalize: ``migrate.run.partition.places``) lives in
+  ``<partition>/.kafka-log-migrate-<plan id>/``, on the same filesystem as the live files, so the swap and keeping
+  the original are renames, never copies.
 - Any directory of a log dir that is not a topic-partition name stops a broker at start-up ("Found directory ...,
   '...' is not in the form of topic-partition"). The fence ``<log dir>/kafka-log-migrate.IN-PROGRESS`` uses that on
   purpose: while it exists no broker can start on the log dir, and the broker's error names it.
@@ -62,8 +63,9 @@ def run_lock_path(log_dir: str | Path, plan_id: str) -> Path:
 
 
 def work_dir(partition_dir: str | Path, plan_id: str) -> Path:
-    """One directory per partition and plan, holding the staged files and the originals' backups (``<base>.log.orig``):
-    one mkdir per partition, because at 10^4 partitions every metadata operation per partition counts."""
+    """One directory per partition and plan, holding the run's work for that partition
+    (``migrate.run.partition.places``): one mkdir per partition, because at 10^4 partitions every metadata operation
+    per partition counts."""
     return Path(os.path.join(partition_dir, f"{WORK_DIR_NAME}-{plan_id}"))
 
 
@@ -128,15 +130,6 @@ def checked_output_dir(partition_dir: str | Path, plan_id: str, create: bool = F
         except FileExistsError:
             real_directory(folder)
     return folder
-
-
-BACKUP_SUFFIX = ".orig"
-
-
-def backup_file(partition_dir: str | Path, plan_id: str, base_offset: int, suffix: str) -> Path:
-    return Path(
-        os.path.join(partition_dir, f"{WORK_DIR_NAME}-{plan_id}", segment_name(base_offset, suffix + BACKUP_SUFFIX))
-    )
 
 
 def segment_file(directory: str | Path, base_offset: int, suffix: str) -> Path:

@@ -24,7 +24,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, Protocol
+from typing import Protocol
 
 import numpy as np
 
@@ -32,7 +32,7 @@ from migrate.errors import SegmentRefusedError, SourceChangedError, TruncatedTai
 from migrate.format import batch as v2
 from migrate.format import legacy
 from migrate.format.digest import LogDigest, timestamps_only
-from migrate.format.entries import Entry
+from migrate.format.entries import Entry, records_of
 from migrate.format.records import NO_TIMESTAMP, Compression, Record, RecordColumns, TimestampType
 from migrate.kafka.names import segment_name
 from migrate.model.plan_tree import SEGMENT_SUFFIXES, ConvertOptions, TimestampPolicy
@@ -41,7 +41,7 @@ from migrate.segment.compacted import load_survivors, retained
 from migrate.segment.identity import edges_digest_of, edges_digest_of_bytes
 from migrate.segment.indexes import IndexBuilder
 from migrate.segment.profile import check_offsets
-from migrate.segment.reader import Chunk, decode_whole, read_chunks, read_whole
+from migrate.segment.reader import Chunk, SegmentFile, decode_whole, read_chunks, read_whole
 from migrate.segment.small import convert_whole
 
 SUFFIXES = SEGMENT_SUFFIXES
@@ -372,7 +372,7 @@ def _convert_small(
     else:
         parts = _Parts()
         src = open(fd, "rb", buffering=0, closefd=False)  # noqa: SIM115 - the caller closes the descriptor
-        run = stream_entries(task, src, parts, st, index=index, data=data)  # type: ignore[arg-type]
+        run = stream_entries(task, src, parts, st, index=index, data=data)
         result, index_files = run.result, None
         _record_source(result, run.whole, fd, st, live)
         if result.status == ConversionStatus.UNCHANGED:
@@ -515,8 +515,8 @@ class StreamRun:
 
 def stream_entries(
     task: SegmentTask,
-    src: BinaryIO,
-    out: BinaryIO | None,
+    src: SegmentFile,
+    out: SegmentOutput | None,
     st: os.stat_result,
     *,
     index: IndexBuilder | None = None,
@@ -597,8 +597,8 @@ def check_planned(task: SegmentTask, st: os.stat_result) -> None:
 
 def _stream(
     task: SegmentTask,
-    src: BinaryIO,
-    out: BinaryIO | None,
+    src: SegmentFile,
+    out: SegmentOutput | None,
     converter: _Converter,
     index: IndexBuilder | None,
     source_digest: LogDigest,
@@ -649,14 +649,17 @@ def _stream(
                 if result.first_offset is None:
                     result.first_offset = int(offsets[0])
                 result.last_offset = int(written_item.last_offsets[-1])
+            entry_bytes: bytes | memoryview
             if written_item.data is None:
-                data = buf[item.position : item.position + item.size]
+                entry_bytes = buf[item.position : item.position + item.size]
             else:
                 _check_batch_sizes(kept, written_item, opts, buf_position, path)
-                data = written_item.data
-            written += len(data)
+                entry_bytes = written_item.data
+            written += len(entry_bytes)
             if splitter is not None:
-                splitter.write(data, *_batch_columns(written_item), _source_positions(kept, written_item, buf_position))
+                splitter.write(
+                    entry_bytes, *_batch_columns(written_item), _source_positions(kept, written_item, buf_position)
+                )
             elif written > opts.segment_bytes_limit:
                 raise SegmentRefusedError(
                     f"the converted segment would exceed {opts.segment_bytes_limit} bytes, the "
@@ -668,12 +671,14 @@ def _stream(
                     "segment.bytes and let Kafka roll smaller segments first.",
                 )
             else:
-                out.write(data)  # type: ignore[union-attr]
+                assert out is not None, "stream_entries writes to out when it has no splitter"
+                out.write(entry_bytes)
             if index is not None and splitter is None:
                 index.add_batches(written_item.sizes, written_item.last_offsets, written_item.max_timestamps)
-            source_digest.update(kept.records)  # what the output must hold: with compaction, the survivors only
+            kept_records = records_of(kept)
+            source_digest.update(kept_records)  # what the output must hold: with compaction, the survivors only
             output_digest.update(written_item.output_records)
-            result.records_dropped += len(offsets) - len(kept.records)
+            result.records_dropped += len(offsets) - len(kept_records)
             result.entries_in += item.entry_count
             result.batches_out += len(written_item.sizes)
             result.max_timestamp = max(result.max_timestamp, int(written_item.max_timestamps.max()))
@@ -693,6 +698,12 @@ def _stream(
     # one chunk from position 0 of exactly the file's size: the reader saw the end of the file in that read
     whole = buf if count == 1 and start == 0 and limit is None and len(buf) == st.st_size else None
     return stop, whole
+
+
+class SegmentOutput(Protocol):
+    """Where a converted segment's batches are written: its file, or a range's place in the joined file."""
+
+    def write(self, data: bytes | memoryview, /) -> object: ...
 
 
 class SplitSink(Protocol):
@@ -722,7 +733,7 @@ def _source_positions(item: Entry, written: _Written, buf_position: int) -> np.n
 
 def _drop(item: Entry, converter: _Converter, result: SegmentResult, base: int, buf_position: int, path: str) -> None:
     """Compaction left nothing of this entry: it is checked like any other, then leaves an offset gap."""
-    offsets = item.records.offsets
+    offsets = records_of(item).offsets
     check_offsets(offsets, result.last_offset, base, buf_position + item.first_position, path)
     if result.first_offset is None:
         result.first_offset = int(offsets[0])
@@ -740,7 +751,7 @@ def _check_batch_sizes(item: Entry, written: _Written, opts: ConvertOptions, buf
     over = written.sizes > opts.max_message_bytes
     source_sizes = item.batch_columns().sizes
     if len(source_sizes) != len(written.sizes):  # batches packed or split: each must stay within the limit
-        source_sizes = np.full(len(written.sizes), item.size if item.entry_count == 1 else 0)
+        source_sizes = np.full(len(written.sizes), int(source_sizes[0]) if item.entry_count == 1 else 0)
     grew = over & (written.sizes > source_sizes)
     if grew.any():
         i = int(np.argmax(grew))

@@ -61,7 +61,7 @@ def planned_file_change(path: str | Path, seg: SegmentPlan) -> str | None:
     """What differs between the live ``path`` and the segment file the plan saw (inode, size, mtime), or None.
 
     The plan keeps no ctime: a rollback of the same plan sets the originals' ctimes (its links and renames) and the
-    plan must still run after it. The conversion records ctime and edges as it reads; ``changed_since_read``."""
+    plan must still run after it. The conversion records ctime and edges as it reads; ``changed_since_stat``."""
     try:
         st = os.stat(path)
     except FileNotFoundError:
@@ -79,19 +79,11 @@ class ReadSource(Protocol):
     source_edges: str
 
 
-def changed_since_read(path: str | Path, result: SegmentResult | ReadSource) -> str | None:
-    """What changed in the live source ``path`` since the conversion read it, though its size, mtime and inode may
-    not have: its ctime, or its first and last bytes. None where the conversion recorded neither (a joined range
-    conversion, a state from an older version)."""
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        st = None
-    return changed_since_stat(path, st, result)
-
-
 def changed_since_stat(path: str | Path, st: os.stat_result | None, result: SegmentResult | ReadSource) -> str | None:
-    """``changed_since_read`` with a stat of ``path`` just taken by the caller (None: it was missing)."""
+    """What changed in the live source ``path`` since the conversion read it, though its size, mtime and inode may
+    not have: its ctime, or its first and last bytes. ``st``: a stat of ``path`` just taken by the caller (None: it
+    was missing). None where the conversion recorded neither (a joined range conversion, a state from an older
+    version)."""
     if st is None:
         return f"{path} is missing"
     if result.source_ctime_ns and st.st_ctime_ns != result.source_ctime_ns:

@@ -51,7 +51,7 @@ def original_digests(original: str, base_offset: int, options: ConvertOptions) -
         st = os.fstat(fd)
         task = SegmentTask(source=original, staging_dir="", base_offset=base_offset, options=options)
         with open(fd, "rb", buffering=0, closefd=False) as src:
-            result = stream_entries(task, src, _Discarded(), st).result  # type: ignore[arg-type]
+            result = stream_entries(task, src, _Discarded(), st).result
     finally:
         os.close(fd)
     return result.source_digest, result.output_digest_ts

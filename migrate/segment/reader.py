@@ -12,12 +12,13 @@ where the previous one stopped, so a false find is caught and never trusted).
 
 from __future__ import annotations
 
+import io
 import os
 import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -30,6 +31,15 @@ from migrate.model.plan_tree import DEFAULT_CHUNK_BYTES
 _SIZE = struct.Struct(">i")
 _OFFSET_SIZE = struct.Struct(">qi")
 MAX_RELATIVE_OFFSET = 2**31 - 1
+
+
+class SegmentFile(Protocol):
+    """What the readers use of a segment file open for reading: a FileIO or a BufferedReader (typing.BinaryIO has no
+    ``readinto``)."""
+
+    def read(self, size: int = ..., /) -> bytes: ...
+    def readinto(self, buffer: memoryview, /) -> int | None: ...
+    def seek(self, offset: int, whence: int = ..., /) -> int: ...
 
 
 class Decoded(Protocol):
@@ -49,7 +59,7 @@ class Chunk:
 
 
 def read_chunks(
-    src: BinaryIO,
+    src: SegmentFile,
     path: str,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
     deep: bool = True,
@@ -134,7 +144,7 @@ def _rest_of_entry(buf: memoryview) -> int:
     return max(0, 12 + size - len(buf))
 
 
-def _fill(src: BinaryIO, view: memoryview, have: int, want: int) -> int:
+def _fill(src: SegmentFile, view: memoryview, have: int, want: int) -> int:
     """Read up to ``want`` bytes into ``view[have:]``; fewer only at the end of the file."""
     got = 0
     while got < want:
@@ -146,7 +156,7 @@ def _fill(src: BinaryIO, view: memoryview, have: int, want: int) -> int:
 
 
 def _read_copies(
-    src: BinaryIO, path: str, chunk_bytes: int, decode: Callable[[Any, bool], Decoded], start: int, limit: int | None
+    src: SegmentFile, path: str, chunk_bytes: int, decode: Callable[[Any, bool], Decoded], start: int, limit: int | None
 ) -> Iterator[Chunk]:
     if limit is not None:
         raise ValueError("read_chunks: limit needs reuse=True")
@@ -192,7 +202,7 @@ def decode_whole(data: bytes, path: str, decode: Callable[[Any, bool], Decoded] 
     return Chunk(0, data, decoded)
 
 
-def open_unbuffered(path: str | Path) -> tuple[BinaryIO, os.stat_result]:
+def open_unbuffered(path: str | Path) -> tuple[io.FileIO, os.stat_result]:
     """The file for ``read_chunks(reuse=True)`` (no second buffer in between) and its stat, from one open."""
     src = open(path, "rb", buffering=0)  # noqa: SIM115 - the caller closes it
     return src, os.fstat(src.fileno())
@@ -205,7 +215,7 @@ _RESYNC_FIRST_WINDOW = 64 << 10
 _RESYNC_BLOCK = 1 << 20
 
 
-def find_entry_start(src: BinaryIO, nominal: int, file_size: int, base_offset: int, max_window: int) -> int | None:
+def find_entry_start(src: SegmentFile, nominal: int, file_size: int, base_offset: int, max_window: int) -> int | None:
     """The first position at or after ``nominal`` where entries chain: each declares a size of at least 14, a known
     magic and an offset field above the previous one inside base..base+2^31-1, the first one's checksum matches,
     and ``RESYNC_CHAIN`` of them follow one another (fewer where the file ends). ``file_size`` if the file ends
@@ -223,14 +233,14 @@ def find_entry_start(src: BinaryIO, nominal: int, file_size: int, base_offset: i
         data = src.read(min(window, file_size - nominal))
         at_eof = nominal + len(data) >= file_size
         verdict = _first_chain(data, skip, at_eof, base_offset)
-        if isinstance(verdict, int) and verdict >= 0:
+        if isinstance(verdict, tuple):  # a candidate needs more bytes to be judged
+            skip = verdict[0]
+        elif verdict >= 0:
             return nominal + verdict
-        if verdict == -1:  # no candidate left in this window
+        else:  # -1: no candidate left in this window
             if at_eof:
                 return file_size
             skip = max(skip, len(data) - HEADER_SIZE_UP_TO_MAGIC + 1)
-        else:  # a candidate needs more bytes to be judged
-            skip = verdict[0]
         if at_eof or window >= max_window:
             return None
         window = min(2 * window, max_window)

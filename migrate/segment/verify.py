@@ -29,7 +29,7 @@ from migrate.errors import CorruptRecordError, UnsupportedFormatError
 from migrate.format import accel
 from migrate.format import batch as v2
 from migrate.format.digest import LogDigest
-from migrate.format.entries import iter_records, read_entries, walk_entries
+from migrate.format.entries import iter_records, read_entries, records_of, walk_entries
 from migrate.format.records import BatchColumns, Record, RecordColumns
 from migrate.model.plan_tree import ConvertOptions
 from migrate.model.run_state import SegmentResult
@@ -70,7 +70,7 @@ def _decode(buf: bytes | memoryview, final: bool) -> _Decoded:
         if columns is not None:
             return _Decoded(walk.consumed, [(columns.batch_columns(), columns.records)], tail)
     entries = read_entries(buf, final=final, walk=walk)
-    groups = [(item.batch_columns(), item.records) for item in entries.items]
+    groups = [(item.batch_columns(), records_of(item)) for item in entries.items]
     return _Decoded(entries.consumed, groups, entries.tail.size if entries.tail else 0)
 
 

@@ -54,29 +54,33 @@ def _join(
     plan: Plan, log_dir: str, partition: str, base_offset: int, parts: list[RangePart], run: str
 ) -> SegmentOutcome:
     task = segment_task(plan, log_dir, partition, base_offset)
-    worked = {
-        "convert_seconds": sum(p.convert_seconds for p in parts),
-        "verify_seconds": sum(p.verify_seconds for p in parts),
-    }
+    convert_seconds = sum(p.convert_seconds for p in parts)
+    verify_seconds = sum(p.verify_seconds for p in parts)
     failed = [p for p in parts if p.outcome == Outcome.FAILED]
     if failed:  # the environment failed under a range: nothing it wrote is worth anything
         discard(parts)
         remove_range_files(task)
-        return _outcome(log_dir, partition, base_offset, Outcome.FAILED, failed[0].problem, **worked)
+        return _outcome(
+            log_dir, partition, base_offset, Outcome.FAILED, failed[0].problem, convert_seconds, verify_seconds
+        )
     started = time.perf_counter()
     try:
         faults.point("before:join")
         result = join_parts(task, parts, run or None)
     except RangeRefusedError as exc:
-        return _outcome(log_dir, partition, base_offset, Outcome.REFUSED, exc.problem, **worked)
+        return _outcome(log_dir, partition, base_offset, Outcome.REFUSED, exc.problem, convert_seconds, verify_seconds)
     except LocatedError as exc:
-        return _outcome(log_dir, partition, base_offset, Outcome.REFUSED, Problem.of(exc), **worked)
+        return _outcome(
+            log_dir, partition, base_offset, Outcome.REFUSED, Problem.of(exc), convert_seconds, verify_seconds
+        )
     except OSError as exc:
-        return _outcome(log_dir, partition, base_offset, Outcome.FAILED, Problem.of(exc), **worked)
+        return _outcome(
+            log_dir, partition, base_offset, Outcome.FAILED, Problem.of(exc), convert_seconds, verify_seconds
+        )
     except Exception as exc:  # a bug met on this segment: fail its partition, keep the traceback for the run log
         problem = Problem("bug", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}", task.source)
-        return _outcome(log_dir, partition, base_offset, Outcome.FAILED, problem, **worked)
-    worked["convert_seconds"] += time.perf_counter() - started  # the join, and any range converted again in it
+        return _outcome(log_dir, partition, base_offset, Outcome.FAILED, problem, convert_seconds, verify_seconds)
+    convert_seconds += time.perf_counter() - started  # the join, and any range converted again in it
     kind = Outcome.VERIFIED if result.status == ConversionStatus.CONVERTED else Outcome.UNCHANGED
     return SegmentOutcome(
         log_dir,
@@ -88,11 +92,27 @@ def _join(
         records=result.records,
         result=result,
         finished_at=time.time(),
-        **worked,
+        convert_seconds=convert_seconds,
+        verify_seconds=verify_seconds,
     )
 
 
 def _outcome(
-    log_dir: str, partition: str, base_offset: int, kind: Outcome, problem: Problem | None, **worked: float
+    log_dir: str,
+    partition: str,
+    base_offset: int,
+    kind: Outcome,
+    problem: Problem | None,
+    convert_seconds: float,
+    verify_seconds: float,
 ) -> SegmentOutcome:
-    return SegmentOutcome(log_dir, partition, base_offset, kind, problem=problem, finished_at=time.time(), **worked)
+    return SegmentOutcome(
+        log_dir,
+        partition,
+        base_offset,
+        kind,
+        problem=problem,
+        finished_at=time.time(),
+        convert_seconds=convert_seconds,
+        verify_seconds=verify_seconds,
+    )

@@ -59,9 +59,11 @@ def offset_range(segment_files: list[str], partition: str, broker_id: int | None
 
 def common_range(ranges: list[ReplicaRange]) -> tuple[int, int] | None:
     """The offsets every replica holds, or None when they share none."""
-    if any(r.first_offset is None or r.last_offset is None for r in ranges):
-        return None
-    lo, hi = max(r.first_offset for r in ranges), min(r.last_offset for r in ranges)  # type: ignore[type-var]
+    firsts = [r.first_offset for r in ranges if r.first_offset is not None]
+    lasts = [r.last_offset for r in ranges if r.last_offset is not None]
+    if len(firsts) < len(ranges) or len(lasts) < len(ranges):
+        return None  # a replica that holds no records shares none
+    lo, hi = max(firsts), min(lasts)
     return (lo, hi) if lo <= hi else None
 
 

@@ -60,8 +60,8 @@ class MigrationCollector:
             labels=labels,
         )
         summed: dict[tuple[str, str, str], Figures] = {}
-        for run in self.plugin.runs.values():  # every run this scheduler watched: counters never go down
-            for key, f in run.figures.items():
+        for watched in self.plugin.runs.values():  # every run this scheduler watched: counters never go down
+            for key, f in watched.figures.items():
                 summed.setdefault(key, Figures()).add(f)
         for key, f in sorted(summed.items()):
             segments.add_metric(list(key), f.segments)

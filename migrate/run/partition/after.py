@@ -121,7 +121,7 @@ def judge_after_swap(
         m = SEGMENT_RE.match(name) or INDEX_RE.match(name)
         if linked_files is None and not (m and int(m.group(1)) > last_swapped):
             continue  # one of the original's files, or the broker's: not known apart without the record
-        rolled = bool(m) and int(m.group(1)) > last_swapped
+        rolled = m is not None and int(m.group(1)) > last_swapped
         what = "a segment rolled since" if rolled else "a file the broker made since"
         records = rolled and name.endswith(".log") and present[name].st_size > 0
         files.append(FileAfter(name, Fate.NEW, f"{what} ({present[name].st_size} bytes)", lost_by_rollback=records))
