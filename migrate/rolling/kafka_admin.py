@@ -154,7 +154,7 @@ async def _look(bootstrap: str, timeout_ms: int, client_options: dict[str, Any])
     await admin.start()  # fails here when nothing answers at the bootstrap address: the configuration's business
     try:
         return await _ask(admin, timeout_ms)
-    except asyncio.TimeoutError as exc:  # a broker the metadata named never became ready
+    except TimeoutError as exc:  # a broker the metadata named never became ready
         raise ClusterSettling(exc) from exc
     except Exception as exc:
         if getattr(exc, "retriable", False):  # aiokafka's mark of a node not ready, a stale leader or controller
