@@ -12,8 +12,9 @@ from dataclasses import dataclass
 
 
 class ProblemKind(str, enum.Enum):
-    """What a refusal is about: one member per check of the plan's table (``migrate.planning.checks``); a segment's
-    bytes refused by a LocatedError keep that error's kind (corrupt, unsupported, refused, ...)."""
+    """What a problem is about, from plan to run: one member per check of the plan's table
+    (``migrate.planning.checks``), one per ``LocatedError`` (its ``kind``: corrupt, unsupported, refused, ...), and
+    those only a run meets (a conversion that did not verify, a live file changed, a bug)."""
 
     NOT_A_LOG_DIR = "not-a-log-dir"
     LOG_DIR_LOCKED = "log-dir-locked"
@@ -38,6 +39,13 @@ class ProblemKind(str, enum.Enum):
     CLUSTERS_DIFFER = "clusters-differ"
     BROKER_WITHOUT_WORKER = "broker-without-worker"
     NO_WORKERS = "no-workers"
+    # met by a run, not by plan's checks
+    VERIFY = "verify"  # a conversion that did not verify against its source: nothing live was changed
+    LIVE_CHANGED = "live-changed"  # a live file or directory not as the run left it or found it
+    REPLICA_DIVERGENCE = "replica-divergence"
+    UNSAFE_PATH = "unsafe-path"  # a path that leads out of where the tool may write (a link, another device)
+    STATE = "state"  # the run's state database disagrees with the files
+    BUG = "bug"  # an exception the tool did not expect: its traceback goes with it
     BROKER_OPTIONS_DIFFER = "broker-options-differ"
 
     def __str__(self) -> str:
@@ -69,7 +77,7 @@ class LocatedError(MigrateError):
     it; ``kind`` names the meaning in reports and in the run's state.
     """
 
-    kind = "error"
+    kind: ProblemKind = ProblemKind.ERROR
     default_hint = "The segment was left untouched."
 
     def __init__(
@@ -113,7 +121,7 @@ class CorruptRecordError(LocatedError):
     """Bytes that are not a valid Kafka log entry: bad CRC, bad size, undecodable compressed data, offsets going
     backwards."""
 
-    kind = "corrupt"
+    kind: ProblemKind = ProblemKind.CORRUPT
     default_hint = (
         "The segment was left untouched. Inspect it with `kafka-log-migrate dump --deep-iteration FILE`; if it is "
         "damaged, restore the partition from a replica before migrating it."
@@ -124,7 +132,7 @@ class TruncatedTailError(LocatedError):
     """A partial entry running to the end of a partition's last segment, as a crash leaves it (Kafka's recovery would
     truncate it)."""
 
-    kind = "truncated-tail"
+    kind: ProblemKind = ProblemKind.TRUNCATED_TAIL
     default_hint = (
         "A crash left a partial entry at the end of the partition; Kafka's recovery would truncate it. Re-plan with "
         "--truncate-tail to drop those bytes (the original file is kept until finalize), or restore the segment from "
@@ -136,7 +144,7 @@ class SegmentRefusedError(LocatedError):
     """A valid segment that cannot be converted as asked: the output would break a Kafka limit (2 GiB segment,
     max.message.bytes, the offset range of one segment) or hold a record Kafka's own builder refuses."""
 
-    kind = "refused"
+    kind: ProblemKind = ProblemKind.REFUSED
     default_hint = "Nothing was changed. Leave this partition out of the plan (--topics) or change the options."
 
 
@@ -155,7 +163,7 @@ class UnencodableRecordError(ValueError):
 class UnsupportedFormatError(LocatedError):
     """A well-formed entry this tool will not handle: an unknown magic byte or compression codec."""
 
-    kind = "unsupported"
+    kind: ProblemKind = ProblemKind.UNSUPPORTED
     default_hint = (
         "The segment was left untouched. Check the file with `kafka-log-migrate dump`; Kafka itself cannot read such "
         "an entry either, so restore the partition from a replica."
@@ -166,7 +174,7 @@ class SourceChangedError(LocatedError):
     """A live file is not the one that was planned or converted: a broker ran, or something else wrote to the log
     dir."""
 
-    kind = "source-changed"
+    kind: ProblemKind = ProblemKind.SOURCE_CHANGED
     default_hint = (
         "The partition was left untouched. A broker may have run on this log dir: stop it and make a new plan with "
         "`kafka-log-migrate plan`."

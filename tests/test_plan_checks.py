@@ -3,10 +3,13 @@ refuses what changed in a log dir since planning."""
 
 from __future__ import annotations
 
+import json
+import os
 import pickle
 from pathlib import Path
 
 import pytest
+from conftest import run_cli
 from kafka_layout import make_broker_logdir
 
 from migrate.errors import ExecuteRefusedError, ProblemKind
@@ -75,3 +78,35 @@ def test_prepare_recheck_refuses_what_changed_since_planning(broker):
     with pytest.raises(ExecuteRefusedError, match=r"refusing to execute \(2 problems\)") as info:
         recheck_log_dir(entry, plan.plan_id)
     assert [p.kind for p in info.value.problems] == [ProblemKind.MIGRATION_IN_PROGRESS, ProblemKind.STRAY_FILES]
+
+
+def test_plan_json_lists_every_refusal_as_a_record(broker, tmp_path, capsys):
+    for name in ("plain-v0-0", "lz4-v1-1"):  # two partitions, each with a file a broker left mid-operation
+        (broker / name / "00000000000000000000.log.swap").write_bytes(b"")
+    result = run_cli(capsys, "plan", "--log-dirs", str(broker), "-o", str(tmp_path / "plan.json"), "--json")
+    assert result.code == 1 and "refusing to plan (2 problems)" in result.err
+    refused = json.loads(result.out)["refused"]
+    assert [(r["kind"], r["path"]) for r in refused] == [
+        ("stray-files", str(broker / "lz4-v1-1")),
+        ("stray-files", str(broker / "plain-v0-0")),
+    ]
+    assert all(r["advice"] and r["advice"] in r["message"] for r in refused)
+    assert not (tmp_path / "plan.json").exists()
+
+
+def test_execute_json_lists_a_crc_failure_with_its_kind_file_position_and_advice(broker, tmp_path, capsys):
+    plan_path = tmp_path / "plan.json"
+    assert run_cli(capsys, "plan", "--log-dirs", str(broker), "-o", str(plan_path)).code == 0
+    segment = broker / "plain-v0-0" / "00000000000000000000.log"
+    st = segment.stat()
+    data = bytearray(segment.read_bytes())
+    data[40] ^= 0xFF  # after the plan, in place, its mtime put back (rot): execute's own read finds it
+    with open(segment, "r+b") as f:
+        f.write(bytes(data))
+    os.utime(segment, ns=(st.st_atime_ns, st.st_mtime_ns))
+    result = run_cli(capsys, "execute", "--plan", str(plan_path), "--engine", "serial", "--json")
+    assert result.code == 1, result.text
+    report = json.loads(result.out)
+    problems = [p["problem"] for d in report["log_dirs"] for p in d["partitions"] if p["problem"]]
+    assert [(p["kind"], p["path"], p["position"]) for p in problems] == [("corrupt", str(segment), 0)], problems
+    assert "dump --deep-iteration" in problems[0]["advice"] and problems[0]["advice"] in problems[0]["message"]

@@ -15,7 +15,7 @@ from migrate.commands.manifest import plan_manifest_command, run_manifest_verb
 from migrate.commands.options import add_conversion_options, convert_options
 from migrate.compaction.rules import CompactionRule
 from migrate.engines.watched import WatchedEngine
-from migrate.errors import MigrateError
+from migrate.errors import MigrateError, RefusedError
 from migrate.model.cluster_manifest import Verb
 from migrate.model.plan_columns import columns_of, plan_id_of, staged_totals
 from migrate.model.plan_tree import (
@@ -267,7 +267,12 @@ def run_plan(args: argparse.Namespace) -> int:
             raise SystemExit(_usage("--manifest keeps each broker's part on its broker: give --scheduler"))
         return plan_manifest_command(args, request)
     request = dataclasses.replace(request, form=form_for(args.output))
-    plan = _plan_cluster(args, request) if args.scheduler else build_plan(request)
+    try:
+        plan = _plan_cluster(args, request) if args.scheduler else build_plan(request)
+    except RefusedError as exc:
+        if args.json:  # the refusals as records on stdout; the message (stderr) and exit code as without --json
+            result({"refused": [to_json(p) for p in exc.problems]}, True, "")
+        raise
     if plan.form != (PlanForm.COLUMNAR if request.form == PlanForm.COLUMNAR else None):  # a cluster plan's merge
         plan = dataclasses.replace(plan, form=request.form if request.form == PlanForm.COLUMNAR else None)
         plan = dataclasses.replace(plan, plan_id=plan_id_of(plan))

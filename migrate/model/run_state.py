@@ -6,6 +6,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
+from migrate.errors import LocatedError, ProblemKind
 from migrate.model.plan_tree import (
     OMIT_IF_NONE,
     ConvertOptions,
@@ -360,23 +361,35 @@ class SegmentResult:
 
 @dataclass(frozen=True)
 class Problem:
-    """Why a segment or a partition did not migrate: what, where and what to do."""
+    """Why a segment or a partition did not migrate: what (``kind``, one vocabulary with plan's refusals), the
+    operator's whole line (``message``), where, and what to do (``advice``, where the error named it apart)."""
 
-    kind: str  # LocatedError.kind ("corrupt", "refused", ...), "io-error", "verify", "live-changed", "bug"
+    kind: ProblemKind
     message: str
     path: str | None = None
     position: int | None = None
     offset: int | None = None
+    advice: str = ""
 
     @classmethod
     def of(cls, exc: BaseException) -> Problem:
-        from migrate.errors import LocatedError
-
         if isinstance(exc, LocatedError):
-            return cls(exc.kind, str(exc), exc.path, exc.position, exc.offset)
+            return cls(exc.kind, str(exc), exc.path, exc.position, exc.offset, exc.hint)
         if isinstance(exc, OSError):
-            return cls("io-error", _os_error_text(exc), exc.filename)
-        return cls("bug", f"{type(exc).__name__}: {exc}")
+            return cls(ProblemKind.IO_ERROR, _os_error_text(exc), exc.filename)
+        return cls(ProblemKind.BUG, f"{type(exc).__name__}: {exc}")
+
+    @classmethod
+    def bug(cls, exc: BaseException, path: str | None = None) -> Problem:
+        """An exception the tool did not expect, with its traceback (call it in the ``except`` that caught it)."""
+        import traceback
+
+        return cls(
+            ProblemKind.BUG,
+            f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}",
+            path,
+            advice="This is a bug in kafka-log-migrate: keep the files named and report it with this message.",
+        )
 
 
 def _os_error_text(exc: OSError) -> str:

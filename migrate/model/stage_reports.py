@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from migrate.errors import ProblemKind
 from migrate.model.plan_tree import Plan
 from migrate.model.run_state import (
     LogDirPhase,
@@ -282,7 +283,7 @@ class SegmentFold:
                 self.window_bytes += o.source_bytes
         elif kind in (Outcome.REFUSED, Outcome.FAILED):
             self._problems.append((order, o))
-            if kind == Outcome.FAILED and o.problem is not None and o.problem.kind == "io-error":
+            if kind == Outcome.FAILED and o.problem is not None and o.problem.kind == ProblemKind.IO_ERROR:
                 self.io_stopped.add(o.log_dir)
         if o.staged_fallback:
             self._fallbacks.append((order, o.staged_fallback))

@@ -63,11 +63,7 @@ class Finding:
 
     @classmethod
     def of(cls, exc: LocatedError) -> Finding:
-        try:
-            kind = ProblemKind(exc.kind)
-        except ValueError:  # a LocatedError kind the enum lacks still refuses, as a plain error
-            kind = ProblemKind.ERROR
-        return cls(str(exc), exc.path, exc.position, exc.offset, kind, exc.hint)
+        return cls(str(exc), exc.path, exc.position, exc.offset, exc.kind, exc.hint)
 
 
 @dataclass(frozen=True)

@@ -54,7 +54,7 @@ from typing import BinaryIO
 
 import numpy as np
 
-from migrate.errors import CorruptRecordError, LocatedError, SegmentRefusedError
+from migrate.errors import CorruptRecordError, LocatedError, ProblemKind, SegmentRefusedError
 from migrate.format.digest import LogDigest, composite
 from migrate.format.records import BatchColumns
 from migrate.kafka.names import segment_name
@@ -220,7 +220,7 @@ def _verify_part(task: SegmentTask, part: RangePart, run: str | None) -> None:
     if problems:
         part.outcome = Outcome.REFUSED
         part.problem = Problem(
-            "verify",
+            ProblemKind.VERIFY,
             f"range {part.index + 1} of {part.count} (bytes {part.start}..{part.stop}) did not verify: "
             f"{'; '.join(problems)}. Nothing live was changed; this is a bug in kafka-log-migrate: keep the segment "
             "and report it",

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import time
-import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -105,7 +104,7 @@ def compact_partition(plan: Plan, log_dir: str, partition: str) -> CompactionRep
         except OSError as exc:
             return _refuse(store, log_dir, partition, planned[0], Outcome.FAILED, Problem.of(exc), started)
         except Exception as exc:  # a bug met on this partition: fail it alone, keep the traceback for the run log
-            problem = Problem("bug", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}", part.dir)
+            problem = Problem.bug(exc, part.dir)
             return _refuse(store, log_dir, partition, planned[0], Outcome.FAILED, problem, started)
     return CompactionReport(log_dir, partition, Outcome.VERIFIED, records, kept, time.perf_counter() - started)
 

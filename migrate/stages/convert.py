@@ -14,12 +14,11 @@ import ctypes
 import dataclasses
 import os
 import time
-import traceback
 from collections.abc import Iterator
 from pathlib import Path
 
 from migrate.compaction.reference import expected_records
-from migrate.errors import LocatedError, StateWriteError, UnsafePathError
+from migrate.errors import LocatedError, ProblemKind, StateWriteError, UnsafePathError
 from migrate.format.records import Record
 from migrate.kafka.names import segment_name
 from migrate.model.plan_tree import ConvertOptions, PartitionPlan, Plan, SegmentPlan, TaskPlan
@@ -233,7 +232,11 @@ def _convert_each(
         progress.report(outcome)
         if outcome.outcome in (Outcome.REFUSED, Outcome.FAILED):
             failed.add(ref.partition)
-        if outcome.outcome == Outcome.FAILED and outcome.problem is not None and outcome.problem.kind == "io-error":
+        if (
+            outcome.outcome == Outcome.FAILED
+            and outcome.problem is not None
+            and outcome.problem.kind == ProblemKind.IO_ERROR
+        ):
             stopped = outcome.problem
     return outcomes
 
@@ -264,7 +267,7 @@ def convert_range_task(plan: Plan, task: TaskPlan, run: str = "") -> RangePart:
     except OSError as exc:
         part.outcome, part.problem = Outcome.FAILED, Problem.of(exc)
     except Exception as exc:  # a bug met on this range: fail its partition, keep the traceback for the run log
-        problem = Problem("bug", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}", seg_task.source)
+        problem = Problem.bug(exc, seg_task.source)
         part.outcome, part.problem = Outcome.FAILED, problem
     else:
         done.log_dir, done.partition = task.log_dir, ref.partition
@@ -318,14 +321,14 @@ def convert_and_verify(
         faults.point("before:convert")
         result = convert_segment(task) if task.split is None else convert_split(task)
     except UnsafePathError as exc:
-        problem = Problem("unsafe-path", str(exc), exc.path)
+        problem = Problem(ProblemKind.UNSAFE_PATH, str(exc), exc.path)
         return unconverted(log_dir, partition, base_offset, Outcome.REFUSED, problem, started)
     except LocatedError as exc:
         return unconverted(log_dir, partition, base_offset, Outcome.REFUSED, Problem.of(exc), started)
     except OSError as exc:
         return unconverted(log_dir, partition, base_offset, Outcome.FAILED, Problem.of(exc), started)
     except Exception as exc:  # a bug met on this segment: fail its partition, keep the traceback for the run log
-        problem = Problem("bug", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}", task.source)
+        problem = Problem.bug(exc, task.source)
         return unconverted(log_dir, partition, base_offset, Outcome.FAILED, problem, started)
     converted = time.perf_counter()
     convert_seconds = converted - started
@@ -352,7 +355,7 @@ def convert_and_verify(
     if not check.ok:
         _discard(result)
         problem = Problem(
-            "verify",
+            ProblemKind.VERIFY,
             f"the converted segment did not verify: {'; '.join(check.problems[:5])}. Nothing live was changed; this "
             "is a bug in kafka-log-migrate: keep the segment and report it",
             task.source,

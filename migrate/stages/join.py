@@ -10,7 +10,6 @@ partition) with the range's problem; an I/O error of any range fails it.
 from __future__ import annotations
 
 import time
-import traceback
 
 from migrate.errors import LocatedError, StateWriteError
 from migrate.model.plan_tree import Plan
@@ -78,7 +77,7 @@ def _join(
             log_dir, partition, base_offset, Outcome.FAILED, Problem.of(exc), convert_seconds, verify_seconds
         )
     except Exception as exc:  # a bug met on this segment: fail its partition, keep the traceback for the run log
-        problem = Problem("bug", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}", task.source)
+        problem = Problem.bug(exc, task.source)
         return _outcome(log_dir, partition, base_offset, Outcome.FAILED, problem, convert_seconds, verify_seconds)
     convert_seconds += time.perf_counter() - started  # the join, and any range converted again in it
     kind = Outcome.VERIFIED if result.status == ConversionStatus.CONVERTED else Outcome.UNCHANGED

@@ -105,8 +105,9 @@ def _refuse_changed_inputs(entry: LogDirPlan) -> None:
                     changed.append(change)
     if changed:
         raise SourceChangedError(
-            f"{len(changed)} segment file(s) of {log_dir} changed since planning, e.g. {changed[0]}. A broker may have "
-            "run on this log dir. Nothing was changed; make a new plan with `kafka-log-migrate plan`."
+            f"{len(changed)} segment file(s) of {log_dir} changed since planning, e.g. {changed[0]}",
+            hint="Nothing was changed. A broker may have run on this log dir: stop it and make a new plan with "
+            "`kafka-log-migrate plan`.",
         )
 
 

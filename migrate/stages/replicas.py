@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from migrate.errors import MigrateError
+from migrate.errors import MigrateError, ProblemKind
 from migrate.format.digest import LogDigest
 from migrate.format.records import RecordColumns
 from migrate.kafka.names import SEGMENT_RE
@@ -194,7 +194,7 @@ def fail_divergent(plan: Plan, key: str, divergences: list[Divergence]) -> list[
                 "it there if its copy is the wrong one). Find the right replica (compare with `kafka-log-migrate dump "
                 "--print-data-log`), restore the others from it, re-plan and run again."
             )
-            store.fail_partition(d.partition, Problem("replica-divergence", message))
+            store.fail_partition(d.partition, Problem(ProblemKind.REPLICA_DIVERGENCE, message))
             failed.append(d.partition)
     return failed
 

@@ -19,7 +19,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from migrate.errors import LocatedError, MigrateError, SourceChangedError, StateWriteError
+from migrate.errors import LocatedError, MigrateError, ProblemKind, SourceChangedError, StateWriteError
 from migrate.kafka.names import segment_name
 from migrate.model.plan_tree import ExchangeMethod, PartitionPlan, Plan
 from migrate.model.run_state import (
@@ -90,7 +90,7 @@ def swap_log_dir(plan: Plan, key: str, swap_ready: bool = True) -> SwapReport:
                     migrated += done
                     failed += bad
             except (OSError, StateWriteError) as exc:
-                stopped = Problem.of(exc) if isinstance(exc, OSError) else Problem("io-error", str(exc))
+                stopped = Problem.of(exc) if isinstance(exc, OSError) else Problem(ProblemKind.IO_ERROR, str(exc))
             mixed = _mixed(plan, key, store)
             try:
                 if not mixed and fence.lower_fence(log_dir):
@@ -101,7 +101,9 @@ def swap_log_dir(plan: Plan, key: str, swap_ready: bool = True) -> SwapReport:
                     store.set_phase(LogDirPhase.MIGRATED)
                 store.record_event(EventKind.RUN_ENDED, verb="execute", migrated=len(migrated), failed=len(failed))
             except (OSError, StateWriteError) as exc:  # a full disk may refuse the record; the fence is the truth
-                stopped = stopped or (Problem.of(exc) if isinstance(exc, OSError) else Problem("io-error", str(exc)))
+                stopped = stopped or (
+                    Problem.of(exc) if isinstance(exc, OSError) else Problem(ProblemKind.IO_ERROR, str(exc))
+                )
         return SwapReport(key, tuple(migrated), tuple(failed), tuple(mixed), fence.is_up(log_dir), stopped)
 
 

@@ -23,7 +23,7 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from migrate.errors import MigrateError
+from migrate.errors import MigrateError, ProblemKind
 from migrate.model.plan_tree import LogDirPlan, Plan
 from migrate.model.run_state import (
     EVERY_PARTITION,
@@ -154,7 +154,7 @@ def _reconcile_partitions(
             # commits, or was rebuilt); a partition never built has none, and is asked nothing more
             record, bad = record_or_none(places)
             if bad:
-                unresolved.append(PartitionProblem(name, Problem("state", bad, places.live)))
+                unresolved.append(PartitionProblem(name, Problem(ProblemKind.STATE, bad, places.live)))
                 continue
             if record is None:
                 continue
@@ -166,7 +166,7 @@ def _reconcile_partitions(
                 PartitionProblem(
                     name,
                     Problem(
-                        "live-changed",
+                        ProblemKind.LIVE_CHANGED,
                         f"{places.live} is neither the partition's original directory nor its converted one, and "
                         "the fence holds neither: another directory was put there. Nothing of it is touched; find "
                         "out what it is before running anything else.",
