@@ -245,152 +245,154 @@ class RollingRun:
     # --- one broker -------------------------------------------------------------------------------------------
 
     def cut_over(self, broker: int, worker: WorkerBroker, rest: tuple[int, ...]) -> BrokerCutover:
-        s = self.settings
+        """One broker's cut-over: its steps in order (``_STEPS``), each passed or the first failed with what to do
+        next; nothing after a failed step runs."""
+        one = _OneBroker(
+            broker,
+            worker,
+            self.settings.run_dir / f"broker-{broker}.plan.json",
+            self._resume(rest),
+            self._resume(rest[1:]) if len(rest) > 1 else "nothing: it was the last broker",
+        )
         steps: list[StepRecord] = []
-        plan_path = s.run_dir / f"broker-{broker}.plan.json"
-        resume = self._resume(rest)
-        after = self._resume(rest[1:]) if len(rest) > 1 else "nothing: it was the last broker"
+        for step, run in _STEPS:
+            started = self.clock()
+            outcome = run(self, one)
+            seconds = round(self.clock() - started, 3)
+            steps.append(StepRecord(step, outcome.ok, seconds, outcome.detail))
+            if not outcome.ok:
+                text = f"broker {broker}: {step.value} failed: {outcome.detail}\nNext: {outcome.what_next}"
+                plan = str(one.plan_path) if one.plan_path.exists() else ""
+                return BrokerCutover(broker, False, tuple(steps), plan, text)
+            detail = f": {outcome.detail}" if outcome.detail else ""
+            self.say(f"broker {broker}: {step.value} ok ({seconds:.1f} s){detail}")
+        return BrokerCutover(broker, True, tuple(steps), str(one.plan_path))
 
-        def fail(step: Step, started: float, detail: str, what_next: str) -> BrokerCutover:
-            steps.append(StepRecord(step, False, round(self.clock() - started, 3), detail))
-            text = f"broker {broker}: {step.value} failed: {detail}\nNext: {what_next}"
-            return BrokerCutover(broker, False, tuple(steps), str(plan_path) if plan_path.exists() else "", text)
+    def _gate_step(self, one: _OneBroker, failed: str, what_next: str) -> _StepOutcome:
+        """The gate asked until it opens or its timeout passes; ``failed``: the first line if it does not."""
+        verdicts = self._gate(one.broker)
+        if all(v.go for v in verdicts):
+            return _StepOutcome(True)
+        why = "\n".join(v.summary() for v in verdicts if not v.go)
+        return _StepOutcome(False, f"{failed}\n{why}", what_next)
 
-        def passed(step: Step, started: float, detail: str = "") -> None:
-            steps.append(StepRecord(step, True, round(self.clock() - started, 3), detail))
-            self.say(
-                f"broker {broker}: {step.value} ok ({self.clock() - started:.1f} s){': ' + detail if detail else ''}"
-            )
+    def _gate_before(self, one: _OneBroker) -> _StepOutcome:
+        timeout = self.settings.gate_timeout_s
+        return self._gate_step(
+            one,
+            f"the gate did not open within {timeout:g} s; nothing was stopped.",
+            f"once the reasons above are gone, run again: {one.resume}",
+        )
 
-        started = self.clock()
-        verdicts = self._gate(broker)
-        if not all(v.go for v in verdicts):
-            why = "\n".join(v.summary() for v in verdicts if not v.go)
-            return fail(
-                Step.GATE,
-                started,
-                f"the gate did not open within {s.gate_timeout_s:g} s; nothing was stopped.\n{why}",
-                f"once the reasons above are gone, run again: {resume}",
-            )
-        passed(Step.GATE, started)
+    def _refusals_step(self, one: _OneBroker) -> _StepOutcome:
+        refusals = self._refusals([one.broker])
+        if not refusals:
+            return _StepOutcome(True)
+        return _StepOutcome(
+            False,
+            f"its plan would be refused after the stop; nothing was stopped:{refusals}",
+            f"fix what is named above, then run again: {one.resume}",
+        )
 
-        started = self.clock()
-        refusals = self._refusals([broker])
-        if refusals:
-            return fail(
-                Step.REFUSALS,
-                started,
-                f"its plan would be refused after the stop; nothing was stopped:{refusals}",
-                f"fix what is named above, then run again: {resume}",
-            )
-        passed(Step.REFUSALS, started)
-
-        started = self.clock()
+    def _stop_step(self, one: _OneBroker) -> _StepOutcome:
+        s, broker = self.settings, one.broker
         code, out = run_operator_command(s.stop_command, broker, s.command_timeout_s)
-        if code != 0:
-            ran, how = self._how_it_failed(s.stop_command, broker, code)
-            return fail(
-                Step.STOP,
-                started,
-                f"the stop command `{ran}` {how}; whether broker {broker} is down is not known. Its output:\n{out}",
-                f"check broker {broker}. If it still runs, nothing was changed: run again: {resume}. If it stopped, "
-                f"start it (`{for_broker(s.start_command, broker)}`), wait for it to catch up, then run again.",
-            )
-        passed(Step.STOP, started, out.strip().splitlines()[-1] if out.strip() else "")
+        if code == 0:
+            return _StepOutcome(True, out.strip().splitlines()[-1] if out.strip() else "")
+        ran, how = self._how_it_failed(s.stop_command, broker, code)
+        return _StepOutcome(
+            False,
+            f"the stop command `{ran}` {how}; whether broker {broker} is down is not known. Its output:\n{out}",
+            f"check broker {broker}. If it still runs, nothing was changed: run again: {one.resume}. If it stopped, "
+            f"start it (`{for_broker(s.start_command, broker)}`), wait for it to catch up, then run again.",
+        )
 
-        started = self.clock()
-        release = self._wait_for_release(broker, worker)
-        if release is None or not all(d.released for d in release):
-            return fail(
-                Step.RELEASE,
-                started,
-                self._release_problem(broker, release),
-                f"nothing was converted. Find out why broker {broker} did not stop cleanly; start it "
-                f"(`{for_broker(s.start_command, broker)}`) so that Kafka recovers its log, wait for it to catch up, "
-                f"then run again: {resume}",
-            )
-        passed(Step.RELEASE, started, f"{len(release)} log dir(s) released with a clean-shutdown marker")
+    def _release_step(self, one: _OneBroker) -> _StepOutcome:
+        release = self._wait_for_release(one.broker, one.worker)
+        if release is not None and all(d.released for d in release):
+            return _StepOutcome(True, f"{len(release)} log dir(s) released with a clean-shutdown marker")
+        return _StepOutcome(
+            False,
+            self._release_problem(one.broker, release),
+            f"nothing was converted. Find out why broker {one.broker} did not stop cleanly; start it "
+            f"(`{for_broker(self.settings.start_command, one.broker)}`) so that Kafka recovers its log, wait for it to "
+            f"catch up, then run again: {one.resume}",
+        )
 
-        started = self.clock()
+    def _plan_step(self, one: _OneBroker) -> _StepOutcome:
         try:
-            plan = self._plan(broker, worker)
+            one.plan = self._plan(one.broker, one.worker)
         except MigrateError as exc:
-            return fail(
-                Step.PLAN,
-                started,
+            return _StepOutcome(
+                False,
                 f"{exc}",
-                f"nothing was converted; broker {broker} is stopped. Fix the cause, or start it again "
-                f"(`{for_broker(s.start_command, broker)}`); then run again: {resume}",
+                f"nothing was converted; broker {one.broker} is stopped. Fix the cause, or start it again "
+                f"(`{for_broker(self.settings.start_command, one.broker)}`); then run again: {one.resume}",
             )
-        write_plan(plan, plan_path)
-        passed(Step.PLAN, started, f"{plan.estimates.partitions} partitions, {plan.estimates.segments} segments")
+        write_plan(one.plan, one.plan_path)
+        e = one.plan.estimates
+        return _StepOutcome(True, f"{e.partitions} partitions, {e.segments} segments")
 
-        started = self.clock()
-        if plan.estimates.partitions:
-            report = pipeline.execute(plan, self.engine, require_consistent_replicas=s.require_consistent_replicas)
-            if not report.ok:
-                problems = [e.message for e in report.errors] + [
-                    f"{p.partition}: {p.problem.message if p.problem else p.state.value}" for p in report.unmigrated
-                ]
-                scheduler = f"--scheduler {self.engine.address}"
-                return fail(
-                    Step.EXECUTE,
-                    started,
-                    f"execute of {plan_path} did not migrate every partition; broker {broker} stays stopped:\n  "
-                    + "\n  ".join(problems[:20]),
-                    f"finish it with `kafka-log-migrate execute --plan {plan_path} {scheduler} --tls-dir ...`, or "
-                    f"put every original back with `kafka-log-migrate rollback --plan {plan_path} {scheduler} "
-                    f"--tls-dir ...`; then start broker {broker} (`{for_broker(s.start_command, broker)}`), wait for "
-                    f"the gate, and continue with: {after}",
-                )
-            detail = f"{report.totals.verified} segments converted and verified"
-            if report.cutover is not None:
-                c = report.cutover
-                detail += f"; {c.staged_segments} taken from pre-staging, {c.window_segments} converted in the window"
-            detail += "".join(f"; warning: replicas of {d.partition} differ" for d in report.divergent_replicas)
-            compared, differences = self._against_peers_staging(broker, plan)
-            detail += f"; {compared} converted segments compared with the running peers' pre-staged ones"
-            diverged = [d for d in differences if d.kind == DifferenceKind.RECORDS]
-            detail += "".join(f"; warning: {_difference_text(d)}" for d in differences)
-            if diverged and s.require_consistent_replicas:
-                return fail(
-                    Step.EXECUTE,
-                    started,
-                    f"broker {broker}'s converted segments hold other records than its peers staged: "
-                    + "; ".join(_difference_text(d) for d in diverged[:10]),
-                    f"broker {broker} stays stopped. Find the right copy; to put broker {broker}'s originals back: "
-                    f"`kafka-log-migrate rollback --plan {plan_path} --scheduler {self.engine.address} --tls-dir "
-                    f"...`, then start it; continue with: {after}",
-                )
-            passed(Step.EXECUTE, started, detail)
-        else:
-            passed(Step.EXECUTE, started, "no legacy segments: nothing to convert")
+    def _execute_step(self, one: _OneBroker) -> _StepOutcome:
+        s, broker, plan, plan_path = self.settings, one.broker, one.plan, one.plan_path
+        if not plan.estimates.partitions:
+            return _StepOutcome(True, "no legacy segments: nothing to convert")
+        report = pipeline.execute(plan, self.engine, require_consistent_replicas=s.require_consistent_replicas)
+        scheduler = f"--scheduler {self.engine.address}"
+        if not report.ok:
+            problems = [e.message for e in report.errors] + [
+                f"{p.partition}: {p.problem.message if p.problem else p.state.value}" for p in report.unmigrated
+            ]
+            return _StepOutcome(
+                False,
+                f"execute of {plan_path} did not migrate every partition; broker {broker} stays stopped:\n  "
+                + "\n  ".join(problems[:20]),
+                f"finish it with `kafka-log-migrate execute --plan {plan_path} {scheduler} --tls-dir ...`, or "
+                f"put every original back with `kafka-log-migrate rollback --plan {plan_path} {scheduler} "
+                f"--tls-dir ...`; then start broker {broker} (`{for_broker(s.start_command, broker)}`), wait for "
+                f"the gate, and continue with: {one.after}",
+            )
+        detail = f"{report.totals.verified} segments converted and verified"
+        if report.cutover is not None:
+            c = report.cutover
+            detail += f"; {c.staged_segments} taken from pre-staging, {c.window_segments} converted in the window"
+        detail += "".join(f"; warning: replicas of {d.partition} differ" for d in report.divergent_replicas)
+        compared, differences = self._against_peers_staging(broker, plan)
+        detail += f"; {compared} converted segments compared with the running peers' pre-staged ones"
+        diverged = [d for d in differences if d.kind == DifferenceKind.RECORDS]
+        detail += "".join(f"; warning: {_difference_text(d)}" for d in differences)
+        if diverged and s.require_consistent_replicas:
+            return _StepOutcome(
+                False,
+                f"broker {broker}'s converted segments hold other records than its peers staged: "
+                + "; ".join(_difference_text(d) for d in diverged[:10]),
+                f"broker {broker} stays stopped. Find the right copy; to put broker {broker}'s originals back: "
+                f"`kafka-log-migrate rollback --plan {plan_path} {scheduler} --tls-dir ...`, then start it; "
+                f"continue with: {one.after}",
+            )
+        return _StepOutcome(True, detail)
 
-        started = self.clock()
+    def _start_step(self, one: _OneBroker) -> _StepOutcome:
+        s, broker = self.settings, one.broker
         code, out = run_operator_command(s.start_command, broker, s.command_timeout_s)
-        if code != 0:
-            ran, how = self._how_it_failed(s.start_command, broker, code)
-            return fail(
-                Step.START,
-                started,
-                f"the start command `{ran}` {how}; broker {broker} is converted (plan {plan_path}). Output:\n{out}",
-                f"start broker {broker} yourself and wait for it to catch up; then continue with: {after}",
-            )
-        passed(Step.START, started)
+        if code == 0:
+            return _StepOutcome(True)
+        ran, how = self._how_it_failed(s.start_command, broker, code)
+        return _StepOutcome(
+            False,
+            f"the start command `{ran}` {how}; broker {broker} is converted (plan {one.plan_path}). Output:\n{out}",
+            f"start broker {broker} yourself and wait for it to catch up; then continue with: {one.after}",
+        )
 
-        started = self.clock()
-        verdicts = self._gate(broker)
-        if not all(v.go for v in verdicts):
-            why = "\n".join(v.summary() for v in verdicts if not v.go)
-            return fail(
-                Step.GATE_AFTER,
-                started,
-                f"broker {broker} was started but the gate did not open again within {s.gate_timeout_s:g} s:\n{why}",
-                f"watch broker {broker} (its log, under-replicated partitions); once the cluster is healthy, continue "
-                f"with: {after}. To undo it: stop it, `kafka-log-migrate rollback --plan {plan_path} ...`, start it.",
-            )
-        passed(Step.GATE_AFTER, started)
-        return BrokerCutover(broker, True, tuple(steps), str(plan_path))
+    def _gate_after(self, one: _OneBroker) -> _StepOutcome:
+        timeout = self.settings.gate_timeout_s
+        return self._gate_step(
+            one,
+            f"broker {one.broker} was started but the gate did not open again within {timeout:g} s:",
+            f"watch broker {one.broker} (its log, under-replicated partitions); once the cluster is healthy, continue "
+            f"with: {one.after}. To undo it: stop it, `kafka-log-migrate rollback --plan {one.plan_path} ...`, start "
+            "it.",
+        )
 
     def _against_peers_staging(self, broker: int, plan: Any) -> tuple[int, tuple[StagedDifference, ...]]:
         """This broker's cut-over (what it took from staging and what it converted in the window) against the digests
@@ -479,3 +481,37 @@ def _difference_text(d: StagedDifference) -> str:
     groups = " vs ".join("+".join(map(str, g)) for g in d.groups)
     what = "hold different records" if d.kind == DifferenceKind.RECORDS else "carry different timestamps"
     return f"{d.partition} offsets {d.first_offset}..{d.last_offset}: brokers {groups} {what}"
+
+
+@dataclass
+class _OneBroker:
+    """What the steps of one broker's cut-over share: who, where its plan goes, what to say next, and its plan once
+    made."""
+
+    broker: int
+    worker: WorkerBroker
+    plan_path: Path
+    resume: str  # the command that runs this broker again
+    after: str  # what to run once this broker is done
+    plan: Any = None
+
+
+@dataclass(frozen=True)
+class _StepOutcome:
+    ok: bool
+    detail: str = ""
+    what_next: str = ""
+
+
+# one broker's cut-over, in order: the gate before anything is stopped, what can refuse it while it runs, the stop
+# and Kafka's release of its log dirs, the plan and the conversion, the start and the gate again
+_STEPS: tuple[tuple[Step, Callable[[RollingRun, _OneBroker], _StepOutcome]], ...] = (
+    (Step.GATE, RollingRun._gate_before),
+    (Step.REFUSALS, RollingRun._refusals_step),
+    (Step.STOP, RollingRun._stop_step),
+    (Step.RELEASE, RollingRun._release_step),
+    (Step.PLAN, RollingRun._plan_step),
+    (Step.EXECUTE, RollingRun._execute_step),
+    (Step.START, RollingRun._start_step),
+    (Step.GATE_AFTER, RollingRun._gate_after),
+)
