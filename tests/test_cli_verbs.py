@@ -144,3 +144,24 @@ def test_the_dashboard_line_says_when_the_asked_port_was_taken():
     kept = dashboard_line("http://127.0.0.1:8787/status", "http://127.0.0.1:8787/migration", "127.0.0.1:8787")
     assert "taken" not in kept and kept.startswith("Dask dashboard: http://127.0.0.1:8787/status")
     assert "taken" not in dashboard_line("http://127.0.0.1:40123/status", "x", "127.0.0.1:0")  # any port asked
+
+
+def test_a_running_schedulers_dashboard_is_not_said_to_have_moved_off_the_asked_port(capsys):
+    """With --scheduler the dashboard is the remote scheduler's, wherever its operator put it: the LocalCluster's
+    --dashboard-address default (8787) was compared with it and "port 8787 was taken" printed, nothing being taken."""
+    from distributed import LocalCluster
+
+    from migrate.commands.engine import make_engine
+
+    with LocalCluster(n_workers=0, processes=False, protocol="tcp", dashboard_address="127.0.0.1:0") as remote:
+        port = remote.scheduler.http_server.port
+        assert port != 8787
+        address = remote.scheduler_address
+        args = build_parser("execute").parse_args(["execute", "--plan", "p.json", "--scheduler", address])
+        engine, _ = make_engine(args)
+        try:
+            err = capsys.readouterr().err
+        finally:
+            engine.close()
+    assert f"Dask dashboard: http://127.0.0.1:{port}/status" in err, err
+    assert "taken" not in err, err

@@ -342,12 +342,22 @@ def run_execute(args: argparse.Namespace) -> int:
             )
             read = ahead[0].result() if ahead else None
         summary = report.run_summary(plan, watched, args.plan, read)
-    finally:
+    except BaseException:
         engine.close()
+        raise
     body = to_json(outcome)
     if summary is not None:
         body["summary"] = report.summary_json(summary)
+    # the report before the engine closes: the run is over, and what closing a cluster costs (or a Ctrl-C while it
+    # does) must not hold back nor replace the truth about the partitions
     result(body, args.json, execute_text(outcome, args.plan, report.summary_lines(summary) if summary else []))
+    try:
+        engine.close()
+    except KeyboardInterrupt:
+        note(
+            "kafka-log-migrate: interrupted while closing the Dask cluster; the run above is complete, nothing to "
+            "resume"
+        )
     return 0 if outcome.ok else 1
 
 

@@ -47,6 +47,9 @@ if TYPE_CHECKING:  # imported where a cluster starts: ``distributed`` is about 0
     from distributed import Client, LocalCluster
 
 NO_WORKERS_TIMEOUT = "60s"
+# how long ``close`` waits for the client and a LocalCluster to close: they close in well under a second when nothing
+# holds the scheduler's event loop up
+CLOSE_SECONDS = 20.0
 MONITOR = "migrate.monitor"
 # What this process does alone, measured on a 2-core VM (benchmarks/README.md, issue 9's fifth session): convert +
 # verify at about 600 MB/s with XXH3-128 digests and 290 MB/s with SHA-256, and about 3 ms of file work per segment
@@ -215,6 +218,14 @@ def _on_worker(stage: Stage, fn: Callable[..., Any], *args: Any) -> Any:
     return value
 
 
+def _worker_processes() -> set[int]:
+    """The pids of the Dask worker processes this process started (their nannies run here), by the name Dask's
+    nanny gives them."""
+    import multiprocessing
+
+    return {p.pid for p in multiprocessing.active_children() if p.pid and p.name.startswith("Dask Worker process")}
+
+
 def _result_of(future: Any) -> CallResult:
     if future.status == "finished":
         return CallResult(True, future.result())
@@ -246,11 +257,16 @@ class DaskEngine:
         on_segment: Callable[[progress.Event], None] | None = None,
         security: Any = None,
         on_ready: Callable[[DaskEngine], None] | None = None,
+        dashboard: bool = False,
     ) -> None:
         """``security``: a distributed.security.Security (TLS) for a remote scheduler; a LocalCluster listens on
         127.0.0.1 only, and its dashboard on ``dashboard_address`` (loopback by default). ``on_ready`` is called
-        once the cluster answers (the CLI prints the dashboard's address then)."""
+        once the cluster answers, in the thread that maps, before the first stage that reads or writes segment data
+        (the CLI prints the dashboard's address then). ``dashboard``: start a LocalCluster (its scheduler, dashboard
+        and workers) with the first map whatever the plan's size, as if it were worth workers."""
         self.cluster: LocalCluster | None = None
+        self._dashboard_asked = dashboard
+        self._told_ready = False
         self._client: Client | None = None
         self._dashboard_address = dashboard_address
         self._on_segment = on_segment
@@ -265,9 +281,14 @@ class DaskEngine:
         self._ready = threading.Event()  # the scheduler answers (and, for a remote one, its workers)
         self._workers_up = threading.Event()  # a LocalCluster's workers answer
         self._workers_start: threading.Thread | None = None
+        self._others_workers: set[int] = set()  # pids of Dask worker processes before this engine asked for its own
         # worker processes as many as cores but one, when a plan is worth them: this process works beside them on the
         # last core (``_share``), from the first second; as many as asked for, at once, and only they work
         self._workers_on_demand = scheduler is None and processes and n_workers is None
+        # a LocalCluster of worker processes answers (and shows its dashboard) before its workers: they are added
+        # once its scheduler is up, so that the dashboard's address can be told before the first byte is converted
+        # without waiting for them
+        self._workers_added = scheduler is None and processes
         self.shares_files = scheduler is None  # a LocalCluster's workers, or this process
         self._driver_works = self._workers_on_demand
         cores = os.cpu_count() or 1
@@ -298,7 +319,7 @@ class DaskEngine:
 
                 self._configure(local=True)
                 return LocalCluster(
-                    n_workers=0 if self._workers_on_demand else self._n_workers,
+                    n_workers=0 if processes else self._n_workers,
                     threads_per_worker=1,
                     processes=processes,
                     # process workers listen on loopback only; in-process ones have no listener (inproc://) to bind
@@ -311,7 +332,7 @@ class DaskEngine:
                     target=self._start, args=(local, False), name="dask-start", daemon=True
                 ).start()
                 if not self._workers_on_demand:
-                    self._begin()
+                    self.start_workers()
             else:  # in-process workers talk over an in-process transport that must be set up by this thread
                 self._start(local, remote=False)
 
@@ -380,7 +401,7 @@ class DaskEngine:
                     client.subscribe_topic(events.SEGMENTS_TOPIC, self._segment_events)
                     self._topics.append(events.SEGMENTS_TOPIC)
             self._client = client
-            if not self._workers_on_demand:  # up with the cluster (remote: they are the cluster's business)
+            if not self._workers_added:  # up with the cluster (remote: they are the cluster's business)
                 self._workers_up.set()
         except BaseException as exc:  # reported by the first call that needs the cluster
             self._start_error = _not_started(exc, "the Dask cluster did not start")
@@ -389,7 +410,14 @@ class DaskEngine:
             self._ready.set()
         if self._start_error is not None and threading.current_thread() is threading.main_thread():
             raise self._start_error
-        if self._client is not None and self._on_ready is not None:
+        if threading.current_thread() is threading.main_thread():  # started here (a remote or in-process cluster)
+            self._tell_ready()
+
+    def _tell_ready(self) -> None:
+        """``on_ready``, once, when the cluster answers; in the caller's thread, so that what it prints comes before
+        what the caller does next."""
+        if not self._told_ready and self._client is not None and self._on_ready is not None:
+            self._told_ready = True
             self._on_ready(self)
 
     def start_workers(self, wait: bool = False) -> None:
@@ -401,6 +429,7 @@ class DaskEngine:
                 # started now, not with the scheduler: the server imports Dask, a core's worth of work for about a
                 # second that a plan run without workers does not need
                 _forkserver_deaf_to_ctrl_c()
+            self._others_workers = _worker_processes()
             self._workers_start = threading.Thread(target=self._scale_up, name="dask-workers", daemon=True)
             self._workers_start.start()
         if wait:
@@ -477,8 +506,15 @@ class DaskEngine:
         self, stage: Stage, fn: Callable[..., Any], calls: list[StageCall], fold: Fold | None = None
     ) -> list[CallResult]:
         local = self.run_here_while_starting and all(call.host is None for call in calls)
-        if not (local and all(call.plan is not None and not worth_workers(call.plan) for call in calls)):
+        small = local and all(call.plan is not None and not worth_workers(call.plan) for call in calls)
+        if self._dashboard_asked or not small:
             self.start_workers()
+        if self._begun and not self._told_ready and (stage != Stage.PREPARE or self._ready.is_set()):
+            # the dashboard's address before the first byte is read or written: waiting for the scheduler (about a
+            # second, importing Dask) costs the driver that second, and the operator has the page to watch for the
+            # whole run, not only after it (the workers still start in the background)
+            self._ready.wait()
+            self._tell_ready()
         if self._driver_works and self.run_here_while_starting:
             return self._share(stage, fn, calls, fold)
         out: list[CallResult | None] = [None] * len(calls)
@@ -679,14 +715,45 @@ class DaskEngine:
             print(file=sys.stderr)
         return out
 
-    def close(self) -> None:
+    def close(self, timeout: float = CLOSE_SECONDS) -> None:
+        """Close the client and a LocalCluster, waiting ``timeout`` seconds at most: workers still starting are not
+        waited for (the work is done), and a scheduler whose event loop is held up (a dashboard tab polling /status
+        while it closes) is left to end with this process, saying so, instead of holding the exit for minutes."""
         if not self._begun:  # never started: the events held are for a page that never was
             with self._begin_lock:
                 self._begin_later = None
             return
+        closing = threading.Thread(target=self._close, name="dask-close", daemon=True)
+        closing.start()
+        try:
+            closing.join(timeout)
+        except KeyboardInterrupt:  # the operator will not wait for it either
+            self._abandon()
+            raise
+        if closing.is_alive():
+            runlog.note(self._left_behind(timeout))
+            self._abandon()
+
+    def _abandon(self) -> None:
+        """A cluster left closing is not waited on at exit either (Dask's exit hook would give it another 10 s)."""
+        if self.cluster is not None:
+            from distributed.deploy.spec import SpecCluster
+
+            SpecCluster._instances.discard(self.cluster)
+
+    def _left_behind(self, timeout: float) -> str:
+        starting = self._workers_start is not None and not self._workers_up.is_set()
+        what = "its scheduler" if self.cluster is not None else "the client's connection to the scheduler"
+        if starting:
+            what += f" and {self._n_workers} worker process(es) still starting"
+        return (
+            f"note: the Dask cluster did not close within {timeout:.0f} s (its event loop is held up, e.g. by a "
+            f"dashboard page polling it): {what} left to stop when this process exits; the run's work and its state "
+            "are complete and on disk"
+        )
+
+    def _close(self) -> None:
         self._ready.wait()
-        if self._workers_start is not None:
-            self._workers_start.join()
         if self._client is not None:
             with contextlib.suppress(Exception):  # the page shows what ran here; a scheduler gone shows nothing
                 self.publish_held_events()
@@ -704,7 +771,21 @@ class DaskEngine:
                 from migrate.watch.worker_logs import ForwardWorkerLogs
 
                 self.client.unregister_worker_plugin(ForwardWorkerLogs.name)
-        if self._client is not None:
+        with contextlib.suppress(Exception):
             self._client.close()
         if self.cluster is not None:
+            self._stop_starting_workers()
             self.cluster.close()
+
+    def _stop_starting_workers(self) -> None:
+        """Workers still starting when the run is over are not waited for: a LocalCluster's close awaits each
+        nanny's start, which awaits its worker process (a worker held up in its start held close as long). The worker
+        processes this engine asked for that have not joined its scheduler are ended (SIGTERM), so that those starts
+        fail at once; no call is left to be told. (Dask's cluster lists a worker only once it has started: they are
+        found among this process's children, by the name Dask's nanny gives them.)"""
+        if self._workers_up.is_set() or self.cluster is None:
+            return
+        joined = {ws.pid for ws in self.cluster.scheduler.workers.values()}
+        for pid in _worker_processes() - self._others_workers - joined:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGTERM)
