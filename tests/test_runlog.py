@@ -84,7 +84,13 @@ def test_without_a_terminal_a_line_every_interval_with_bytes_rate_eta_and_failur
     progress.tick()
     assert len(out.lines) == 2 and out.lines[1].endswith(", 1 failed") and "2 of 4 segments" in out.lines[1]
     progress.__exit__(None, None, None)
-    assert out.lines[-1].startswith("finished: ") and out.rewrites == [] and out.file == []
+    # a segment failed: the last line says the run ended, with what was converted, not "finished"
+    assert (
+        out.lines[-1].startswith("ended: ")
+        and " converted (" in out.lines[-1]
+        and out.rewrites == []
+        and out.file == []
+    )
 
 
 def test_on_a_terminal_the_line_is_rewritten_and_the_run_log_gets_one_every_interval(plan):
@@ -250,3 +256,15 @@ def test_verbs_that_convert_nothing_offer_no_engine_choice(verb):
     options = {o for a in subcommands()[verb]._actions for o in a.option_strings}
     assert not options & {"--engine", "--workers", "--dashboard-address", "--master"}
     assert "--plan" in options and "--scheduler" in options  # a plan's remote log dirs are reached through Dask
+
+
+def test_an_interrupted_run_does_not_end_finished_100_percent(plan):
+    clock, out = Clock(), Recorder()
+    progress = Progress(plan, out, interval=5.0, clock=clock)
+    progress.stage("convert")
+    progress.segment(outcome(plan, "gzip-v0-0", 0))
+    clock.now += 1
+    progress.__exit__(KeyboardInterrupt, KeyboardInterrupt(), None)
+    last = out.lines[-1]
+    assert last.startswith("interrupted: ") and "1 of 4 segments" in last and "(100%)" not in last, last
+    assert "ETA" not in last  # nothing is coming

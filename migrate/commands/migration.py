@@ -28,6 +28,7 @@ from migrate.model.plan_tree import (
     Plan,
     PlanForm,
 )
+from migrate.model.run_state import LogDirPhase, PartitionState, SegmentState
 from migrate.model.stage_reports import ExecuteReport, LiveCheck
 from migrate.planning.plan import build_plan, form_for, write_plan
 from migrate.planning.request import PlanRequest
@@ -375,10 +376,16 @@ def _replica_peers(args: argparse.Namespace, plan: Plan) -> tuple[LogDirPlan, ..
 def execute_text(report_: ExecuteReport, plan_path: str, summary_lines: list[str] | None = None) -> str:
     t = report_.totals
     growth = f" ({(t.bytes_out - t.bytes_in) / t.bytes_in:+.0%})" if t.bytes_in else ""
+    # a skipped segment was done by an earlier run, or left because its partition failed or the run stopped: those
+    # left are the ones still planned after the run
+    left = sum(p.segments.get(SegmentState.PLANNED.value, 0) for d in report_.log_dirs for p in d.partitions)
+    earlier = max(0, t.skipped - left)
+    counts = [f"{t.verified} segments converted and verified"]
+    counts += [f"{earlier} done by an earlier run"] if earlier else []
+    counts += [f"{left} not attempted (their partition failed or the run stopped)"] if left else []
     lines = [
-        f"plan {report_.plan_id}: {t.verified} segments converted and verified, {t.skipped} already done or skipped, "
-        f"{t.refused} refused, {t.failed} failed; {t.records} records, {human_bytes(t.bytes_in)} -> "
-        f"{human_bytes(t.bytes_out)}{growth}"
+        f"plan {report_.plan_id}: {', '.join(counts)}, {t.refused} refused, {t.failed} failed; {t.records} records, "
+        f"{human_bytes(t.bytes_in)} -> {human_bytes(t.bytes_out)}{growth}"
     ]
     if report_.accelerator and report_.accelerator != "active":
         lines.append(
@@ -430,11 +437,18 @@ def execute_text(report_: ExecuteReport, plan_path: str, summary_lines: list[str
             f"above, then run `execute --plan {plan_path}` again to finish, or `rollback --plan {plan_path}`."
         )
     else:
-        left = len(report_.unmigrated)
+        unmigrated = len(report_.unmigrated)
+        swapped = any(p.state == PartitionState.MIGRATED for d in report_.log_dirs for p in d.partitions)
+        what = [f"{unmigrated} planned partition(s)"] if unmigrated else []
+        what += ["the log dirs with errors above"] if report_.errors else []
+        undo = (
+            f", or `rollback --plan {plan_path}` to put back the partitions it migrated"
+            if swapped
+            else " (no partition was swapped: the log dirs hold their originals, nothing to roll back)"
+        )
         lines.append(
-            f"Not migrated: {left} planned partition(s){' and log dirs with errors' if report_.errors else ''}. Every "
-            "partition is wholly old or wholly new. Fix the causes above and run "
-            f"`execute --plan {plan_path}` again (it continues with what remains), or `rollback --plan {plan_path}`. "
+            f"Not migrated: {' and '.join(what) or 'nothing'}. Every partition is wholly old or wholly new. Fix the "
+            f"causes above and run `execute --plan {plan_path}` again (it continues with what remains){undo}. "
             f"{report_cmd}."
         )
     return "\n".join(lines)
@@ -462,8 +476,18 @@ def cutover_lines(report_: ExecuteReport) -> list[str]:
     return lines
 
 
-def verify_lines(c: LiveCheck) -> list[str]:
-    """One log dir's verify for an operator: its verdict first, then every file behind it."""
+PHASE_TEXT = {
+    LogDirPhase.NEW: "not executed yet",
+    LogDirPhase.EXECUTING: "partly migrated (the originals are kept)",
+    LogDirPhase.MIGRATED: "migrated, its originals kept until finalize",
+    LogDirPhase.ROLLING_BACK: "being rolled back",
+    LogDirPhase.ROLLED_BACK: "rolled back",
+    LogDirPhase.FINALIZED: "finalized (its originals deleted)",
+}
+
+
+def verify_lines(c: LiveCheck, plan_path: str = "PLAN") -> list[str]:
+    """One log dir's verify for an operator: its verdict first, then every file behind it, then what to do."""
     if c.problems:
         verdict = f"DIFFERENCES: {len(c.problems)} converted file(s) are not what was swapped in"
     elif c.by_broker:
@@ -473,7 +497,10 @@ def verify_lines(c: LiveCheck) -> list[str]:
         )
     else:
         verdict = "OK: every converted segment is exact"
-    lines = [f"{c.log_dir}: {verdict}; {c.checked_segments} converted segments read back whole ({c.phase.value})"]
+    lines = [
+        f"{c.log_dir}: {verdict}; {c.checked_segments} converted segments read back whole; the log dir is "
+        f"{PHASE_TEXT.get(c.phase, c.phase.value)}"
+    ]
     lines += [f"  differs: {p}" for p in c.problems]
     lines += [f"  by the broker: {p}" for p in c.by_broker]
     if c.metadata_only:
@@ -485,6 +512,14 @@ def verify_lines(c: LiveCheck) -> list[str]:
         lines.append(f"  {len(c.unmigrated)} planned partitions are not migrated, e.g. {c.unmigrated[0]}")
     if c.history and c.phase.value in ("finalized", "rolled-back"):
         lines.append(f"  history: {c.history[-1]}")
+    if c.problems and c.phase in (LogDirPhase.EXECUTING, LogDirPhase.MIGRATED):
+        lines.append(
+            "  next: the originals are kept until finalize: find what wrote to these files (stop the broker), then "
+            f"`kafka-log-migrate rollback --plan {plan_path}` puts every original back (a damaged converted file "
+            "does not block it); finalize refuses while this verify stands"
+        )
+    elif c.problems and c.phase == LogDirPhase.FINALIZED:
+        lines.append("  next: the originals were deleted by finalize: restore the partitions above from a replica")
     return lines
 
 
@@ -499,7 +534,7 @@ def run_verify(args: argparse.Namespace) -> int:
         engine.close()
     lines = []
     for c in report.log_dirs:
-        lines += verify_lines(c)
+        lines += verify_lines(c, args.plan)
     lines += [f"error: {e.message}" for e in report.errors]
     result(to_json(report), args.json, "\n".join(lines), page=True)
     if report.errors:

@@ -19,6 +19,7 @@ from migrate.prestage.replicas import DifferenceKind, StagedReplicaCheck, compar
 from migrate.units import human_bytes, parse_data_bytes
 
 EXIT_USAGE = 2
+EXIT_ABORTED = 6  # stopped by the operator's abort file
 DEFAULT_RATE = "50MB"
 DEFAULT_MIN_FREE = "10%"
 
@@ -86,7 +87,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "only when the broker wants none; may starve behind a busy broker); normal: as started",
     )
     p.add_argument("--pause-file", help="while this file exists, no I/O (looked at several times a second)")
-    p.add_argument("--abort-file", help="when this file appears, stop: the segment in progress is discarded")
+    p.add_argument(
+        "--abort-file",
+        help="when this file appears, stop: the segment in progress is discarded, what was staged before stays "
+        "(exit 6)",
+    )
     g = p.add_argument_group("conversion options (as for plan: staging is used only when plan's options are equal)")
     add_conversion_options(g)
     p.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -138,6 +143,8 @@ def run(args: argparse.Namespace) -> int:
     report = run_prestage(request, controls, on_pass=lambda p: None if args.json else note(pass_text(p, controls)))
     body = to_json(dataclasses.asdict(report)) | {"window_totals": controls.window_totals(), "ok": report.ok}
     emit(body, args.json, summary_text(report, controls))
+    if report.aborted:  # the operator's own stop, not a failure: what was staged before it stays whole
+        return EXIT_ABORTED
     return 0 if report.ok else 1
 
 

@@ -34,7 +34,8 @@ def run(args: argparse.Namespace) -> int:
     lines = []
     for broker in report["brokers"]:
         for d in broker["logDirs"]:
-            lines.append(f"log dir {d['logDir']} (broker {broker['broker']}): {d['error'] or ''}")
+            who = f" (broker {broker['broker']})" if broker["broker"] is not None else ""
+            lines.append(f"log dir {d['logDir']}{who}" + (f": {d['error']}" if d["error"] else ""))
             lines += [f"  warning: {w}" for w in d.get("warnings", [])]
             for p in d["partitions"]:
                 state = "v2-only" if p["v2Only"] else "LEGACY"

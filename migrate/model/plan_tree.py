@@ -549,7 +549,10 @@ def load_plan_json(text: str, source: str = "plan", id_of: Callable[[Plan], str]
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ModelError(f"{source}: not JSON ({exc})") from exc
+        raise ModelError(
+            f"{source}: not JSON ({exc}): the file is cut short or was edited; write it again with "
+            "`kafka-log-migrate plan`"
+        ) from exc
     if isinstance(data, dict) and data.get("version") != PLAN_VERSION:
         raise ModelError(
             f"{source}: plan version {data.get('version')!r}; this kafka-log-migrate reads version {PLAN_VERSION}. "

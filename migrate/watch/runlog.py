@@ -41,6 +41,7 @@ from migrate.model.plan_columns import SegmentRows
 from migrate.model.plan_tree import PartitionPlan, Plan, SegmentPlan
 from migrate.model.run_state import RangeProgress, SegmentOutcome, Stage
 from migrate.model.stage_reports import ConvertTaskResult
+from migrate.pipes import silence_stdout
 from migrate.units import human_bytes
 from migrate.watch.events import plan_event, segment_event
 from migrate.watch.tally import RunProgress
@@ -76,7 +77,15 @@ def emit(text: str) -> None:
     if _current is not None:
         _current.emit(text)
     else:
-        print(text, flush=True)
+        _print_result(text, sys.stdout)
+
+
+def _print_result(text: str, stdout: TextIO) -> None:
+    """A reader of stdout that goes away (``| head``) loses the rest of the result, not the verb's exit code."""
+    try:
+        print(text, file=stdout, flush=True)
+    except BrokenPipeError:
+        silence_stdout()
 
 
 def stamp(at: float | None = None) -> str:
@@ -163,8 +172,8 @@ class RunLog:
         self.write(message)
 
     def emit(self, text: str) -> None:
-        print(text, file=self.stdout, flush=True)
         self.write(text)
+        _print_result(text, self.stdout)
 
     def rewrite(self, line: str, final: bool = False) -> None:
         """A terminal's progress line, rewritten in place (the file gets ``note``'s lines, less often)."""
@@ -384,28 +393,36 @@ class Progress:
                 self.fold.throughput.begin(self.clock())  # the rate is the conversion's, not the engine's start-up's
             self.stage_name = name
 
-    def line(self, now: float | None = None) -> str:
+    def line(self, now: float | None = None, ending: str | None = None) -> str:
+        """The progress line; ``ending``: the last line's first word, where the run did not finish cleanly
+        ("interrupted", "stopped", "ended"): its bytes and share are then those converted, failed segments apart, so
+        that a run that failed or was cut short never reads "(100%)"."""
         now = self.clock() if now is None else now
         with self._lock:
             totals = self.fold.sum()
             rate = self.fold.rate(now)
             eta = self.fold.eta(now) if totals.pending.bytes else 0.0
         total, done = totals.planned.bytes, totals.finished.bytes
+        if ending is not None:
+            done -= totals.failed.bytes
         share = done / total if total else 1.0
+        head = ending or self.stage_name or "starting"
+        what = " converted" if ending is not None else ""
+        timing = "" if ending is not None else f", {'ETA unknown' if eta is None else f'ETA {human_seconds(eta)}'}"
         return (
-            f"{self.stage_name or 'starting'}: {human_bytes(done)} of {human_bytes(total)} "
-            f"({share:.0%}), {totals.finished.segments} of {self.total_segments} segments, {rate / 1e6:.1f} MB/s, "
-            f"{'ETA unknown' if eta is None else f'ETA {human_seconds(eta)}'}, {totals.failed.segments} failed"
+            f"{head}: {human_bytes(done)} of {human_bytes(total)}{what} ({_share(share)}), "
+            f"{totals.finished.segments} of {self.total_segments} segments, {rate / 1e6:.1f} MB/s{timing}, "
+            f"{totals.failed.segments} failed"
         )
 
-    def tick(self, final: bool = False) -> None:
+    def tick(self, final: bool = False, ending: str | None = None) -> None:
         """Show the line: on a terminal at every tick; as a line of its own (in the run log too) every ``interval``
         seconds, and once more at the end."""
         now = self.clock()
         due = final or now - self.last_line >= self.interval
         if not (due or self.tty):
             return
-        line = self.line(now)
+        line = self.line(now, ending)
         if self.tty:
             self.out.rewrite(line, final)
         if due:
@@ -425,12 +442,21 @@ class Progress:
         self._thread.start()
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
+        if exc is not None:
+            ending: str | None = "interrupted" if isinstance(exc, KeyboardInterrupt) else "stopped"
+        else:
+            ending = "ended" if self.fold.sum().failed.segments else None
         self.stage("finished")
-        self.tick(final=True)
+        self.tick(final=True, ending=ending)
+
+
+def _share(share: float) -> str:
+    """A share as a whole percentage that says 100% only when all of it is there (99.6% is "99%")."""
+    return "99%" if 0.995 <= share < 1.0 else f"{share:.0%}"
 
 
 def result(data: Any, as_json: bool, text: str, page: bool = False) -> None:
