@@ -4,6 +4,7 @@ alone and unexpected errors' tracebacks in the run log; and every verb's --help.
 from __future__ import annotations
 
 import argparse
+import io
 import re
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from migrate.model.plan_tree import Plan
 from migrate.model.run_state import Outcome, SegmentOutcome
 from migrate.planning.plan import build_plan, load_plan
 from migrate.planning.request import PlanRequest
-from migrate.watch.runlog import Progress, human_seconds
+from migrate.watch.runlog import Progress, RunLog, human_seconds, run_log_path
 
 STAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z ")
 
@@ -268,3 +269,21 @@ def test_an_interrupted_run_does_not_end_finished_100_percent(plan):
     last = out.lines[-1]
     assert last.startswith("interrupted: ") and "1 of 4 segments" in last and "(100%)" not in last, last
     assert "ETA" not in last  # nothing is coming
+
+
+def test_two_runs_started_in_the_same_second_write_their_own_run_logs(tmp_path):
+    plan = tmp_path / "plan.json"
+    same_second = 1_800_000_000.25
+    first = RunLog(run_log_path(plan, "execute", at=same_second), "execute", stdout=io.StringIO(), stderr=io.StringIO())
+    second = RunLog(
+        run_log_path(plan, "execute", at=same_second), "execute", stdout=io.StringIO(), stderr=io.StringIO()
+    )
+    with first:
+        with second:  # a second execute while the first still runs (its lock refuses it: its refusal is logged)
+            second.note("refused: another run holds the lock")
+        first.note("converting")
+    assert first.path != second.path and first.path.parent == second.path.parent
+    assert first.path.name == "execute-20270115T080000Z.log" and second.path.name == "execute-20270115T080000Z-2.log"
+    ours, theirs = first.path.read_text(), second.path.read_text()
+    assert "converting" in ours and "refused" not in ours
+    assert "refused: another run holds the lock" in theirs and "converting" not in theirs

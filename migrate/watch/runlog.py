@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+import os
 import shutil
 import sys
 import threading
@@ -94,8 +95,22 @@ def stamp(at: float | None = None) -> str:
 
 
 def run_log_path(plan_path: str | Path, verb: str, at: float | None = None) -> Path:
+    """``<plan>.logs/<verb>-<UTC second>.log``: the name a run's log is opened under first (``open_run_log``)."""
     at = time.time() if at is None else at
     return Path(f"{plan_path}.logs") / f"{verb}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(at))}.log"
+
+
+def open_run_log(path: Path) -> tuple[Path, TextIO]:
+    """A file of this run's own: ``path``, or where another run took it in the same second, ``<name>-2.log``,
+    ``-3``, ... Each is created exclusively (O_EXCL), so two runs never write into one file, interleaved."""
+    for n in range(1, 10_000):
+        candidate = path if n == 1 else path.with_name(f"{path.stem}-{n}{path.suffix}")
+        try:
+            fd = os.open(candidate, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+        except FileExistsError:
+            continue
+        return candidate, open(fd, "a", encoding="utf-8")
+    raise MigrateError(f"{path.parent}: 10,000 run logs named {path.stem}-N: remove old ones")
 
 
 def _captured_names() -> list[str]:
@@ -186,7 +201,7 @@ class RunLog:
     def __enter__(self) -> RunLog:
         global _current
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = open(self.path, "a", encoding="utf-8")
+        self.path, self._file = open_run_log(self.path)
         self.write(f"kafka-log-migrate {' '.join(self.argv)} (version {__version__})")
         self.take_over_loggers()
         logging.getLogger("migrate").setLevel(logging.INFO)
