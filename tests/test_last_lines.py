@@ -5,6 +5,7 @@ usage error, a truncated plan, a log dir without meta.properties."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -118,3 +119,18 @@ def test_a_refusal_names_its_log_dir_once(tmp_path, capsys):
     assert main(["finalize", "--plan", str(path)]) == 1
     (error,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("error: ")]
     assert error.startswith(f"error: {log_dir}: refusing to finalize") and error.count(str(log_dir)) == 2, error
+
+
+def test_scan_sizes_are_human_and_its_columns_fit_a_long_topic_name(tmp_path, capsys):
+    """Sizes as every verb prints them (not v0:61200000B beside 378.0 MB), in columns as wide as their content."""
+    log_dir = make_broker_logdir(tmp_path, partitions=PARTITIONS)
+    long_name = "orders.eu-west-1.payments.settlement.v2.dead-letter-queue.retry-7-0"
+    (log_dir / "gzip-v0-0").rename(log_dir / long_name)
+    assert main(["scan", "--log-dirs", str(log_dir)]) == 4
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith("  ") and ("LEGACY" in line or "v2-only" in line)]
+    assert len(rows) == len(PARTITIONS), out
+    state_column = {line.index("LEGACY") if "LEGACY" in line else line.index("v2-only") for line in rows}
+    assert len(state_column) == 1 and state_column.pop() > len(long_name), out  # one column, after the long name
+    assert not re.search(r"v\d:\d+B", out) and re.search(r"LEGACY +v0 \d+\.\d KB", out), out
+    assert re.search(r"with legacy data \(\d+\.\d KB\)$", out.splitlines()[-1]), out

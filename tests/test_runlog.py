@@ -17,7 +17,8 @@ from migrate.model.plan_tree import Plan
 from migrate.model.run_state import Outcome, SegmentOutcome
 from migrate.planning.plan import build_plan, load_plan
 from migrate.planning.request import PlanRequest
-from migrate.watch.runlog import Progress, RunLog, human_seconds, run_log_path
+from migrate.units import human_rate, human_seconds
+from migrate.watch.runlog import Progress, RunLog, run_log_path
 
 STAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z ")
 
@@ -74,7 +75,7 @@ def test_without_a_terminal_a_line_every_interval_with_bytes_rate_eta_and_failur
     rate = first / 2
     assert out.lines == [
         f"convert: {first / 1000:.1f} KB of {total / 1000:.1f} KB ({first / total:.0%}), 1 of 4 segments, "
-        f"{rate / 1e6:.1f} MB/s, ETA {round((total - first) / rate)} s, 0 failed"
+        f"{human_rate(rate)}, ETA {human_seconds((total - first) / rate)}, 0 failed"
     ]
     clock.now += 4
     progress.segment(outcome(plan, "gzip-v0-0", 1, Outcome.REFUSED))
@@ -129,7 +130,7 @@ def test_the_line_says_the_bytes_rate_and_eta_the_migration_page_says(plan):
     assert progress.done_bytes == plan.estimates.bytes - totals.pending.bytes
     assert progress.done_segments == 3 and totals.failed.segments == 1
     assert page.rate() > 0
-    assert f"{page.rate() / 1e6:.1f} MB/s, ETA {human_seconds(page.eta())}, 1 failed" in progress.line()
+    assert f"{human_rate(page.rate())}, ETA {human_seconds(page.eta())}, 1 failed" in progress.line()
 
 
 def run_log_of(err: str) -> Path:

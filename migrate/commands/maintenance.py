@@ -12,6 +12,7 @@ from migrate.engines.watched import WatchedEngine
 from migrate.model.cluster_manifest import Verb
 from migrate.model.run_state import LogDirPhase, LogDirStatus
 from migrate.model.stage_reports import StageError
+from migrate.reports.columns import aligned
 from migrate.watch.runlog import result
 
 
@@ -65,11 +66,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def status_lines(d: LogDirStatus, every: bool, plan_path: str = "PLAN") -> list[str]:
     counts = ", ".join(f"{n} {s}" for s, n in sorted(d.counts.items()))
-    lines = [f"{d.log_dir}: {d.phase.value}{' (fence up)' if d.fence_up else ''}: {counts}"]
+    fence = " (fence up)" if d.fence_up else ""
+    lines = [f"{d.log_dir}: {d.phase.description}{fence}; {len(d.partitions)} planned partition(s): {counts}"]
     shown = d.partitions if every else d.unmigrated
-    for p in shown:
-        why = f"  {p.problem.message}" if p.problem else ""
-        lines.append(f"  {p.partition:<40} {p.state.value}{why}")
+    lines += aligned([(p.partition, p.state.value, p.problem.message if p.problem else "") for p in shown])
     if d.history:
         lines.append(f"  last: {d.history[-1]}")
     lines += [f"  the files say otherwise: {r}" for r in d.reconciled]

@@ -32,6 +32,7 @@ from migrate.model.run_state import LogDirPhase, PartitionState, SegmentState
 from migrate.model.stage_reports import ExecuteReport, LiveCheck
 from migrate.planning.plan import build_plan, form_for, write_plan
 from migrate.planning.request import PlanRequest
+from migrate.reports.columns import aligned
 from migrate.units import human_bytes, parse_duration_ms, parse_memory_bytes
 from migrate.watch.runlog import Progress, note, output, result
 
@@ -398,9 +399,12 @@ def execute_text(report_: ExecuteReport, plan_path: str, summary_lines: list[str
             f"{d.log_dir}: {migrated} of {len(d.partitions)} partitions migrated; "
             f"fence {'UP' if d.fence_up else 'down'}"
         )
-        for p in d.unmigrated[:50]:
-            why = f": {p.problem.message}" if p.problem else ""
-            lines.append(f"  {p.state.value.upper():<12} {p.partition}{why}")
+        lines += aligned(
+            [
+                (p.state.value.upper(), p.partition + (f": {p.problem.message}" if p.problem else ""))
+                for p in d.unmigrated[:50]
+            ]
+        )
         if len(d.unmigrated) > 50:
             lines.append(f"  ... and {len(d.unmigrated) - 50} more (`status --plan {plan_path}` lists them all)")
     for e in report_.errors:
@@ -476,16 +480,6 @@ def cutover_lines(report_: ExecuteReport) -> list[str]:
     return lines
 
 
-PHASE_TEXT = {
-    LogDirPhase.NEW: "not executed yet",
-    LogDirPhase.EXECUTING: "partly migrated (the originals are kept)",
-    LogDirPhase.MIGRATED: "migrated, its originals kept until finalize",
-    LogDirPhase.ROLLING_BACK: "being rolled back",
-    LogDirPhase.ROLLED_BACK: "rolled back",
-    LogDirPhase.FINALIZED: "finalized (its originals deleted)",
-}
-
-
 def verify_lines(c: LiveCheck, plan_path: str = "PLAN") -> list[str]:
     """One log dir's verify for an operator: its verdict first, then every file behind it, then what to do."""
     if c.problems:
@@ -499,7 +493,7 @@ def verify_lines(c: LiveCheck, plan_path: str = "PLAN") -> list[str]:
         verdict = "OK: every converted segment is exact"
     lines = [
         f"{c.log_dir}: {verdict}; {c.checked_segments} converted segments read back whole; the log dir is "
-        f"{PHASE_TEXT.get(c.phase, c.phase.value)}"
+        f"{c.phase.description}"
     ]
     lines += [f"  differs: {p}" for p in c.problems]
     lines += [f"  by the broker: {p}" for p in c.by_broker]

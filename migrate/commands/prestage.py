@@ -16,7 +16,7 @@ from migrate.prestage.controls import DEFAULT_WINDOW_SECONDS, Controls, ControlS
 from migrate.prestage.passes import PassReport, PrestageReport, PrestageRequest, run_prestage
 from migrate.prestage.priority import Priority, take_priority
 from migrate.prestage.replicas import DifferenceKind, StagedReplicaCheck, compare_staged
-from migrate.units import human_bytes, parse_data_bytes
+from migrate.units import human_bytes, human_rate, parse_data_bytes
 
 EXIT_USAGE = 2
 EXIT_ABORTED = 6  # stopped by the operator's abort file
@@ -257,7 +257,7 @@ def pass_text(done: PassReport, controls: Controls) -> str:
     rate = done.io_bytes / done.seconds if done.seconds else 0.0
     lines.append(
         f"pass {done.number}: {human_bytes(done.io_bytes)} read and written in {done.seconds:.1f} s "
-        f"({human_bytes(rate)}/s)"
+        f"({human_rate(rate)})"
     )
     return "\n".join(lines)
 

@@ -33,7 +33,7 @@ from migrate.model.plan_tree import Plan
 from migrate.model.run_state import EventKind, Problem, SegmentState, Stage
 from migrate.run.state import ResultColumns, StateHealth, StateStore
 from migrate.run.workspace import durable_file
-from migrate.units import human_bytes
+from migrate.units import human_bytes, human_rate, human_seconds
 
 SEGMENT_EVENTS = (
     EventKind.SEGMENT_VERIFIED,
@@ -579,7 +579,7 @@ def summary_lines(summary: Summary) -> list[str]:
         f"  partitions: {summary.partitions} planned ({parts})",
         f"  bytes:      {human_bytes(summary.bytes_before)} before, {human_bytes(summary.bytes_after)} after "
         f"({growth_text(summary)}); {summary.records} records",
-        f"  duration:   {summary.duration_seconds:.1f} s, {summary.throughput / 1e6:.1f} MB/s",
+        f"  duration:   {human_seconds(summary.duration_seconds)}, {human_rate(summary.throughput)}",
         f"  timestamps: {summary.mtime_partitions} partition(s) received the segment mtime as timestamps",
         f"  failures:   {len(summary.failures)}",
     ]

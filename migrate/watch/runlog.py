@@ -43,7 +43,7 @@ from migrate.model.plan_tree import PartitionPlan, Plan, SegmentPlan
 from migrate.model.run_state import RangeProgress, SegmentOutcome, Stage
 from migrate.model.stage_reports import ConvertTaskResult
 from migrate.pipes import silence_stdout
-from migrate.units import human_bytes
+from migrate.units import human_bytes, human_rate, human_seconds
 from migrate.watch.events import plan_event, segment_event
 from migrate.watch.tally import RunProgress
 
@@ -252,15 +252,6 @@ class RunLog:
 # --- progress ---------------------------------------------------------------------------------------------------
 
 
-def human_seconds(s: float) -> str:
-    s = round(s)
-    if s >= 3600:
-        return f"{s // 3600} h {s % 3600 // 60:02d} min"
-    if s >= 60:
-        return f"{s // 60} min {s % 60:02d} s"
-    return f"{s} s"
-
-
 class ProgressOutput(Protocol):
     def note(self, message: str) -> None: ...  # a line of its own, on stderr and in the run log
 
@@ -426,7 +417,7 @@ class Progress:
         timing = "" if ending is not None else f", {'ETA unknown' if eta is None else f'ETA {human_seconds(eta)}'}"
         return (
             f"{head}: {human_bytes(done)} of {human_bytes(total)}{what} ({_share(share)}), "
-            f"{totals.finished.segments} of {self.total_segments} segments, {rate / 1e6:.1f} MB/s{timing}, "
+            f"{totals.finished.segments} of {self.total_segments} segments, {human_rate(rate)}{timing}, "
             f"{totals.failed.segments} failed"
         )
 
