@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import calendar
 import dataclasses
 import sys
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -33,7 +35,7 @@ from migrate.model.stage_reports import ExecuteReport, LiveCheck
 from migrate.planning.plan import build_plan, form_for, write_plan
 from migrate.planning.request import PlanRequest
 from migrate.reports.columns import aligned
-from migrate.units import human_bytes, parse_duration_ms, parse_memory_bytes
+from migrate.units import human_bytes, human_seconds, parse_duration_ms, parse_memory_bytes
 from migrate.watch.runlog import Progress, note, output, result
 
 EXIT_VERIFY_FAILED = 3
@@ -352,7 +354,8 @@ def run_execute(args: argparse.Namespace) -> int:
         body["summary"] = report.summary_json(summary)
     # the report before the engine closes: the run is over, and what closing a cluster costs (or a Ctrl-C while it
     # does) must not hold back nor replace the truth about the partitions
-    result(body, args.json, execute_text(outcome, args.plan, report.summary_lines(summary) if summary else []))
+    lines = report.summary_lines(summary, outcome.cutover) if summary else []
+    result(body, args.json, execute_text(outcome, args.plan, lines, planned_at=_planned_at(plan)))
     try:
         engine.close()
     except KeyboardInterrupt:
@@ -374,14 +377,25 @@ def _replica_peers(args: argparse.Namespace, plan: Plan) -> tuple[LogDirPlan, ..
     return tuple(d for d in load_plan(args.plan).log_dirs if d.key not in ours)
 
 
-def execute_text(report_: ExecuteReport, plan_path: str, summary_lines: list[str] | None = None) -> str:
+def _planned_at(plan: Plan) -> float | None:
+    """When the plan was written (its ``created``, to the second), seconds since 1970."""
+    try:
+        return calendar.timegm(time.strptime(plan.created, "%Y-%m-%dT%H:%M:%SZ"))
+    except ValueError:
+        return None
+
+
+def execute_text(
+    report_: ExecuteReport, plan_path: str, summary_lines: list[str] | None = None, planned_at: float | None = None
+) -> str:
     t = report_.totals
     growth = f" ({(t.bytes_out - t.bytes_in) / t.bytes_in:+.0%})" if t.bytes_in else ""
     # a skipped segment was done by an earlier run, or left because its partition failed or the run stopped: those
     # left are the ones still planned after the run
     left = sum(p.segments.get(SegmentState.PLANNED.value, 0) for d in report_.log_dirs for p in d.partitions)
     earlier = max(0, t.skipped - left)
-    counts = [f"{t.verified} segments converted and verified"]
+    taken = f" ({report_.cutover.staged_segments} of them by the pre-stage passes)" if report_.cutover else ""
+    counts = [f"{t.verified} segments converted and verified{taken}"]
     counts += [f"{earlier} done by an earlier run"] if earlier else []
     counts += [f"{left} not attempted (their partition failed or the run stopped)"] if left else []
     lines = [
@@ -422,7 +436,7 @@ def execute_text(report_: ExecuteReport, plan_path: str, summary_lines: list[str
             f"this run's: {u.reason}. The run of those brokers compares theirs with this one's (execute --brokers "
             "... --require-consistent-replicas fails a partition whose replicas differ)."
         )
-    lines += cutover_lines(report_)
+    lines += cutover_lines(report_, planned_at)
     lines += summary_lines or []
     mixed = [p.partition for d in report_.log_dirs for p in d.partitions if p.state.mixed]
     report_cmd = f"`kafka-log-migrate report --plan {plan_path}` writes the Parquet table and HTML report of the run"
@@ -458,8 +472,9 @@ def execute_text(report_: ExecuteReport, plan_path: str, summary_lines: list[str
     return "\n".join(lines)
 
 
-def cutover_lines(report_: ExecuteReport) -> list[str]:
-    """The window of a cut-over run, beside a cold run of the same data."""
+def cutover_lines(report_: ExecuteReport, planned_at: float | None = None) -> list[str]:
+    """The window of a cut-over run, beside a cold run of the same data. ``planned_at``: when the plan was written,
+    which tells the operator's own time between the broker's stop and ``plan`` apart from the tool's."""
     c = report_.cutover
     if c is None:
         return []
@@ -468,11 +483,19 @@ def cutover_lines(report_: ExecuteReport) -> list[str]:
         f"{c.window_segments} ({human_bytes(c.window_bytes)}) converted in the window",
     ]
     if c.window_seconds is not None:
+        before_plan = ""
+        if planned_at is not None and c.stopped_at is not None and planned_at >= c.stopped_at:
+            gap = min(planned_at - c.stopped_at, c.window_seconds)
+            before_plan = (
+                f", of which about {human_seconds(gap)} passed before `plan` wrote the plan (the stop to the plan, "
+                "and the plan's own reading; the review until execute comes after)"
+            )
         lines.append(
-            f"  window since the broker stopped: {c.window_seconds:.1f} s (this run: checks {c.checks_seconds:.1f} s, "
-            f"delta conversion {c.delta_seconds:.1f} s, swap {c.swap_seconds:.1f} s); these stages without "
-            f"pre-staging: about {c.cold_seconds:.1f} s (estimated from the passes' own times; a cold plan's read of "
-            "every segment comes on top)"
+            f"  window since the broker stopped: {human_seconds(c.window_seconds)}{before_plan}; this run: checks "
+            f"{human_seconds(c.checks_seconds)}, delta conversion {human_seconds(c.delta_seconds)}, swap "
+            f"{human_seconds(c.swap_seconds)}; these stages without pre-staging: about "
+            f"{human_seconds(c.cold_seconds)} (what was taken, at the lower of its pre-stage passes' measured "
+            "conversion and this window's rate; a cold plan's read of every segment comes on top)"
         )
     lines += [f"  converted anew instead of taken: {f}" for f in c.fallbacks[:20]]
     if len(c.fallbacks) > 20:

@@ -463,10 +463,15 @@ def render_rehearsal(report: dict[str, Any]) -> str:
                 b["broker"],
                 human_bytes(int(b["bytes"])),
                 human_seconds(float(b["window_seconds"])),
+                human_seconds(float(b["cutover_seconds"])) if b.get("cutover_seconds") is not None else "",
                 human_seconds(float(b["rollback_seconds"])) if b.get("rollback_seconds") is not None else "",
             ]
             for b in projection.get("brokers", [])
         ],
+        "rolling_cutover": human_seconds(float(projection["cluster_rolling_cutover_seconds"]))
+        if projection.get("cluster_rolling_cutover_seconds") is not None
+        else None,
+        "cutover_changed": projection.get("cutover_changed_fraction"),
         "caveats": projection.get("caveats", []),
         "events": report.get("events", []),
         "scroll_rows": SCROLL_ROWS,
