@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+import socket
 import threading
 import time
 import uuid
@@ -124,6 +125,7 @@ def execute(
         stage_seconds[stage.value] = round(now - clock, 3)
         clock = now
 
+    plan.refuse_if_planned_elsewhere(socket.gethostname())
     errors: list[StageError] = []
     with (
         RunLock(_local_log_dirs(plan), plan.plan_id, "execute"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import calendar
 import dataclasses
+import socket
 import sys
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -328,6 +329,7 @@ def run_execute(args: argparse.Namespace) -> int:
     if (code := run_manifest_verb(args, Verb.EXECUTE)) is not None:
         return code
     plan = load_plan_for(args)
+    plan.refuse_if_planned_elsewhere(socket.gethostname())  # before an engine starts (pipeline.execute checks too)
     progress = Progress(plan, output(), tty=sys.stderr.isatty())
     engine, accelerator = make_engine(args, on_segment=progress.segment, plan=plan)
     watched = WatchedEngine(engine, progress)

@@ -452,6 +452,8 @@ class Progress:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
+        if exc is not None and not isinstance(exc, KeyboardInterrupt) and not self.done_segments:
+            return  # refused before any work (the error says why): a line of zeros would add nothing
         if exc is not None:
             ending: str | None = "interrupted" if isinstance(exc, KeyboardInterrupt) else "stopped"
         else:
