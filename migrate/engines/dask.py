@@ -267,6 +267,7 @@ class DaskEngine:
         self.cluster: LocalCluster | None = None
         self._dashboard_asked = dashboard
         self._told_ready = False
+        self._publish_lock = threading.Lock()
         self._client: Client | None = None
         self._dashboard_address = dashboard_address
         self._on_segment = on_segment
@@ -416,8 +417,10 @@ class DaskEngine:
     def _tell_ready(self) -> None:
         """``on_ready``, once, when the cluster answers; in the caller's thread, so that what it prints comes before
         what the caller does next."""
-        if not self._told_ready and self._client is not None and self._on_ready is not None:
-            self._told_ready = True
+        if self._told_ready or self._client is None:
+            return
+        self._told_ready = True
+        if self._on_ready is not None:
             self._on_ready(self)
 
     def start_workers(self, wait: bool = False) -> None:
@@ -515,6 +518,9 @@ class DaskEngine:
             # whole run, not only after it (the workers still start in the background)
             self._ready.wait()
             self._tell_ready()
+            if self._client is not None:  # the plan's totals on the page before its first byte is converted
+                for plan in {call.plan.plan_id: call.plan for call in calls if call.plan is not None}.values():
+                    self._announce(plan)
         if self._driver_works and self.run_here_while_starting:
             return self._share(stage, fn, calls, fold)
         out: list[CallResult | None] = [None] * len(calls)
@@ -559,6 +565,8 @@ class DaskEngine:
             feeder.start()
         while (i := take()) is not None:
             out[i] = _kept(fold, i, self._run_here(stage, fn, calls[i]))
+            if self._told_ready:  # the page the operator was pointed at follows the driver's calls as they end
+                self.publish_held_events()
         if feeder is not None:
             feeder.join()
         if failure and any(r is None for r in out):
@@ -665,12 +673,13 @@ class DaskEngine:
     def publish_held_events(self) -> None:
         """The events of the calls that ran here, on the scheduler's page (waits for the scheduler to answer; every
         map does it once the scheduler is up, and close does it)."""
-        for plan in list(self._plans_run_here.values()):  # the driver may be adding one (``_share``)
-            self._announce(plan)
-            self._plans_run_here.pop(plan.plan_id, None)
-        while self._held_events:
-            topic, event = self._held_events.pop(0)
-            self.client.log_event(topic, event)
+        with self._publish_lock:  # the driver and the feeder both publish (``_share``), in the order they happened
+            for plan in list(self._plans_run_here.values()):  # the driver may be adding one (``_share``)
+                self._announce(plan)
+                self._plans_run_here.pop(plan.plan_id, None)
+            while self._held_events:
+                topic, event = self._held_events.pop(0)
+                self.client.log_event(topic, event)
 
     def _submit_one(self, stage: Stage, fn: Callable[..., Any], call: StageCall, position: int) -> Any:
         """One call as a task on a worker: pinned to its host where it has one, never retried (a stage's failure is
