@@ -16,7 +16,7 @@ from migrate.prestage.controls import DEFAULT_WINDOW_SECONDS, Controls, ControlS
 from migrate.prestage.passes import PassReport, PrestageReport, PrestageRequest, run_prestage
 from migrate.prestage.priority import Priority, take_priority
 from migrate.prestage.replicas import DifferenceKind, StagedReplicaCheck, compare_staged
-from migrate.units import human_bytes, human_rate, parse_data_bytes
+from migrate.units import human_bytes, human_rate, human_seconds, parse_data_bytes
 
 EXIT_USAGE = 2
 EXIT_ABORTED = 6  # stopped by the operator's abort file
@@ -256,7 +256,7 @@ def pass_text(done: PassReport, controls: Controls) -> str:
             lines.append(f"  left alone: and {len(d.left_alone) - 20} more (--json lists them all)")
     rate = done.io_bytes / done.seconds if done.seconds else 0.0
     lines.append(
-        f"pass {done.number}: {human_bytes(done.io_bytes)} read and written in {done.seconds:.1f} s "
+        f"pass {done.number}: {human_bytes(done.io_bytes)} read and written in {human_seconds(done.seconds)} "
         f"({human_rate(rate)})"
     )
     return "\n".join(lines)
@@ -270,7 +270,7 @@ def summary_text(report: PrestageReport, controls: Controls) -> str:
     limit = f" (limit {human_bytes(controls.rate * controls.window_seconds)})" if controls.rate else ""
     lines.append(
         f"{len(report.passes)} pass(es); at most {human_bytes(report.max_window_bytes)} read and written in any "
-        f"{controls.window_seconds:g} s window{limit}; paused {controls.paused_seconds:.1f} s"
+        f"{controls.window_seconds:g} s window{limit}; paused {human_seconds(controls.paused_seconds)}"
     )
     if last is not None:
         state = "not at the threshold" if last.left_bytes else "everything closed is staged"

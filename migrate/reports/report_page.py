@@ -262,7 +262,9 @@ def render_html(table: pa.Table, summary: Summary | None = None) -> str:
     partitions = _group(table, ["log_dir", "partition_dir"])
     stamped = [r for r in partitions if r["mtime_timestamped_records_sum"]]
     spans = json.loads(meta.get("run_spans") or "[]")
-    run_times = ", ".join(f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(a))}Z for {b - a:.1f} s" for a, b in spans)
+    run_times = ", ".join(
+        f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(a))}Z for {human_seconds(b - a)}" for a, b in spans
+    )
     log_dirs = set(json.loads(meta.get("log_dirs") or "[]"))
     context = {
         "summary": s,

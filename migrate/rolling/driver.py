@@ -60,6 +60,7 @@ from migrate.rolling.broker_host import (
 from migrate.rolling.gate import GateVerdict
 from migrate.rolling.operator_gate import Gate, for_broker, run_operator_command, wait_for_go
 from migrate.stages.replicas import converted_digests, peer_staged_digests
+from migrate.units import human_seconds
 
 
 class Step(str, enum.Enum):
@@ -259,7 +260,8 @@ class RollingRun:
         def passed(step: Step, started: float, detail: str = "") -> None:
             steps.append(StepRecord(step, True, round(self.clock() - started, 3), detail))
             self.say(
-                f"broker {broker}: {step.value} ok ({self.clock() - started:.1f} s){': ' + detail if detail else ''}"
+                f"broker {broker}: {step.value} ok ({human_seconds(self.clock() - started)})"
+                + (f": {detail}" if detail else "")
             )
 
         started = self.clock()
