@@ -26,8 +26,8 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from migrate import __version__
 from migrate.errors import MigrateError
-from migrate.pipes import silence_stdout
 from migrate.watch import runlog
+from migrate.watch.pipes import silence_stdout
 
 # their order in --help
 COMMAND_MODULES = (

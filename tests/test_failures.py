@@ -87,7 +87,7 @@ def test_a_refused_segment_fails_only_its_partition_even_inside_a_shared_task(br
     capsys.readouterr()
     assert main(["execute", "--plan", str(plan_path), "--engine", "serial"]) == 1
     out = capsys.readouterr().out
-    assert "4 of 5 partitions migrated" in out and "FAILED       gzip-v0-0" in out and str(victim) in out
+    assert "4 of 5 partitions migrated" in out and "  FAILED  gzip-v0-0: " in out and str(victim) in out
     assert main(["verify", "--plan", str(plan_path), "--engine", "serial"]) == 1
     assert "1 planned partitions are not migrated, e.g. gzip-v0-0" in capsys.readouterr().out
     assert main(["finalize", "--plan", str(plan_path)]) == 1

@@ -6,7 +6,7 @@ import json
 import sys
 from typing import Any
 
-from migrate.pipes import silence_stdout
+from migrate.watch.pipes import silence_stdout
 
 
 def emit(data: Any, as_json: bool, text: str) -> None:

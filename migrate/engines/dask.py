@@ -744,11 +744,19 @@ class DaskEngine:
             self._abandon()
 
     def _abandon(self) -> None:
-        """A cluster left closing is not waited on at exit either (Dask's exit hook would give it another 10 s)."""
+        """A cluster left closing is not waited on at exit either (Dask's exit hook would give it another 10 s), and
+        its page's Prometheus collector gives way at once: a later cluster of this process exports its own."""
         if self.cluster is not None:
             from distributed.deploy.spec import SpecCluster
 
             SpecCluster._instances.discard(self.cluster)
+        plugin = self._local_plugin()
+        if plugin is not None and getattr(plugin, "collector", None) is not None:
+            from migrate.watch.prometheus import unregister_collector
+
+            with contextlib.suppress(Exception):  # its own close unregisters it too
+                unregister_collector(plugin.collector)
+            plugin.collector = None
 
     def _left_behind(self, timeout: float) -> str:
         starting = self._workers_start is not None and not self._workers_up.is_set()

@@ -42,9 +42,9 @@ from migrate.model.plan_columns import SegmentRows
 from migrate.model.plan_tree import PartitionPlan, Plan, SegmentPlan
 from migrate.model.run_state import RangeProgress, SegmentOutcome, Stage
 from migrate.model.stage_reports import ConvertTaskResult
-from migrate.pipes import silence_stdout
 from migrate.units import human_bytes, human_rate, human_seconds
 from migrate.watch.events import plan_event, segment_event
+from migrate.watch.pipes import silence_stdout
 from migrate.watch.tally import RunProgress
 
 CAPTURED_LOGGERS = ("distributed", "tornado", "bokeh", "migrate", "py.warnings")
