@@ -27,7 +27,8 @@ def test_a_full_disk_ends_with_what_was_converted_and_no_rollback_for_an_untouch
     monkeypatch.delenv(FAIL_ENV)
     captured = capsys.readouterr()
     last = [line for line in captured.err.splitlines() if line.startswith(("finished:", "ended:"))]
-    assert len(last) == 1 and last[0].startswith("ended: ") and " converted (" in last[0], captured.err
+    assert len(last) == 1 and last[0].startswith("ended: ") and " converted by this run (" in last[0], captured.err
+    assert "2 of 6 segments" in last[0] and last[0].endswith(", 1 failed, 3 skipped"), last[0]
     assert "(100%)" not in last[0]
     head = captured.out.splitlines()[0]
     assert "2 segments converted and verified" in head and "already done" not in head, head

@@ -89,7 +89,7 @@ def test_without_a_terminal_a_line_every_interval_with_bytes_rate_eta_and_failur
     # a segment failed: the last line says the run ended, with what was converted, not "finished"
     assert (
         out.lines[-1].startswith("ended: ")
-        and " converted (" in out.lines[-1]
+        and " converted by this run (" in out.lines[-1]
         and out.rewrites == []
         and out.file == []
     )

@@ -408,17 +408,18 @@ class Progress:
             totals = self.fold.sum()
             rate = self.fold.rate(now)
             eta = self.fold.eta(now) if totals.pending.bytes else 0.0
-        total, done = totals.planned.bytes, totals.finished.bytes
-        if ending is not None:
-            done -= totals.failed.bytes
+        total, done, segments = totals.planned.bytes, totals.finished.bytes, totals.finished.segments
+        if ending is not None:  # what this run converted: neither the failed nor the skipped (done before, or left)
+            done, segments = totals.verified.bytes + totals.in_ranges, totals.verified.segments
         share = done / total if total else 1.0
         head = ending or self.stage_name or "starting"
-        what = " converted" if ending is not None else ""
+        what = " converted by this run" if ending is not None else ""
         timing = "" if ending is not None else f", {'ETA unknown' if eta is None else f'ETA {human_seconds(eta)}'}"
+        skipped = f", {totals.skipped.segments} skipped" if ending is not None and totals.skipped.segments else ""
         return (
             f"{head}: {human_bytes(done)} of {human_bytes(total)}{what} ({_share(share)}), "
-            f"{totals.finished.segments} of {self.total_segments} segments, {human_rate(rate)}{timing}, "
-            f"{totals.failed.segments} failed"
+            f"{segments} of {self.total_segments} segments, {human_rate(rate)}{timing}, "
+            f"{totals.failed.segments} failed{skipped}"
         )
 
     def tick(self, final: bool = False, ending: str | None = None) -> None:
