@@ -35,7 +35,7 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from migrate.engines import CallResult, Fold, StageCall
+from migrate.engines import CallResult, Fold, StageCall, closing
 from migrate.errors import MigrateError
 from migrate.format import accel
 from migrate.model.plan_tree import DigestAlgorithm, Plan
@@ -216,14 +216,6 @@ def _on_worker(stage: Stage, fn: Callable[..., Any], *args: Any) -> Any:
         if event is not None:
             worker.log_event(events.STAGE_TOPIC, events.encode(event))
     return value
-
-
-def _worker_processes() -> set[int]:
-    """The pids of the Dask worker processes this process started (their nannies run here), by the name Dask's
-    nanny gives them."""
-    import multiprocessing
-
-    return {p.pid for p in multiprocessing.active_children() if p.pid and p.name.startswith("Dask Worker process")}
 
 
 def _result_of(future: Any) -> CallResult:
@@ -432,7 +424,7 @@ class DaskEngine:
                 # started now, not with the scheduler: the server imports Dask, a core's worth of work for about a
                 # second that a plan run without workers does not need
                 _forkserver_deaf_to_ctrl_c()
-            self._others_workers = _worker_processes()
+            self._others_workers = closing.worker_processes()
             self._workers_start = threading.Thread(target=self._scale_up, name="dask-workers", daemon=True)
             self._workers_start.start()
         if wait:
@@ -732,42 +724,17 @@ class DaskEngine:
             with self._begin_lock:
                 self._begin_later = None
             return
-        closing = threading.Thread(target=self._close, name="dask-close", daemon=True)
-        closing.start()
+        closer = threading.Thread(target=self._close, name="dask-close", daemon=True)
+        closer.start()
         try:
-            closing.join(timeout)
+            closer.join(timeout)
         except KeyboardInterrupt:  # the operator will not wait for it either
-            self._abandon()
+            closing.abandon(self.cluster, self._local_plugin())
             raise
-        if closing.is_alive():
-            runlog.note(self._left_behind(timeout))
-            self._abandon()
-
-    def _abandon(self) -> None:
-        """A cluster left closing is not waited on at exit either (Dask's exit hook would give it another 10 s), and
-        its page's Prometheus collector gives way at once: a later cluster of this process exports its own."""
-        if self.cluster is not None:
-            from distributed.deploy.spec import SpecCluster
-
-            SpecCluster._instances.discard(self.cluster)
-        plugin = self._local_plugin()
-        if plugin is not None and getattr(plugin, "collector", None) is not None:
-            from migrate.watch.prometheus import unregister_collector
-
-            with contextlib.suppress(Exception):  # its own close unregisters it too
-                unregister_collector(plugin.collector)
-            plugin.collector = None
-
-    def _left_behind(self, timeout: float) -> str:
-        starting = self._workers_start is not None and not self._workers_up.is_set()
-        what = "its scheduler" if self.cluster is not None else "the client's connection to the scheduler"
-        if starting:
-            what += f" and {self._n_workers} worker process(es) still starting"
-        return (
-            f"note: the Dask cluster did not close within {timeout:.0f} s (its event loop is held up, e.g. by a "
-            f"dashboard page polling it): {what} left to stop when this process exits; the run's work and its state "
-            "are complete and on disk"
-        )
+        if closer.is_alive():
+            starting = self._workers_start is not None and not self._workers_up.is_set()
+            runlog.note(closing.left_behind(timeout, self.cluster is not None, self._n_workers if starting else 0))
+            closing.abandon(self.cluster, self._local_plugin())
 
     def _close(self) -> None:
         self._ready.wait()
@@ -791,18 +758,6 @@ class DaskEngine:
         with contextlib.suppress(Exception):
             self._client.close()
         if self.cluster is not None:
-            self._stop_starting_workers()
+            if not self._workers_up.is_set():
+                closing.stop_starting_workers(self.cluster, self._others_workers)
             self.cluster.close()
-
-    def _stop_starting_workers(self) -> None:
-        """Workers still starting when the run is over are not waited for: a LocalCluster's close awaits each
-        nanny's start, which awaits its worker process (a worker held up in its start held close as long). The worker
-        processes this engine asked for that have not joined its scheduler are ended (SIGTERM), so that those starts
-        fail at once; no call is left to be told. (Dask's cluster lists a worker only once it has started: they are
-        found among this process's children, by the name Dask's nanny gives them.)"""
-        if self._workers_up.is_set() or self.cluster is None:
-            return
-        joined = {ws.pid for ws in self.cluster.scheduler.workers.values()}
-        for pid in _worker_processes() - self._others_workers - joined:
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGTERM)
