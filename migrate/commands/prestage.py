@@ -194,6 +194,9 @@ def run_cluster(args: argparse.Namespace, job: PrestageJob) -> int:
     }
     emit(body, args.json, "\n".join(cluster_text(done, failed, check)))
     ok = not failed and all(b.ok and b.refusal is None for b in done) and not check.diverged
+    stopped = [b for b in done if not b.ok]
+    if stopped and all(b.aborted and b.refusal is None for b in stopped) and not failed and not check.diverged:
+        return EXIT_ABORTED  # the operator's abort file stopped the brokers that did not finish: nothing failed
     return 0 if ok else 1
 
 
