@@ -135,3 +135,37 @@ def test_scan_sizes_are_human_and_its_columns_fit_a_long_topic_name(tmp_path, ca
     assert len(state_column) == 1 and state_column.pop() > len(long_name), out  # one column, after the long name
     assert not re.search(r"v\d:\d+B", out) and re.search(r"LEGACY +v0 \d+\.\d KB", out), out
     assert re.search(r"with legacy data \(\d+\.\d KB\)$", out.splitlines()[-1]), out
+
+
+def test_a_run_refused_by_one_still_starting_names_it_once(tmp_path):
+    """The other run holds the run lock but has not written who it is yet: "another kafka-log-migrate run (...)",
+    not "another kafka-log-migrate another process"."""
+    from migrate.errors import RunLockedError
+    from migrate.run.run_lock import RunLock
+    from migrate.run.workspace import run_lock_path
+
+    log_dir = make_broker_logdir(tmp_path, partitions=["plain-v0-1"])
+    path = run_lock_path(str(log_dir), "0123456789abcdef")
+    path.touch()
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"import fcntl, sys, time\nf = open({str(path)!r}, 'r+')\nfcntl.lockf(f, fcntl.LOCK_EX)\n"
+            "print('held', flush=True)\ntime.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        try:
+            with RunLock([str(log_dir)], "0123456789abcdef", "execute"):
+                raise AssertionError("the lock was taken while another process held it")
+        except RunLockedError as exc:
+            message = str(exc)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert message.startswith("another kafka-log-migrate run (it has not written who it is yet"), message
+    assert message.count("another") == 1, message
