@@ -4,6 +4,7 @@ alone and unexpected errors' tracebacks in the run log; and every verb's --help.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import io
 import re
 from pathlib import Path
@@ -288,3 +289,18 @@ def test_two_runs_started_in_the_same_second_write_their_own_run_logs(tmp_path):
     ours, theirs = first.path.read_text(), second.path.read_text()
     assert "converting" in ours and "refused" not in ours
     assert "refused: another run holds the lock" in theirs and "converting" not in theirs
+
+
+def test_segments_taken_from_pre_staging_are_done_but_not_in_the_rate(plan):
+    """A cut-over renames pre-staged segments into place: they count as done, not as the run's MB/s."""
+    clock, out = Clock(), Recorder()
+    progress = Progress(plan, out, interval=5.0, clock=clock)
+    progress.stage("convert")
+    taken = dataclasses.replace(outcome(plan, "gzip-v0-0", 0), staged_seconds=0.4)
+    progress.segment(taken)
+    clock.now += 2
+    assert progress.done_segments == 1 and progress.fold.rate(clock.now) == 0
+    converted = outcome(plan, "gzip-v0-0", 1)
+    progress.segment(converted)
+    clock.now += 2
+    assert progress.fold.rate(clock.now) == pytest.approx(converted.source_bytes / 4)
