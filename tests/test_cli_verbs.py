@@ -166,3 +166,27 @@ def test_a_running_schedulers_dashboard_is_not_said_to_have_moved_off_the_asked_
             engine.close()
     assert f"Dask dashboard: http://127.0.0.1:{port}/status" in err, err
     assert "taken" not in err, err
+
+
+def test_rolling_help_offers_no_unclean_plan_and_shows_its_command_timeout(capsys):
+    """rolling refuses a broker that was killed or crashed: its --help offered plan's --allow-unclean, which says the
+    opposite, and gave --command-timeout no default."""
+    assert main(["rolling", "--help"]) == 0
+    text = capsys.readouterr().out
+    assert "--allow-unclean" not in text and "a stop or start command may take (600)" in text, text
+    args = build_parser("rolling").parse_args(
+        [
+            "rolling",
+            "--brokers",
+            "1",
+            "--run-dir",
+            "r",
+            "--stop-command",
+            "x",
+            "--start-command",
+            "y",
+            "--scheduler",
+            "s",
+        ]
+    )
+    assert args.allow_unclean is False  # what the rolling plans are made with

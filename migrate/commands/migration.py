@@ -162,8 +162,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run_verify, run_log=True)
 
 
-def add_plan_options(p: argparse.ArgumentParser) -> None:
-    """How segments are planned and converted: the options `plan` and `rehearse` share."""
+def add_plan_options(p: argparse.ArgumentParser, unclean: bool = True) -> None:
+    """How segments are planned and converted: the options `plan`, `rehearse` and `rolling` share. ``unclean``
+    False: no --allow-unclean (rolling refuses a broker that did not stop cleanly, whatever it is given)."""
     g = p.add_argument_group("plan options")
     add_conversion_options(g)
     g.add_argument(
@@ -196,7 +197,10 @@ def add_plan_options(p: argparse.ArgumentParser) -> None:
         help="with --compact: refuse a partition whose pass one needs more than this (512M, 2G): 24 bytes per "
         "distinct key for offset, 32 for timestamp, 33 for header, up to 9 more with --drop-tombstones-older-than",
     )
-    g.add_argument("--allow-unclean", action="store_true", help="plan even without a clean-shutdown marker")
+    if unclean:
+        g.add_argument("--allow-unclean", action="store_true", help="plan even without a clean-shutdown marker")
+    else:
+        p.set_defaults(allow_unclean=False)
     g.add_argument("--task-bytes", type=int, default=64 << 20, help="segment bytes per engine task (default 64 MiB)")
     g.add_argument(
         "--task-segments",
