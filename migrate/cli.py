@@ -6,7 +6,8 @@ Each verb lives in a module of ``migrate.commands`` whose ``register(subparsers)
 nor ``execute`` the rehearsal or dump code.
 
 Exit codes: 0 ok; 1 failure (bad data, refused, a stage failed); 2 usage error; 3 verification found differences;
-4 scan found legacy data left; 5 verification found the broker's own changes since the swap.
+4 scan found legacy data left; 5 verification found the broker's own changes since the swap; 6 prestage stopped by
+its abort file; 130 interrupted (Ctrl-C). A reader of stdout that goes away (``| head``) does not change them.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 from migrate import __version__
 from migrate.errors import MigrateError
 from migrate.watch import runlog
+from migrate.watch.pipes import silence_stdout
 
 # their order in --help
 COMMAND_MODULES = (
@@ -76,6 +78,10 @@ EPILOG = """exit codes:
   4  scan found legacy (v0/v1) data left (rolling: its scan after the last broker)
   5  verify found the converted data intact and the broker's own changes since the swap (appends, rolls,
      truncation, cleaning, retention): listed, not differences
+  6  prestage stopped by its --abort-file (the operator's stop: what was staged before it stays whole)
+  130  interrupted (Ctrl-C): run the same command again to resume
+  A reader of stdout that goes away early (`scan --json | head`) does not change the code: the verdict was
+  reached before the output was written (`dump`, which prints as it reads, exits 1 then).
 
 execute, verify, rollback and finalize keep a run log beside the plan (plan.json.logs/), named in the first
 and last lines of their output.
@@ -104,9 +110,17 @@ inspect one segment (read-only, kafka-dump-log.sh fields; --json for Kafka's dum
 """
 
 
+class Parser(argparse.ArgumentParser):
+    """A usage error is one line, what is wrong and where the options are listed, not the verb's whole usage above
+    it (25 lines for ``plan``, the one that matters last)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (`{self.prog} --help` lists every option)\n")
+
+
 def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
     """Every verb's parser, or only ``verb``'s (what a run of that verb needs: the other modules stay unimported)."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="kafka-log-migrate",
         description=DESCRIPTION,
         epilog=EPILOG,
@@ -167,7 +181,7 @@ def _run(args: argparse.Namespace) -> int:
         runlog.note(f"kafka-log-migrate: error: {exc}")
         return EXIT_FAILURE
     except BrokenPipeError:
-        _silence_stdout()
+        silence_stdout()
         return EXIT_FAILURE
     except OSError as exc:  # a file that cannot be opened or written: the message says which and why
         runlog.note(f"kafka-log-migrate: error: {exc}")
@@ -195,16 +209,6 @@ def _exit_code(exc: SystemExit) -> int:
         return exc.code
     runlog.note(str(exc.code))
     return EXIT_FAILURE
-
-
-def _silence_stdout() -> None:
-    """The reader of stdout went away (``dump ... | head``): point stdout at /dev/null so that the flush at
-    interpreter exit does not raise BrokenPipeError again (the recipe of Python's signal module documentation)."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError):  # stdout has no file descriptor (captured by a test harness)
-        pass
 
 
 if __name__ == "__main__":

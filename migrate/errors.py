@@ -281,6 +281,10 @@ class ExecuteRefusedError(RefusedError):
     refusing_to = "execute"
 
 
+class PlannedElsewhereError(MigrateError):
+    """A plan of one host's log dirs given to execute on another host: the same paths there are other files."""
+
+
 class ClusterPlanRefusedError(RefusedError):
     """The brokers' surveys cannot make one safe plan; each problem names its broker and what to do."""
 

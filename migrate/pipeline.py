@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+import socket
 import threading
 import time
 import uuid
@@ -124,6 +125,7 @@ def execute(
         stage_seconds[stage.value] = round(now - clock, 3)
         clock = now
 
+    plan.refuse_if_planned_elsewhere(socket.gethostname())
     errors: list[StageError] = []
     with (
         RunLock(_local_log_dirs(plan), plan.plan_id, "execute"),
@@ -224,7 +226,7 @@ def execute(
         divergent_replicas=tuple(divergences),
         unchecked_replicas=tuple(unchecked),
         reconciled=reconciled,
-        cutover=cutover_report(plan, figures, stage_seconds, swapped_at),
+        cutover=cutover_report(plan, figures, stage_seconds, swapped_at, cold_cores=_cold_cores(engine)),
     )
 
 
@@ -247,8 +249,18 @@ def _folding(figures: SegmentFold, stage: int, counted: set[tuple[str, str, int]
     return fold
 
 
+def _cold_cores(engine: Engine) -> int:
+    """The cores a cold run of a plan on ``engine`` converts with: this process alone for the serial engine, else
+    every core of this host (a LocalCluster's workers and the driver; a cluster's broker host is taken to be alike)."""
+    return 1 if engine.name == "serial" else os.cpu_count() or 1
+
+
 def cutover_report(
-    plan: Plan, figures: SegmentFold, stage_seconds: dict[str, float], swapped_at: float
+    plan: Plan,
+    figures: SegmentFold,
+    stage_seconds: dict[str, float],
+    swapped_at: float,
+    cold_cores: int = 1,
 ) -> CutoverReport | None:
     """For a plan that found pre-staged conversions: what was taken, what the window converted, and the window."""
     if not any(d.staging_dir for d in plan.log_dirs):
@@ -269,17 +281,27 @@ def cutover_report(
         checks_seconds=seconds[Stage.PREPARE],
         delta_seconds=round(delta, 3),
         swap_seconds=swap,
-        cold_seconds=round(seconds[Stage.PREPARE] + swap + _cold_conversion(figures, delta), 3),
+        cold_seconds=round(seconds[Stage.PREPARE] + swap + _cold_conversion(figures, delta, cold_cores), 3),
     )
 
 
-def _cold_conversion(figures: SegmentFold, delta: float) -> float:
+def _cold_conversion(figures: SegmentFold, delta: float, cores: int) -> float:
     """What converting the staged segments too would have cost this run: the window's own conversions, plus the
-    conversion seconds the pre-stage passes measured for what was taken (their throttle and pause waits left out),
-    spread over the workers as the window's stage was."""
+    lower of two measures of what was taken: the conversion seconds the pre-stage passes measured for it (their
+    throttle and pause waits left out), spread over the cores a cold run would use (all of them once the whole
+    conversion is worth a LocalCluster's workers, about a second of one core's work, else the driver's one), and
+    its bytes at this window's own rate. The passes also read cold sources, fsync and index what they stage: on
+    their seconds alone, spread over the window's parallelism, the estimate said 2.3 s where a cold run's stages
+    took 1.3 s on a 2-core broker."""
+    from migrate.engines.dask import LOCAL_SECONDS_WORTH_WORKERS  # the engine's own threshold
+
     work = figures.done_work_seconds
-    workers = max(1.0, work / delta) if delta > 0 else 1.0
-    return delta + figures.staged_seconds / workers
+    measured = work / delta if delta > 0 else 1.0
+    workers = max(1.0, measured, float(cores) if figures.staged_seconds + work > LOCAL_SECONDS_WORTH_WORKERS else 1.0)
+    taken = figures.staged_seconds / workers
+    if figures.window_bytes > 0 and delta > 0:
+        taken = min(taken, figures.staged_bytes * delta / figures.window_bytes)
+    return delta + taken
 
 
 def _join_calls(

@@ -16,6 +16,7 @@ _DURATION_UNITS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_
 
 
 def human_bytes(n: int | float) -> str:
+    """Bytes as every verb, report and page prints them: ``0 B``, ``812 B``, ``205.1 KB``, ``354.0 MB``, ``2.1 GB``."""
     for unit in ("B", "KB", "MB", "GB", "TB"):
         if abs(n) < 1000 or unit == "TB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
@@ -23,12 +24,25 @@ def human_bytes(n: int | float) -> str:
     return f"{n} B"
 
 
+def human_rate(bytes_per_second: float) -> str:
+    """A throughput: ``78.2 MB/s``, ``205.1 KB/s``."""
+    return f"{human_bytes(bytes_per_second)}/s"
+
+
 def human_seconds(s: float) -> str:
-    if s < 120:
+    """A duration: ``0 s``, ``45 ms``, ``12.3 s``, ``4 min 05 s``, ``2 h 10 min``, ``3.5 days``."""
+    if s <= 0:
+        return "0 s"
+    if s < 1:
+        return f"{s * 1000:.0f} ms"
+    if s < 60:
         return f"{s:.1f} s"
-    if s < 7200:
-        return f"{s / 60:.1f} min"
-    return f"{s / 3600:.1f} h"
+    whole = round(s)
+    if whole < 3600:
+        return f"{whole // 60} min {whole % 60:02d} s"
+    if whole < 2 * 86400:
+        return f"{whole // 3600} h {whole % 3600 // 60:02d} min"
+    return f"{s / 86400:.1f} days"
 
 
 def parse_data_bytes(text: str) -> int:

@@ -106,7 +106,9 @@ class BrokerCluster:
         self.same_path = can_unshare()
         sched_file = self.tls / "scheduler.json"
         sched_file.unlink(missing_ok=True)
-        env = {**os.environ, "DASK_DISTRIBUTED__SCHEDULER__NO_WORKERS_TIMEOUT": "5s", "PYTHONPATH": str(REPO)}
+        # the engine's own no-workers timeout (60 s): at 5 s a broker's worker that a loaded machine kept from
+        # answering for a few seconds lost its survey, and the line naming that broker's refusal was missing
+        env = {**os.environ, "DASK_DISTRIBUTED__SCHEDULER__NO_WORKERS_TIMEOUT": "60s", "PYTHONPATH": str(REPO)}
         cmd = [
             sys.executable,
             "-m",
@@ -131,7 +133,7 @@ class BrokerCluster:
         if self.preload:
             cmd += ["--preload", self.preload]
         self.procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        deadline = time.time() + 60
+        deadline = time.time() + 180  # the scheduler imports Dask: slow on a loaded machine
         while not (sched_file.exists() and sched_file.stat().st_size) and time.time() < deadline:
             time.sleep(0.1)
         self.address = json.loads(sched_file.read_text())["address"]
@@ -173,8 +175,10 @@ class BrokerCluster:
 
         from migrate.security import TlsFiles
 
-        with Client(self.address, security=TlsFiles.from_dir(self.tls).security(), timeout=30) as client:
-            client.wait_for_workers(n, timeout=60)
+        # each worker imports Dask and the package as it starts: on a loaded 2-core machine three of them took more
+        # than a minute ("Only 0/3 workers arrived after 60"); a test waits for them, it does not race them
+        with Client(self.address, security=TlsFiles.from_dir(self.tls).security(), timeout=60) as client:
+            client.wait_for_workers(n, timeout=300)
 
     def __exit__(self, *exc: object) -> None:
         for p in self.procs:

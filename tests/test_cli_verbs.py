@@ -68,8 +68,8 @@ def test_status_shows_every_partition_migrated_and_the_history_after_finalize(tm
     assert not list(log_dir.glob("*/.kafka-log-migrate*")) and not list(log_dir.glob(".kafka-log-migrate*"))
     capsys.readouterr()
     ran = run_cli(capsys, "status", "--plan", str(plan))
-    assert ran.code == 0
-    assert f"{log_dir}: finalized: 1 migrated" in ran.out
+    assert ran.code == 0  # the phase in words, then the counts: not "finalized: 1 migrated"
+    assert f"{log_dir}: finalized (its originals deleted); 1 planned partition(s): 1 migrated" in ran.out
 
 
 def test_refusals_exit_1_with_a_message_that_says_what_to_do(tmp_path, capsys):
@@ -151,3 +151,48 @@ def test_the_dashboard_line_says_when_the_asked_port_was_taken():
     kept = dashboard_line("http://127.0.0.1:8787/status", "http://127.0.0.1:8787/migration", "127.0.0.1:8787")
     assert "taken" not in kept and kept.startswith("Dask dashboard: http://127.0.0.1:8787/status")
     assert "taken" not in dashboard_line("http://127.0.0.1:40123/status", "x", "127.0.0.1:0")  # any port asked
+
+
+def test_a_running_schedulers_dashboard_is_not_said_to_have_moved_off_the_asked_port(capsys):
+    """With --scheduler the dashboard is the remote scheduler's, wherever its operator put it: the LocalCluster's
+    --dashboard-address default (8787) was compared with it and "port 8787 was taken" printed, nothing being taken."""
+    from distributed import LocalCluster
+
+    from migrate.commands.engine import make_engine
+
+    with LocalCluster(n_workers=0, processes=False, protocol="tcp", dashboard_address="127.0.0.1:0") as remote:
+        port = remote.scheduler.http_server.port
+        assert port != 8787
+        address = remote.scheduler_address
+        args = build_parser("execute").parse_args(["execute", "--plan", "p.json", "--scheduler", address])
+        engine, _ = make_engine(args)
+        try:
+            err = capsys.readouterr().err
+        finally:
+            engine.close()
+    assert f"Dask dashboard: http://127.0.0.1:{port}/status" in err, err
+    assert "taken" not in err, err
+
+
+def test_rolling_help_offers_no_unclean_plan_and_shows_its_command_timeout(capsys):
+    """rolling refuses a broker that was killed or crashed: its --help offered plan's --allow-unclean, which says the
+    opposite, and gave --command-timeout no default."""
+    assert main(["rolling", "--help"]) == 0
+    text = capsys.readouterr().out
+    assert "--allow-unclean" not in text and "a stop or start command may take (600)" in text, text
+    args = build_parser("rolling").parse_args(
+        [
+            "rolling",
+            "--brokers",
+            "1",
+            "--run-dir",
+            "r",
+            "--stop-command",
+            "x",
+            "--start-command",
+            "y",
+            "--scheduler",
+            "s",
+        ]
+    )
+    assert args.allow_unclean is False  # what the rolling plans are made with

@@ -11,9 +11,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -137,6 +139,37 @@ def test_the_window_is_told_beside_a_cold_run(tmp_path, capsys):
     out = ran.out
     assert "cut-over: 2 segments" in out and "1 (" in out and "converted in the window" in out
     assert "window since the broker stopped" in out and "these stages without pre-staging: about" in out
+
+
+def test_the_cut_over_summary_tells_the_operators_gap_and_rates_only_what_it_converted(tmp_path):
+    """The window since the stop says how much of it came before `plan` (here the marker is 40 s old when planning
+    starts); the run's rate counts only what the window converted, not the staged bytes it renamed into place; the
+    cold estimate takes what was taken at no more than this window's own rate."""
+    from migrate.commands.migration import _planned_at, cutover_lines
+    from migrate.reports.run_report import run_summary, summary_lines
+    from migrate.units import human_bytes, human_rate
+
+    log_dir = broker_log_dir(tmp_path / "live", partitions=1, segments=3)
+    prestage(log_dir)
+    stopped = time.time() - 40
+    os.utime(log_dir / CLEAN_SHUTDOWN_FILE, (stopped, stopped))
+    plan_path = tmp_path / "plan.json"
+    assert main(["plan", "--log-dirs", str(log_dir), "-o", str(plan_path)]) == 0
+    plan = load_plan(plan_path)
+    report = pipeline.execute(plan, SerialEngine())
+    c = report.cutover
+    assert report.ok and c is not None and c.window_bytes > 0 and c.staged_bytes > 0 and c.window_seconds is not None
+    (window,) = [line for line in cutover_lines(report, _planned_at(plan)) if "window since the broker stopped" in line]
+    gap = float(re.search(r"of which about ([\d.]+) s passed before `plan` wrote the plan", window)[1])
+    assert 39 <= gap <= min(45, c.window_seconds), window
+    at_window_rate = c.delta_seconds * (1 + c.staged_bytes / c.window_bytes)
+    assert c.cold_seconds <= c.checks_seconds + c.swap_seconds + at_window_rate + 0.002, c  # the figures' rounding
+    summary = run_summary(plan, SerialEngine(), plan_path)
+    assert summary is not None
+    (duration,) = [line for line in summary_lines(summary, c) if "duration:" in line]
+    rate = human_rate(c.window_bytes / c.delta_seconds)
+    assert f"{rate} over the {human_bytes(c.window_bytes)} converted in the window" in duration, duration
+    assert f"the {human_bytes(c.staged_bytes)} taken from pre-staging were renamed into place" in duration
 
 
 def test_a_cold_plan_is_unchanged_when_nothing_was_staged(tmp_path):

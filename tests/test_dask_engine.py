@@ -273,3 +273,90 @@ def test_workers_that_do_not_start_are_reported_as_what_to_do_not_as_a_bug():
     assert "--engine serial" in str(error) and "bug" not in str(error)
     interrupt = KeyboardInterrupt()
     assert _not_started(interrupt, "x") is interrupt  # Ctrl-C stays Ctrl-C: exit 130, not an error
+
+
+@pytest.mark.parametrize("started", ["dashboard asked", "workers given"])
+def test_the_dashboard_is_told_before_the_first_segment_is_converted(tmp_path, started):
+    """A small plan with ``--dashboard``, or with ``--workers``: the cluster's address reaches ``on_ready`` (the CLI's
+    "Dask dashboard:" line) before any segment is converted, not after the run, when nothing is left to watch."""
+    logdir = make_broker_logdir(tmp_path / "a", partitions=["plain-v0-1", "gzip-v0-0", "lz4-v1-1"])
+    plan = build_plan(PlanRequest(log_dirs=(str(logdir),)))
+    assert not worth_workers(plan)
+    fed: list[object] = []
+    told: list[tuple[int, str]] = []
+    engine = DaskEngine(
+        dashboard_address="127.0.0.1:0",
+        progress=False,
+        on_segment=fed.append,
+        on_ready=lambda e: told.append((len(fed), e.dashboard_link)),
+        **({"dashboard": True} if started == "dashboard asked" else {"n_workers": 2}),
+    )
+    try:
+        report = pipeline.execute(plan, engine)
+        assert report.ok, report
+    finally:
+        engine.close()
+    assert len(fed) >= plan.estimates.segments
+    assert len(told) == 1 and told[0][0] == 0, told
+    assert told[0][1].startswith("http://127.0.0.1:") and told[0][1].endswith("/status")
+
+
+def test_a_small_plan_that_did_not_ask_starts_no_cluster_not_even_at_close(tmp_path):
+    logdir = make_broker_logdir(tmp_path / "a", partitions=["plain-v0-1", "gzip-v0-0"])
+    plan = build_plan(PlanRequest(log_dirs=(str(logdir),)))
+    told: list[DaskEngine] = []
+    engine = DaskEngine(dashboard_address="127.0.0.1:0", progress=False, on_ready=told.append)
+    report = pipeline.execute(plan, engine)
+    engine.close()
+    assert report.ok, report
+    assert told == [] and engine.cluster is None and engine._client is None and not engine._ready.is_set()
+
+
+SLEEPY_PRELOAD = "import time\ntime.sleep(600)  # a worker that never arrives\n"
+
+
+def test_close_does_not_wait_for_workers_that_never_arrive(tmp_path):
+    """The run is done before the workers it started are up (here they never come): close stops them at once, not
+    after Dask's 120 s wait for them."""
+    logdir = make_broker_logdir(tmp_path / "a", partitions=["plain-v0-1"])
+    plan = build_plan(PlanRequest(log_dirs=(str(logdir),)))
+    preload = tmp_path / "sleepy_preload.py"
+    preload.write_text(SLEEPY_PRELOAD)
+    with dask.config.set({"distributed.worker.preload": [str(preload)]}):
+        engine = DaskEngine(dashboard_address="127.0.0.1:0", progress=False, dashboard=True)
+        try:
+            report = pipeline.execute(plan, engine)
+            assert report.ok, report
+            assert engine.client.scheduler_info(n_workers=-1)["workers"] == {}  # started, not arrived
+        finally:
+            began = time.monotonic()
+            engine.close()
+    assert time.monotonic() - began < 15
+
+
+def test_close_is_bounded_and_says_what_it_left_behind(tmp_path, capsys):
+    """A scheduler whose event loop is held up (a dashboard page polling it while it closes did that for minutes)
+    keeps close no longer than its timeout, and the terminal says what was left to stop with the process."""
+    from prometheus_client import REGISTRY
+
+    engine = DaskEngine(dashboard_address="127.0.0.1:0", progress=False, dashboard=True)
+    engine.map(PROBE, pid_of, [StageCall((), plan=None)])
+    assert engine.cluster is not None
+    cluster, plugin = engine.cluster, engine._local_plugin()
+    assert plugin.collector is not None
+    cluster.scheduler.loop.add_callback(time.sleep, 8)  # what a handler that does not yield does
+    began = time.monotonic()
+    engine.close(timeout=2)
+    assert time.monotonic() - began < 10
+    err = capsys.readouterr().err
+    assert "the Dask cluster did not close within 2 s" in err and "its scheduler" in err, err
+    assert "left to stop when this process exits" in err
+    # its metrics gave way at once (a later cluster of this process exports its own), and once its loop is free it
+    # closes by itself: nothing of it is left for the tests after this one
+    assert plugin.collector is None and not any(
+        type(c).__name__ == "MigrationCollector" for c in REGISTRY._collector_to_names
+    )
+    deadline = time.monotonic() + 60
+    while cluster.status.name != "closed":
+        assert time.monotonic() < deadline, cluster.status
+        time.sleep(0.2)

@@ -88,7 +88,7 @@ def test_a_refused_segment_fails_only_its_partition_even_inside_a_shared_task(br
     ran = run_cli(capsys, "execute", "--plan", str(plan_path), "--engine", "serial")
     assert ran.code == 1
     out = ran.out
-    assert "4 of 5 partitions migrated" in out and "FAILED       gzip-v0-0" in out and str(victim) in out
+    assert "4 of 5 partitions migrated" in out and "  FAILED  gzip-v0-0: " in out and str(victim) in out
     ran = run_cli(capsys, "verify", "--plan", str(plan_path), "--engine", "serial")
     assert ran.code == 1
     assert "1 planned partitions are not migrated, e.g. gzip-v0-0" in ran.out

@@ -73,7 +73,7 @@ def test_plan_refuses_a_dir_without_clean_shutdown_marker(broker):
 def test_plan_refuses_too_little_space(broker):
     with pytest.raises(PlanRefusedError, match="staging space") as info:
         build_plan(PlanRequest(log_dirs=(str(broker),), free_bytes_cap=1000))
-    assert "only 1000 bytes are free" in str(info.value)
+    assert "only 1.0 KB is free" in str(info.value)
 
 
 def test_plan_refuses_a_locked_log_dir(broker):

@@ -32,11 +32,11 @@ from migrate.rehearse.fingerprint import compare_fingerprints, fingerprint_tree
 from migrate.rehearse.projection import parse_cluster_bytes
 from migrate.rehearse.readers import judge_after
 from migrate.rehearse.records import BrokerBytes, FingerprintChange, PartitionDigest, RehearsalConfig, RehearsalState
-from migrate.rehearse.report import RehearsalPaths, load_state
+from migrate.rehearse.report import RehearsalPaths, load_state, slow_reader_advice
 from migrate.reports.scan import scan_log_dirs
 from migrate.run.faults import CRASH_ENV, CRASH_EXIT
 from migrate.run.workspace import FENCE_NAME
-from migrate.units import parse_data_bytes
+from migrate.units import human_seconds, parse_data_bytes
 
 LEGACY_PARTITIONS = sorted(p.name for p in LEGACY_LOGDIR.iterdir() if p.is_dir())
 REAL_PARTITIONS = sorted(p.name for p in (REAL_BROKER / "logdir").iterdir() if p.is_dir())
@@ -176,6 +176,24 @@ def test_rehearsal_of_every_fixture_passes_with_identical_fingerprints(broker, t
     assert 'class="ok" id="verdict"' in page and report.verdict in page
     assert all(f"<td>{s.name}</td>" in page for s in report.steps)
     assert 'id="cluster-window"' in page
+    # the pre-staged cut-over the terminal shows, per broker and rolling over the cluster
+    assert "<th>pre-staged cut-over</th>" in page or ">pre-staged cut-over<" in page, page
+    for b in cluster:
+        assert f"<td>{human_seconds(windows[b.broker].cutover_seconds)}</td>" in page
+    assert f'id="rolling-cutover">{human_seconds(p.cluster_rolling_cutover_seconds)}<' in page
+    # an independent reader far slower than execute is named, with the option that leaves it out
+    execute_seconds = state.step("execute").seconds
+    slow = [
+        dataclasses.replace(r, seconds=20 * execute_seconds) if r.reader.startswith("kafka-python") else r
+        for r in state.readers
+    ]
+    advice = slow_reader_advice(dataclasses.replace(state, readers=tuple(slow)))
+    assert "`--independent-reader none`" in advice and "40 times execute's" in advice, advice
+    fast = [
+        dataclasses.replace(r, seconds=execute_seconds) if r.reader.startswith("kafka-python") else r
+        for r in state.readers
+    ]
+    assert slow_reader_advice(dataclasses.replace(state, readers=tuple(fast))) == ""
 
 
 def test_on_copy_leaves_every_original_inode_and_byte_alone(small, tmp_path):

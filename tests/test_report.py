@@ -22,6 +22,7 @@ from migrate.engines import SerialEngine
 from migrate.planning.plan import load_plan
 from migrate.reports import report_page
 from migrate.reports.run_report import parts_here, run_summary
+from migrate.units import human_bytes
 
 # one xdist worker: its one executed run serves every test
 pytestmark = pytest.mark.xdist_group("report")
@@ -178,8 +179,9 @@ def test_the_html_report_in_chromium_shows_the_runs_totals_without_script_errors
     assert console == [], console
     assert 'data-ready="yes"' in dom  # the page's script ran to its end
     assert f'id="plan-id">{summary["plan_id"]}<' in dom
-    assert f'id="total-before">{summary["bytes_before"]:,}<' in dom
-    assert f'id="total-after">{summary["bytes_after"]:,}<' in dom
+    # sizes as every verb prints them (human_bytes), not 378,000,000 beside the terminal's 378.0 MB
+    assert f'id="total-before">{human_bytes(summary["bytes_before"])}<' in dom
+    assert f'id="total-after">{human_bytes(summary["bytes_after"])}<' in dom
     assert f'id="total-records">{summary["records"]:,}<' in dom
     assert f'id="total-segments">{summary["converted_segments"]} of {summary["planned_segments"]}<' in dom
     assert f'id="total-growth">{summary["growth"]:+.1%}<' in dom

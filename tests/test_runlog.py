@@ -4,6 +4,8 @@ alone and unexpected errors' tracebacks in the run log; and every verb's --help.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import io
 import re
 from pathlib import Path
 
@@ -17,7 +19,8 @@ from migrate.model.plan_tree import Plan
 from migrate.model.run_state import Outcome, SegmentOutcome
 from migrate.planning.plan import build_plan, load_plan
 from migrate.planning.request import PlanRequest
-from migrate.watch.runlog import Progress, human_seconds
+from migrate.units import human_rate, human_seconds
+from migrate.watch.runlog import Progress, RunLog, run_log_path
 
 STAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z ")
 
@@ -74,7 +77,7 @@ def test_without_a_terminal_a_line_every_interval_with_bytes_rate_eta_and_failur
     rate = first / 2
     assert out.lines == [
         f"convert: {first / 1000:.1f} KB of {total / 1000:.1f} KB ({first / total:.0%}), 1 of 4 segments, "
-        f"{rate / 1e6:.1f} MB/s, ETA {round((total - first) / rate)} s, 0 failed"
+        f"{human_rate(rate)}, ETA {human_seconds((total - first) / rate)}, 0 failed"
     ]
     clock.now += 4
     progress.segment(outcome(plan, "gzip-v0-0", 1, Outcome.REFUSED))
@@ -85,7 +88,13 @@ def test_without_a_terminal_a_line_every_interval_with_bytes_rate_eta_and_failur
     progress.tick()
     assert len(out.lines) == 2 and out.lines[1].endswith(", 1 failed") and "2 of 4 segments" in out.lines[1]
     progress.__exit__(None, None, None)
-    assert out.lines[-1].startswith("finished: ") and out.rewrites == [] and out.file == []
+    # a segment failed: the last line says the run ended, with what was converted, not "finished"
+    assert (
+        out.lines[-1].startswith("ended: ")
+        and " converted by this run (" in out.lines[-1]
+        and out.rewrites == []
+        and out.file == []
+    )
 
 
 def test_on_a_terminal_the_line_is_rewritten_and_the_run_log_gets_one_every_interval(plan):
@@ -123,7 +132,7 @@ def test_the_line_says_the_bytes_rate_and_eta_the_migration_page_says(plan):
     assert progress.done_bytes == plan.estimates.bytes - totals.pending.bytes
     assert progress.done_segments == 3 and totals.failed.segments == 1
     assert page.rate() > 0
-    assert f"{page.rate() / 1e6:.1f} MB/s, ETA {human_seconds(page.eta())}, 1 failed" in progress.line()
+    assert f"{human_rate(page.rate())}, ETA {human_seconds(page.eta())}, 1 failed" in progress.line()
 
 
 def run_log_of(err: str) -> Path:
@@ -249,3 +258,48 @@ def test_verbs_that_convert_nothing_offer_no_engine_choice(verb):
     options = {o for a in subcommands()[verb]._actions for o in a.option_strings}
     assert not options & {"--engine", "--workers", "--dashboard-address", "--master"}
     assert "--plan" in options and "--scheduler" in options  # a plan's remote log dirs are reached through Dask
+
+
+def test_an_interrupted_run_does_not_end_finished_100_percent(plan):
+    clock, out = Clock(), Recorder()
+    progress = Progress(plan, out, interval=5.0, clock=clock)
+    progress.stage("convert")
+    progress.segment(outcome(plan, "gzip-v0-0", 0))
+    clock.now += 1
+    progress.__exit__(KeyboardInterrupt, KeyboardInterrupt(), None)
+    last = out.lines[-1]
+    assert last.startswith("interrupted: ") and "1 of 4 segments" in last and "(100%)" not in last, last
+    assert "ETA" not in last  # nothing is coming
+
+
+def test_two_runs_started_in_the_same_second_write_their_own_run_logs(tmp_path):
+    plan = tmp_path / "plan.json"
+    same_second = 1_800_000_000.25
+    first = RunLog(run_log_path(plan, "execute", at=same_second), "execute", stdout=io.StringIO(), stderr=io.StringIO())
+    second = RunLog(
+        run_log_path(plan, "execute", at=same_second), "execute", stdout=io.StringIO(), stderr=io.StringIO()
+    )
+    with first:
+        with second:  # a second execute while the first still runs (its lock refuses it: its refusal is logged)
+            second.note("refused: another run holds the lock")
+        first.note("converting")
+    assert first.path != second.path and first.path.parent == second.path.parent
+    assert first.path.name == "execute-20270115T080000Z.log" and second.path.name == "execute-20270115T080000Z-2.log"
+    ours, theirs = first.path.read_text(), second.path.read_text()
+    assert "converting" in ours and "refused" not in ours
+    assert "refused: another run holds the lock" in theirs and "converting" not in theirs
+
+
+def test_segments_taken_from_pre_staging_are_done_but_not_in_the_rate(plan):
+    """A cut-over renames pre-staged segments into place: they count as done, not as the run's MB/s."""
+    clock, out = Clock(), Recorder()
+    progress = Progress(plan, out, interval=5.0, clock=clock)
+    progress.stage("convert")
+    taken = dataclasses.replace(outcome(plan, "gzip-v0-0", 0), staged_seconds=0.4)
+    progress.segment(taken)
+    clock.now += 2
+    assert progress.done_segments == 1 and progress.fold.rate(clock.now) == 0
+    converted = outcome(plan, "gzip-v0-0", 1)
+    progress.segment(converted)
+    clock.now += 2
+    assert progress.fold.rate(clock.now) == pytest.approx(converted.source_bytes / 4)

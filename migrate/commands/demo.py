@@ -13,6 +13,7 @@ from migrate.engines import Engine, SerialEngine
 from migrate.planning.plan import build_plan, write_plan
 from migrate.planning.request import PlanRequest
 from migrate.reports.scan import scan_log_dirs
+from migrate.units import human_bytes
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -42,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     before = scan_log_dirs([str(log_dir)])["summary"]
     note(
         f"1. wrote {log_dir}: {before['partitions']} partitions, {before['legacyPartitions']} with legacy data "
-        f"({before['legacyBytes']} bytes)"
+        f"({human_bytes(before['legacyBytes'])})"
     )
     plan = build_plan(PlanRequest(log_dirs=(str(log_dir),)))
     plan_path = root.parent / f"{root.name}-plan.json"
@@ -60,7 +61,8 @@ def run(args: argparse.Namespace) -> int:
         report = pipeline.execute(plan, engine)
         t = report.totals
         note(
-            f"3. execute: {t.verified} segments, {t.records} records, {t.bytes_in} -> {t.bytes_out} bytes, "
+            f"3. execute: {t.verified} segments, {t.records} records, {human_bytes(t.bytes_in)} -> "
+            f"{human_bytes(t.bytes_out)}, "
             f"every partition migrated: {report.ok}"
         )
         live = pipeline.verify_live(plan, engine)

@@ -38,6 +38,13 @@ def add_engine_options(p: argparse.ArgumentParser, full: bool, brokers: bool = T
             default="127.0.0.1:8787",
             help="LocalCluster dashboard address (default 127.0.0.1:8787: loopback only; give :8787 to expose it)",
         )
+        g.add_argument(
+            "--dashboard",
+            action="store_true",
+            help="start the LocalCluster and its dashboard whatever the plan's size (by default a plan this process "
+            "finishes in about a second runs here and starts none); its address is printed before the first byte is "
+            "converted, as it is whenever a dashboard exists",
+        )
         g.add_argument("--master", default="local[*]", help="Spark master URL for --engine spark (default local[*])")
     g.add_argument(
         "--scheduler",
@@ -111,9 +118,11 @@ def refuse_unreachable_hosts(plan: Plan) -> None:
         )
 
 
-def dashboard_line(link: str, migration_link: str, asked: str) -> str:
-    """Where the dashboard is; where Dask had to move it off the port asked for (taken by another process), say so
-    on the terminal, not only in the run log: an operator opening the asked port would see someone else's page."""
+def dashboard_line(link: str, migration_link: str, asked: str | None) -> str:
+    """Where the dashboard is; where Dask had to move a LocalCluster's off the port asked for (taken by another
+    process), say so on the terminal, not only in the run log: an operator opening the asked port would see someone
+    else's page. ``asked``: the --dashboard-address of a LocalCluster; None for a running scheduler's dashboard,
+    which listens where its own operator put it."""
     line = f"Dask dashboard: {link} (the migration's own page: {migration_link})"
     wanted = asked.rsplit(":", 1)[-1] if asked else ""
     got = urllib.parse.urlsplit(link).port
@@ -133,6 +142,11 @@ def make_engine(
     engine_name = "dask" if getattr(args, "scheduler", None) and args.engine == "serial" else args.engine
     if plan is not None and engine_name == "dask" and not getattr(args, "scheduler", None):
         refuse_unreachable_hosts(plan)
+    if getattr(args, "dashboard", False) and (engine_name != "dask" or getattr(args, "scheduler", None)):
+        raise MigrateError(
+            "--dashboard starts a Dask LocalCluster's dashboard: it goes with --engine dask and without --scheduler "
+            "(a running scheduler has its own dashboard, printed when it answers; Spark prints its UI's address)"
+        )
     if engine_name == "serial":
         return SerialEngine(on_segment=on_segment), accelerator
     if engine_name == "spark":
@@ -155,9 +169,14 @@ def make_engine(
         dashboard_address=getattr(args, "dashboard_address", "127.0.0.1:0"),
         progress=False if on_segment is not None else None,
         on_segment=on_segment,
-        # printed once the cluster answers: meanwhile this host's first tasks already run here
+        # printed once the cluster answers, before the first stage that reads or writes segment data
         on_ready=lambda e: note(
-            dashboard_line(e.dashboard_link, e.migration_link, getattr(args, "dashboard_address", ""))
+            dashboard_line(
+                e.dashboard_link,
+                e.migration_link,
+                None if args.scheduler else getattr(args, "dashboard_address", None),
+            )
         ),
+        dashboard=getattr(args, "dashboard", False),
     )
     return engine, accelerator

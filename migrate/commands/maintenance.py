@@ -11,6 +11,8 @@ from migrate.commands.manifest import run_manifest_verb
 from migrate.engines.watched import WatchedEngine
 from migrate.model.cluster_manifest import Verb
 from migrate.model.run_state import LogDirPhase, LogDirStatus
+from migrate.model.stage_reports import StageError
+from migrate.reports.columns import aligned
 from migrate.watch.runlog import result
 
 
@@ -64,11 +66,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def status_lines(d: LogDirStatus, every: bool, plan_path: str = "PLAN") -> list[str]:
     counts = ", ".join(f"{n} {s}" for s, n in sorted(d.counts.items()))
-    lines = [f"{d.log_dir}: {d.phase.value}{' (fence up)' if d.fence_up else ''}: {counts}"]
+    fence = " (fence up)" if d.fence_up else ""
+    lines = [f"{d.log_dir}: {d.phase.description}{fence}; {len(d.partitions)} planned partition(s): {counts}"]
     shown = d.partitions if every else d.unmigrated
-    for p in shown:
-        why = f"  {p.problem.message}" if p.problem else ""
-        lines.append(f"  {p.partition:<40} {p.state.value}{why}")
+    lines += aligned([(p.partition, p.state.value, p.problem.message if p.problem else "") for p in shown])
     if d.history:
         lines.append(f"  last: {d.history[-1]}")
     lines += [f"  the files say otherwise: {r}" for r in d.reconciled]
@@ -93,7 +94,7 @@ def run_status(args: argparse.Namespace) -> int:
         engine.close()
     lines = [line for d in report.log_dirs for line in status_lines(d, args.all, args.plan)]
     lines += [f"{d}: not started (run `execute --plan {args.plan}`)" for d in report.not_started]
-    lines += [f"error: {e.log_dir}: {e.message}" for e in report.errors]
+    lines += [f"error: {stage_error_text(e)}" for e in report.errors]
     result(to_json(report), args.json, "\n".join(lines))
     return 1 if report.errors else 0
 
@@ -121,7 +122,7 @@ def run_rollback(args: argparse.Namespace) -> int:
             "Stop the broker; `rollback --force` puts the originals back and loses exactly that (consumers and "
             "replicas that read it will see those offsets again from the leader, or not at all)."
         )
-    lines += [f"error: {e.log_dir}: {e.message}" for e in report.errors]
+    lines += [f"error: {stage_error_text(e)}" for e in report.errors]
     lines += [f"state archived: {a}" for a in report.archived]
     if report.archived:
         lines.append(f"the run's report stays available: kafka-log-migrate report --plan {args.plan}")
@@ -147,9 +148,14 @@ def run_finalize(args: argparse.Namespace) -> int:
             lines += [f"    {x}" for x in r.found]
         if r.left_legacy:
             lines.append(f"  {len(r.left_legacy)} partitions left as they were, e.g. {r.left_legacy[0]}")
-    lines += [f"error: {e.log_dir}: {e.message}" for e in report.errors]
+    lines += [f"error: {stage_error_text(e)}" for e in report.errors]
     lines += [f"state archived: {a}" for a in report.archived]
     if report.archived:
         lines.append(f"the run's report stays available: kafka-log-migrate report --plan {args.plan}")
     result(to_json(report), args.json, "\n".join(lines))
     return 0 if report.ok else 1
+
+
+def stage_error_text(e: StageError) -> str:
+    """A stage's error naming its log dir once: most stages' messages begin with it already."""
+    return e.message if e.message.startswith(f"{e.log_dir}:") else f"{e.log_dir}: {e.message}"

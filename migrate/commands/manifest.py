@@ -18,7 +18,7 @@ from migrate.model.cluster_manifest import (
 )
 from migrate.planning.request import PlanRequest
 from migrate.run.workspace import write_durably
-from migrate.units import human_bytes
+from migrate.units import human_bytes, human_seconds
 from migrate.watch.runlog import result
 
 MANIFEST_SNIFF_BYTES = 4096
@@ -83,7 +83,7 @@ def run_manifest_verb(args: argparse.Namespace, verb: Verb) -> int | None:
         state = "ok" if o.ok else "FAILED"
         lines.append(
             f"broker {o.broker_id}: {verb} {state}: {o.partitions_done} of {o.partitions} partitions, "
-            f"{o.segments} segments, {o.seconds:.1f} s" + (f", {o.problems} problem(s)" if o.problems else "")
+            f"{o.segments} segments, {human_seconds(o.seconds)}" + (f", {o.problems} problem(s)" if o.problems else "")
         )
         lines += [f"  {x}" for x in o.first_problems]
     failed = [o.broker_id for o in outcomes if not o.ok]

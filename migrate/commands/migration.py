@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import calendar
 import dataclasses
+import socket
 import sys
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -28,10 +31,12 @@ from migrate.model.plan_tree import (
     Plan,
     PlanForm,
 )
+from migrate.model.run_state import LogDirPhase, PartitionState, SegmentState
 from migrate.model.stage_reports import ExecuteReport, LiveCheck
 from migrate.planning.plan import build_plan, form_for, write_plan
 from migrate.planning.request import PlanRequest
-from migrate.units import human_bytes, parse_duration_ms, parse_memory_bytes
+from migrate.reports.columns import aligned
+from migrate.units import human_bytes, human_seconds, parse_duration_ms, parse_memory_bytes
 from migrate.watch.runlog import Progress, note, output, result
 
 EXIT_VERIFY_FAILED = 3
@@ -157,8 +162,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=run_verify, run_log=True)
 
 
-def add_plan_options(p: argparse.ArgumentParser) -> None:
-    """How segments are planned and converted: the options `plan` and `rehearse` share."""
+def add_plan_options(p: argparse.ArgumentParser, unclean: bool = True) -> None:
+    """How segments are planned and converted: the options `plan`, `rehearse` and `rolling` share. ``unclean``
+    False: no --allow-unclean (rolling refuses a broker that did not stop cleanly, whatever it is given)."""
     g = p.add_argument_group("plan options")
     add_conversion_options(g)
     g.add_argument(
@@ -191,7 +197,10 @@ def add_plan_options(p: argparse.ArgumentParser) -> None:
         help="with --compact: refuse a partition whose pass one needs more than this (512M, 2G): 24 bytes per "
         "distinct key for offset, 32 for timestamp, 33 for header, up to 9 more with --drop-tombstones-older-than",
     )
-    g.add_argument("--allow-unclean", action="store_true", help="plan even without a clean-shutdown marker")
+    if unclean:
+        g.add_argument("--allow-unclean", action="store_true", help="plan even without a clean-shutdown marker")
+    else:
+        p.set_defaults(allow_unclean=False)
     g.add_argument("--task-bytes", type=int, default=64 << 20, help="segment bytes per engine task (default 64 MiB)")
     g.add_argument(
         "--task-segments",
@@ -333,6 +342,7 @@ def run_execute(args: argparse.Namespace) -> int:
     if (code := run_manifest_verb(args, Verb.EXECUTE)) is not None:
         return code
     plan = load_plan_for(args)
+    plan.refuse_if_planned_elsewhere(socket.gethostname())  # before an engine starts (pipeline.execute checks too)
     progress = Progress(plan, output(), tty=sys.stderr.isatty())
     engine, accelerator = make_engine(args, on_segment=progress.segment, plan=plan)
     watched = WatchedEngine(engine, progress)
@@ -351,12 +361,23 @@ def run_execute(args: argparse.Namespace) -> int:
             )
             read = ahead[0].result() if ahead else None
         summary = report.run_summary(plan, watched, args.plan, read)
-    finally:
+    except BaseException:
         engine.close()
+        raise
     body = to_json(outcome)
     if summary is not None:
         body["summary"] = report.summary_json(summary)
-    result(body, args.json, execute_text(outcome, args.plan, report.summary_lines(summary) if summary else []))
+    # the report before the engine closes: the run is over, and what closing a cluster costs (or a Ctrl-C while it
+    # does) must not hold back nor replace the truth about the partitions
+    lines = report.summary_lines(summary, outcome.cutover) if summary else []
+    result(body, args.json, execute_text(outcome, args.plan, lines, planned_at=_planned_at(plan)))
+    try:
+        engine.close()
+    except KeyboardInterrupt:
+        note(
+            "kafka-log-migrate: interrupted while closing the Dask cluster; the run above is complete, nothing to "
+            "resume"
+        )
     return 0 if outcome.ok else 1
 
 
@@ -371,13 +392,30 @@ def _replica_peers(args: argparse.Namespace, plan: Plan) -> tuple[LogDirPlan, ..
     return tuple(d for d in load_plan(args.plan).log_dirs if d.key not in ours)
 
 
-def execute_text(report_: ExecuteReport, plan_path: str, summary_lines: list[str] | None = None) -> str:
+def _planned_at(plan: Plan) -> float | None:
+    """When the plan was written (its ``created``, to the second), seconds since 1970."""
+    try:
+        return calendar.timegm(time.strptime(plan.created, "%Y-%m-%dT%H:%M:%SZ"))
+    except ValueError:
+        return None
+
+
+def execute_text(
+    report_: ExecuteReport, plan_path: str, summary_lines: list[str] | None = None, planned_at: float | None = None
+) -> str:
     t = report_.totals
     growth = f" ({(t.bytes_out - t.bytes_in) / t.bytes_in:+.0%})" if t.bytes_in else ""
+    # a skipped segment was done by an earlier run, or left because its partition failed or the run stopped: those
+    # left are the ones still planned after the run
+    left = sum(p.segments.get(SegmentState.PLANNED.value, 0) for d in report_.log_dirs for p in d.partitions)
+    earlier = max(0, t.skipped - left)
+    taken = f" ({report_.cutover.staged_segments} of them by the pre-stage passes)" if report_.cutover else ""
+    counts = [f"{t.verified} segments converted and verified{taken}"]
+    counts += [f"{earlier} done by an earlier run"] if earlier else []
+    counts += [f"{left} not attempted (their partition failed or the run stopped)"] if left else []
     lines = [
-        f"plan {report_.plan_id}: {t.verified} segments converted and verified, {t.skipped} already done or skipped, "
-        f"{t.refused} refused, {t.failed} failed; {t.records} records, {human_bytes(t.bytes_in)} -> "
-        f"{human_bytes(t.bytes_out)}{growth}"
+        f"plan {report_.plan_id}: {', '.join(counts)}, {t.refused} refused, {t.failed} failed; {t.records} records, "
+        f"{human_bytes(t.bytes_in)} -> {human_bytes(t.bytes_out)}{growth}"
     ]
     if report_.accelerator and report_.accelerator != "active":
         lines.append(
@@ -390,9 +428,12 @@ def execute_text(report_: ExecuteReport, plan_path: str, summary_lines: list[str
             f"{d.log_dir}: {migrated} of {len(d.partitions)} partitions migrated; "
             f"fence {'UP' if d.fence_up else 'down'}"
         )
-        for p in d.unmigrated[:50]:
-            why = f": {p.problem.message}" if p.problem else ""
-            lines.append(f"  {p.state.value.upper():<12} {p.partition}{why}")
+        lines += aligned(
+            [
+                (p.state.value.upper(), p.partition + (f": {p.problem.message}" if p.problem else ""))
+                for p in d.unmigrated[:50]
+            ]
+        )
         if len(d.unmigrated) > 50:
             lines.append(f"  ... and {len(d.unmigrated) - 50} more (`status --plan {plan_path}` lists them all)")
     for e in report_.errors:
@@ -410,7 +451,7 @@ def execute_text(report_: ExecuteReport, plan_path: str, summary_lines: list[str
             f"this run's: {u.reason}. The run of those brokers compares theirs with this one's (execute --brokers "
             "... --require-consistent-replicas fails a partition whose replicas differ)."
         )
-    lines += cutover_lines(report_)
+    lines += cutover_lines(report_, planned_at)
     lines += summary_lines or []
     mixed = [p.partition for d in report_.log_dirs for p in d.partitions if p.state.mixed]
     report_cmd = f"`kafka-log-migrate report --plan {plan_path}` writes the Parquet table and HTML report of the run"
@@ -429,18 +470,26 @@ def execute_text(report_: ExecuteReport, plan_path: str, summary_lines: list[str
             f"above, then run `execute --plan {plan_path}` again to finish, or `rollback --plan {plan_path}`."
         )
     else:
-        left = len(report_.unmigrated)
+        unmigrated = len(report_.unmigrated)
+        swapped = any(p.state == PartitionState.MIGRATED for d in report_.log_dirs for p in d.partitions)
+        what = [f"{unmigrated} planned partition(s)"] if unmigrated else []
+        what += ["the log dirs with errors above"] if report_.errors else []
+        undo = (
+            f", or `rollback --plan {plan_path}` to put back the partitions it migrated"
+            if swapped
+            else " (no partition was swapped: the log dirs hold their originals, nothing to roll back)"
+        )
         lines.append(
-            f"Not migrated: {left} planned partition(s){' and log dirs with errors' if report_.errors else ''}. Every "
-            "partition is wholly old or wholly new. Fix the causes above and run "
-            f"`execute --plan {plan_path}` again (it continues with what remains), or `rollback --plan {plan_path}`. "
+            f"Not migrated: {' and '.join(what) or 'nothing'}. Every partition is wholly old or wholly new. Fix the "
+            f"causes above and run `execute --plan {plan_path}` again (it continues with what remains){undo}. "
             f"{report_cmd}."
         )
     return "\n".join(lines)
 
 
-def cutover_lines(report_: ExecuteReport) -> list[str]:
-    """The window of a cut-over run, beside a cold run of the same data."""
+def cutover_lines(report_: ExecuteReport, planned_at: float | None = None) -> list[str]:
+    """The window of a cut-over run, beside a cold run of the same data. ``planned_at``: when the plan was written,
+    which tells the operator's own time between the broker's stop and ``plan`` apart from the tool's."""
     c = report_.cutover
     if c is None:
         return []
@@ -449,11 +498,19 @@ def cutover_lines(report_: ExecuteReport) -> list[str]:
         f"{c.window_segments} ({human_bytes(c.window_bytes)}) converted in the window",
     ]
     if c.window_seconds is not None:
+        before_plan = ""
+        if planned_at is not None and c.stopped_at is not None and planned_at >= c.stopped_at:
+            gap = min(planned_at - c.stopped_at, c.window_seconds)
+            before_plan = (
+                f", of which about {human_seconds(gap)} passed before `plan` wrote the plan (the stop to the plan, "
+                "and the plan's own reading; the review until execute comes after)"
+            )
         lines.append(
-            f"  window since the broker stopped: {c.window_seconds:.1f} s (this run: checks {c.checks_seconds:.1f} s, "
-            f"delta conversion {c.delta_seconds:.1f} s, swap {c.swap_seconds:.1f} s); these stages without "
-            f"pre-staging: about {c.cold_seconds:.1f} s (estimated from the passes' own times; a cold plan's read of "
-            "every segment comes on top)"
+            f"  window since the broker stopped: {human_seconds(c.window_seconds)}{before_plan}; this run: checks "
+            f"{human_seconds(c.checks_seconds)}, delta conversion {human_seconds(c.delta_seconds)}, swap "
+            f"{human_seconds(c.swap_seconds)}; these stages without pre-staging: about "
+            f"{human_seconds(c.cold_seconds)} (what was taken, at the lower of its pre-stage passes' measured "
+            "conversion and this window's rate; a cold plan's read of every segment comes on top)"
         )
     lines += [f"  converted anew instead of taken: {f}" for f in c.fallbacks[:20]]
     if len(c.fallbacks) > 20:
@@ -461,8 +518,8 @@ def cutover_lines(report_: ExecuteReport) -> list[str]:
     return lines
 
 
-def verify_lines(c: LiveCheck) -> list[str]:
-    """One log dir's verify for an operator: its verdict first, then every file behind it."""
+def verify_lines(c: LiveCheck, plan_path: str = "PLAN") -> list[str]:
+    """One log dir's verify for an operator: its verdict first, then every file behind it, then what to do."""
     if c.problems:
         verdict = f"DIFFERENCES: {len(c.problems)} converted file(s) are not what was swapped in"
     elif c.by_broker:
@@ -472,7 +529,10 @@ def verify_lines(c: LiveCheck) -> list[str]:
         )
     else:
         verdict = "OK: every converted segment is exact"
-    lines = [f"{c.log_dir}: {verdict}; {c.checked_segments} converted segments read back whole ({c.phase.value})"]
+    lines = [
+        f"{c.log_dir}: {verdict}; {c.checked_segments} converted segments read back whole; the log dir is "
+        f"{c.phase.description}"
+    ]
     lines += [f"  differs: {p}" for p in c.problems]
     lines += [f"  by the broker: {p}" for p in c.by_broker]
     if c.metadata_only:
@@ -484,6 +544,14 @@ def verify_lines(c: LiveCheck) -> list[str]:
         lines.append(f"  {len(c.unmigrated)} planned partitions are not migrated, e.g. {c.unmigrated[0]}")
     if c.history and c.phase.value in ("finalized", "rolled-back"):
         lines.append(f"  history: {c.history[-1]}")
+    if c.problems and c.phase in (LogDirPhase.EXECUTING, LogDirPhase.MIGRATED):
+        lines.append(
+            "  next: the originals are kept until finalize: find what wrote to these files (stop the broker), then "
+            f"`kafka-log-migrate rollback --plan {plan_path}` puts every original back (a damaged converted file "
+            "does not block it); finalize refuses while this verify stands"
+        )
+    elif c.problems and c.phase == LogDirPhase.FINALIZED:
+        lines.append("  next: the originals were deleted by finalize: restore the partitions above from a replica")
     return lines
 
 
@@ -498,7 +566,7 @@ def run_verify(args: argparse.Namespace) -> int:
         engine.close()
     lines = []
     for c in report.log_dirs:
-        lines += verify_lines(c)
+        lines += verify_lines(c, args.plan)
     lines += [f"error: {e.message}" for e in report.errors]
     result(to_json(report), args.json, "\n".join(lines), page=True)
     if report.errors:

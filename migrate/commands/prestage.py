@@ -16,9 +16,10 @@ from migrate.prestage.controls import DEFAULT_WINDOW_SECONDS, Controls, ControlS
 from migrate.prestage.passes import PassReport, PrestageReport, PrestageRequest, run_prestage
 from migrate.prestage.priority import Priority, take_priority
 from migrate.prestage.replicas import DifferenceKind, StagedReplicaCheck, compare_staged
-from migrate.units import human_bytes, parse_data_bytes
+from migrate.units import human_bytes, human_rate, human_seconds, parse_data_bytes
 
 EXIT_USAGE = 2
+EXIT_ABORTED = 6  # stopped by the operator's abort file
 DEFAULT_RATE = "50MB"
 DEFAULT_MIN_FREE = "10%"
 
@@ -86,7 +87,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "only when the broker wants none; may starve behind a busy broker); normal: as started",
     )
     p.add_argument("--pause-file", help="while this file exists, no I/O (looked at several times a second)")
-    p.add_argument("--abort-file", help="when this file appears, stop: the segment in progress is discarded")
+    p.add_argument(
+        "--abort-file",
+        help="when this file appears, stop: the segment in progress is discarded, what was staged before stays "
+        "(exit 6)",
+    )
     g = p.add_argument_group("conversion options (as for plan: staging is used only when plan's options are equal)")
     add_conversion_options(g)
     p.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -138,6 +143,8 @@ def run(args: argparse.Namespace) -> int:
     report = run_prestage(request, controls, on_pass=lambda p: None if args.json else note(pass_text(p, controls)))
     body = to_json(dataclasses.asdict(report)) | {"window_totals": controls.window_totals(), "ok": report.ok}
     emit(body, args.json, summary_text(report, controls))
+    if report.aborted:  # the operator's own stop, not a failure: what was staged before it stays whole
+        return EXIT_ABORTED
     return 0 if report.ok else 1
 
 
@@ -187,6 +194,9 @@ def run_cluster(args: argparse.Namespace, job: PrestageJob) -> int:
     }
     emit(body, args.json, "\n".join(cluster_text(done, failed, check)))
     ok = not failed and all(b.ok and b.refusal is None for b in done) and not check.diverged
+    stopped = [b for b in done if not b.ok]
+    if stopped and all(b.aborted and b.refusal is None for b in stopped) and not failed and not check.diverged:
+        return EXIT_ABORTED  # the operator's abort file stopped the brokers that did not finish: nothing failed
     return 0 if ok else 1
 
 
@@ -249,8 +259,8 @@ def pass_text(done: PassReport, controls: Controls) -> str:
             lines.append(f"  left alone: and {len(d.left_alone) - 20} more (--json lists them all)")
     rate = done.io_bytes / done.seconds if done.seconds else 0.0
     lines.append(
-        f"pass {done.number}: {human_bytes(done.io_bytes)} read and written in {done.seconds:.1f} s "
-        f"({human_bytes(rate)}/s)"
+        f"pass {done.number}: {human_bytes(done.io_bytes)} read and written in {human_seconds(done.seconds)} "
+        f"({human_rate(rate)})"
     )
     return "\n".join(lines)
 
@@ -263,7 +273,7 @@ def summary_text(report: PrestageReport, controls: Controls) -> str:
     limit = f" (limit {human_bytes(controls.rate * controls.window_seconds)})" if controls.rate else ""
     lines.append(
         f"{len(report.passes)} pass(es); at most {human_bytes(report.max_window_bytes)} read and written in any "
-        f"{controls.window_seconds:g} s window{limit}; paused {controls.paused_seconds:.1f} s"
+        f"{controls.window_seconds:g} s window{limit}; paused {human_seconds(controls.paused_seconds)}"
     )
     if last is not None:
         state = "not at the threshold" if last.left_bytes else "everything closed is staged"

@@ -18,7 +18,8 @@ from migrate.rehearse.projection import parse_cluster_bytes
 from migrate.rehearse.readers import DEFAULT_ORACLE
 from migrate.rehearse.records import BrokerBytes, RehearsalConfig, RehearsalReport
 from migrate.rehearse.report import RehearsalPaths
-from migrate.units import human_bytes, human_seconds, parse_data_bytes
+from migrate.reports.columns import aligned
+from migrate.units import human_bytes, human_rate, human_seconds, parse_data_bytes
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -240,14 +241,24 @@ def report_text(report: RehearsalReport) -> str:
     lines = [f"rehearsal {report.id} of {', '.join(report.log_dirs)}"]
     if report.copy is not None:
         lines.append(f"  on a copy in {report.copy.dir}: {report.copy.method}")
-    for s in report.steps:
-        rate = f", {hb(s.bytes_per_second)}/s" if s.bytes_per_second else ""
-        again = f", attempt {s.attempts}" if s.attempts > 1 else ""
-        lines.append(f"  {s.name:<11} {s.status.value.upper():<11} {hs(s.seconds):>9}{rate}{again}  {s.message}")
+    lines += aligned(
+        [
+            (
+                s.name,
+                s.status.value.upper(),
+                hs(s.seconds)
+                + (f", {human_rate(s.bytes_per_second)}" if s.bytes_per_second else "")
+                + (f", attempt {s.attempts}" if s.attempts > 1 else ""),
+                s.message,
+            )
+            for s in report.steps
+        ]
+    )
     if report.growth is not None:
         g = report.growth
         lines.append(
-            f"growth: {hb(g.bytes_in)} -> {hb(g.bytes_out)} ({g.growth_bytes:+d} bytes"
+            f"growth: {hb(g.bytes_in)} -> {hb(g.bytes_out)} "
+            f"({'+' if g.growth_bytes >= 0 else '-'}{hb(abs(g.growth_bytes))}"
             + (f", {g.growth_ratio:+.1%}" if g.growth_ratio is not None else "")
             + f"); the plan estimated {hb(g.estimated_output_bytes)}; {hb(g.held_until_finalize_bytes)} more disk "
             "until finalize (originals kept)"
@@ -267,9 +278,13 @@ def report_text(report: RehearsalReport) -> str:
     p = report.projection
     if p is not None:
         lines.append(f"projection from {p.basis}:")
-        for step in p.rates:
-            speed = f"{hb(step.bytes_per_second)}/s" if step.bytes_per_second else "-"
-            lines.append(f"  {step.step:<11} {speed:>12}" + (f"  ({step.note})" if step.note else ""))
+        lines += aligned(
+            [
+                (r.step, human_rate(r.bytes_per_second) if r.bytes_per_second else "-", f"({r.note})" if r.note else "")
+                for r in p.rates
+            ],
+            right=frozenset({1}),
+        )
         for b in p.brokers:
             back = f"; rollback {hs(b.rollback_seconds)}" if b.rollback_seconds is not None else ""
             cut = f"; pre-staged cut-over {hs(b.cutover_seconds)}" if b.cutover_seconds is not None else ""

@@ -62,7 +62,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=300.0,
         help="seconds to wait after the stop command for the .lock to be released and the marker written (300)",
     )
-    g.add_argument("--command-timeout", type=float, default=600.0, help="seconds a stop or start command may take")
+    g.add_argument(
+        "--command-timeout", type=float, default=600.0, help="seconds a stop or start command may take (600)"
+    )
     p.add_argument(
         "--accept-per-broker-timestamps",
         action="store_true",
@@ -71,7 +73,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--require-consistent-replicas", action="store_true", help="as execute's")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
-    add_plan_options(p)
+    add_plan_options(p, unclean=False)
     g = p.add_argument_group("cluster")
     g.add_argument("--scheduler", required=True, help="the Dask scheduler with one worker per broker host")
     add_cluster_options(g, brokers=False)

@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 
 from migrate.commands.output import emit, note
+from migrate.reports.columns import aligned
 from migrate.reports.scan import scan_log_dirs
+from migrate.units import human_bytes
 
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
@@ -34,15 +36,26 @@ def run(args: argparse.Namespace) -> int:
     lines = []
     for broker in report["brokers"]:
         for d in broker["logDirs"]:
-            lines.append(f"log dir {d['logDir']} (broker {broker['broker']}): {d['error'] or ''}")
+            who = f" (broker {broker['broker']})" if broker["broker"] is not None else ""
+            lines.append(f"log dir {d['logDir']}{who}" + (f": {d['error']}" if d["error"] else ""))
             lines += [f"  warning: {w}" for w in d.get("warnings", [])]
-            for p in d["partitions"]:
-                state = "v2-only" if p["v2Only"] else "LEGACY"
-                magics = " ".join(f"v{m}:{b}B" for m, b in sorted(p["bytesByMagic"].items()))
-                tail = f" truncated tail at {p['truncatedTail']['position']}" if p["truncatedTail"] else ""
-                lines.append(f"  {p['partition']:<40} {state:<8} {magics}{tail}")
+            lines += aligned(
+                [
+                    (
+                        p["partition"],
+                        "v2-only" if p["v2Only"] else "LEGACY",
+                        ", ".join(f"v{m} {human_bytes(b)}" for m, b in sorted(p["bytesByMagic"].items())),
+                        f"truncated tail at byte position {p['truncatedTail']['position']}"
+                        if p["truncatedTail"]
+                        else "",
+                    )
+                    for p in d["partitions"]
+                ]
+            )
     s = report["summary"]
-    lines.append(f"{s['partitions']} partitions, {s['legacyPartitions']} with legacy data ({s['legacyBytes']} bytes)")
+    lines.append(
+        f"{s['partitions']} partitions, {s['legacyPartitions']} with legacy data ({human_bytes(s['legacyBytes'])})"
+    )
     if s["logDirsWithErrors"] or s["partitionsWithErrors"]:
         lines.append("not certified: a log dir or partition above could not be read")
     emit(report, args.json, "\n".join(lines))

@@ -36,7 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from migrate.engines import CallResult, Fold, StageCall
+from migrate.engines import CallResult, Fold, StageCall, closing
 from migrate.errors import MigrateError
 from migrate.format import accel
 from migrate.model.plan_tree import DigestAlgorithm, Plan
@@ -48,6 +48,9 @@ if TYPE_CHECKING:  # imported where a cluster starts: ``distributed`` is about 0
     from distributed import Client, LocalCluster
 
 NO_WORKERS_TIMEOUT = "60s"
+# how long ``close`` waits for the client and a LocalCluster to close: they close in well under a second when nothing
+# holds the scheduler's event loop up
+CLOSE_SECONDS = 20.0
 MONITOR = "migrate.monitor"
 # What this process does alone, measured on a 2-core VM (benchmarks/bench_end_to_end.py): convert + verify at about
 # 600 MB/s with XXH3-128 digests and 290 MB/s with SHA-256, and about 3 ms of file work per segment (staging, swap;
@@ -264,11 +267,17 @@ class DaskEngine:
         on_segment: Callable[[progress.Event], None] | None = None,
         security: Any = None,
         on_ready: Callable[[DaskEngine], None] | None = None,
+        dashboard: bool = False,
     ) -> None:
         """``security``: a distributed.security.Security (TLS) for a remote scheduler; a LocalCluster listens on
         127.0.0.1 only, and its dashboard on ``dashboard_address`` (loopback by default). ``on_ready`` is called
-        once the cluster answers (the CLI prints the dashboard's address then)."""
+        once the cluster answers, in the thread that maps, before the first stage that reads or writes segment data
+        (the CLI prints the dashboard's address then). ``dashboard``: start a LocalCluster (its scheduler, dashboard
+        and workers) with the first map whatever the plan's size, as if it were worth workers."""
         self.cluster: LocalCluster | None = None
+        self._dashboard_asked = dashboard
+        self._told_ready = False
+        self._publish_lock = threading.Lock()
         self._client: Client | None = None
         self._dashboard_address = dashboard_address
         self._on_segment = on_segment
@@ -283,9 +292,14 @@ class DaskEngine:
         self._ready = threading.Event()  # the scheduler answers (and, for a remote one, its workers)
         self._workers_up = threading.Event()  # a LocalCluster's workers answer
         self._workers_start: threading.Thread | None = None
+        self._others_workers: set[int] = set()  # pids of Dask worker processes before this engine asked for its own
         # worker processes as many as cores but one, when a plan is worth them: this process works beside them on the
         # last core (``_share``), from the first second; as many as asked for, at once, and only they work
         self._workers_on_demand = scheduler is None and processes and n_workers is None
+        # a LocalCluster of worker processes answers (and shows its dashboard) before its workers: they are added
+        # once its scheduler is up, so that the dashboard's address can be told before the first byte is converted
+        # without waiting for them
+        self._workers_added = scheduler is None and processes
         self.shares_files = scheduler is None  # a LocalCluster's workers, or this process
         self._driver_works = self._workers_on_demand
         cores = os.cpu_count() or 1
@@ -316,7 +330,7 @@ class DaskEngine:
 
                 self._configure(local=True)
                 return LocalCluster(
-                    n_workers=0 if self._workers_on_demand else self._n_workers,
+                    n_workers=0 if processes else self._n_workers,
                     threads_per_worker=1,
                     processes=processes,
                     # process workers listen on loopback only; in-process ones have no listener (inproc://) to bind
@@ -329,7 +343,7 @@ class DaskEngine:
                     target=self._start, args=(local, False), name="dask-start", daemon=True
                 ).start()
                 if not self._workers_on_demand:
-                    self._begin()
+                    self.start_workers()
             else:  # in-process workers talk over an in-process transport that must be set up by this thread
                 self._start(local, remote=False)
 
@@ -398,7 +412,7 @@ class DaskEngine:
                     client.subscribe_topic(events.SEGMENTS_TOPIC, self._segment_events)
                     self._topics.append(events.SEGMENTS_TOPIC)
             self._client = client
-            if not self._workers_on_demand:  # up with the cluster (remote: they are the cluster's business)
+            if not self._workers_added:  # up with the cluster (remote: they are the cluster's business)
                 self._workers_up.set()
         except BaseException as exc:  # reported by the first call that needs the cluster
             self._start_error = _not_started(exc, "the Dask cluster did not start")
@@ -407,7 +421,16 @@ class DaskEngine:
             self._ready.set()
         if self._start_error is not None and threading.current_thread() is threading.main_thread():
             raise self._start_error
-        if self._client is not None and self._on_ready is not None:
+        if threading.current_thread() is threading.main_thread():  # started here (a remote or in-process cluster)
+            self._tell_ready()
+
+    def _tell_ready(self) -> None:
+        """``on_ready``, once, when the cluster answers; in the caller's thread, so that what it prints comes before
+        what the caller does next."""
+        if self._told_ready or self._client is None:
+            return
+        self._told_ready = True
+        if self._on_ready is not None:
             self._on_ready(self)
 
     def start_workers(self, wait: bool = False) -> None:
@@ -419,6 +442,7 @@ class DaskEngine:
                 # started now, not with the scheduler: the server imports Dask, a core's worth of work for about a
                 # second that a plan run without workers does not need
                 _forkserver_deaf_to_ctrl_c()
+            self._others_workers = closing.worker_processes()
             self._workers_start = threading.Thread(target=self._scale_up, name="dask-workers", daemon=True)
             self._workers_start.start()
         if wait:
@@ -499,8 +523,18 @@ class DaskEngine:
         self, stage: Stage, fn: Callable[..., Any], calls: list[StageCall], fold: Fold | None = None
     ) -> list[CallResult]:
         local = self.run_here_while_starting and all(call.host is None for call in calls)
-        if not (local and all(call.plan is not None and not worth_workers(call.plan) for call in calls)):
+        small = local and all(call.plan is not None and not worth_workers(call.plan) for call in calls)
+        if self._dashboard_asked or not small:
             self.start_workers()
+        if self._begun and not self._told_ready and (stage != Stage.PREPARE or self._ready.is_set()):
+            # the dashboard's address before the first byte is read or written: waiting for the scheduler (about a
+            # second, importing Dask) costs the driver that second, and the operator has the page to watch for the
+            # whole run, not only after it (the workers still start in the background)
+            self._ready.wait()
+            self._tell_ready()
+            if self._client is not None:  # the plan's totals on the page before its first byte is converted
+                for plan in {call.plan.plan_id: call.plan for call in calls if call.plan is not None}.values():
+                    self._announce(plan)
         if self._driver_works and self.run_here_while_starting:
             return self._share(stage, fn, calls, fold)
         out: list[CallResult | None] = [None] * len(calls)
@@ -545,6 +579,8 @@ class DaskEngine:
             feeder.start()
         while (i := take()) is not None:
             out[i] = _kept(fold, i, self._run_here(stage, fn, calls[i]))
+            if self._told_ready:  # the page the operator was pointed at follows the driver's calls as they end
+                self.publish_held_events()
         if feeder is not None:
             feeder.join()
         if failure and any(r is None for r in out):
@@ -651,12 +687,13 @@ class DaskEngine:
     def publish_held_events(self) -> None:
         """The events of the calls that ran here, on the scheduler's page (waits for the scheduler to answer; every
         map does it once the scheduler is up, and close does it)."""
-        for plan in list(self._plans_run_here.values()):  # the driver may be adding one (``_share``)
-            self._announce(plan)
-            self._plans_run_here.pop(plan.plan_id, None)
-        while self._held_events:
-            topic, event = self._held_events.pop(0)
-            self.client.log_event(topic, event)
+        with self._publish_lock:  # the driver and the feeder both publish (``_share``), in the order they happened
+            for plan in list(self._plans_run_here.values()):  # the driver may be adding one (``_share``)
+                self._announce(plan)
+                self._plans_run_here.pop(plan.plan_id, None)
+            while self._held_events:
+                topic, event = self._held_events.pop(0)
+                self.client.log_event(topic, event)
 
     def _submit_one(self, stage: Stage, fn: Callable[..., Any], call: StageCall, position: int) -> Any:
         """One call as a task on a worker: pinned to its host where it has one, never retried (a stage's failure is
@@ -701,14 +738,28 @@ class DaskEngine:
             print(file=sys.stderr)
         return out
 
-    def close(self) -> None:
+    def close(self, timeout: float = CLOSE_SECONDS) -> None:
+        """Close the client and a LocalCluster, waiting ``timeout`` seconds at most: workers still starting are not
+        waited for (the work is done), and a scheduler whose event loop is held up (a dashboard tab polling /status
+        while it closes) is left to end with this process, saying so, instead of holding the exit for minutes."""
         if not self._begun:  # never started: the events held are for a page that never was
             with self._begin_lock:
                 self._begin_later = None
             return
+        closer = threading.Thread(target=self._close, name="dask-close", daemon=True)
+        closer.start()
+        try:
+            closer.join(timeout)
+        except KeyboardInterrupt:  # the operator will not wait for it either
+            closing.abandon(self.cluster, self._local_plugin())
+            raise
+        if closer.is_alive():
+            starting = self._workers_start is not None and not self._workers_up.is_set()
+            runlog.note(closing.left_behind(timeout, self.cluster is not None, self._n_workers if starting else 0))
+            closing.abandon(self.cluster, self._local_plugin())
+
+    def _close(self) -> None:
         self._ready.wait()
-        if self._workers_start is not None:
-            self._workers_start.join()
         if self._client is not None:
             with contextlib.suppress(Exception):  # the page shows what ran here; a scheduler gone shows nothing
                 self.publish_held_events()
@@ -726,7 +777,9 @@ class DaskEngine:
                 from migrate.watch.worker_logs import ForwardWorkerLogs
 
                 self.client.unregister_worker_plugin(ForwardWorkerLogs.name)
-        if self._client is not None:
+        with contextlib.suppress(Exception):
             self._client.close()
         if self.cluster is not None:
+            if not self._workers_up.is_set():
+                closing.stop_starting_workers(self.cluster, self._others_workers)
             self.cluster.close()

@@ -32,7 +32,7 @@ JSON in the Parquet file's metadata and one row per planned segment in columns, 
 
 A partition's ``dir`` is not stored: ``LogDirPlan.check_paths`` requires it to be ``<log dir>/<name>``.
 
-The plan's id in this form hashes the head (without plan_id, created, planned_on and free space, like the JSON form)
+The plan's id in this form hashes the head (without plan_id, created and free space, like the JSON form)
 and, through ``segment_digest``, every column's values: an edited row or head is refused as in the JSON form.
 ``Plan.form`` says which scheme made the id, so the JSON dump of a columnar plan (for review and diff) keeps its id.
 """
@@ -567,9 +567,10 @@ def head_of(plan: Plan, columns: SegmentColumns) -> PlanHead:
     )
 
 
-def columnar_content_id(head: PlanHead) -> str:
+def columnar_content_id(head: PlanHead, seal_host: bool = True) -> str:
+    """``seal_host`` False: the scheme of plans written before ``planned_on`` was part of the id."""
     body = to_json(head)
-    for name in ("plan_id", "created", "planned_on"):
+    for name in ("plan_id", "created", *(() if seal_host else ("planned_on",))):
         body.pop(name)
     for d in body["log_dirs"]:
         d["filesystems"] = [{k: v for k, v in fs.items() if k != "free_bytes"} for fs in d["filesystems"]]
@@ -577,11 +578,11 @@ def columnar_content_id(head: PlanHead) -> str:
     return hashlib.sha256(b"columnar\0" + text.encode()).hexdigest()[:16]
 
 
-def plan_id_of(plan: Plan) -> str:
+def plan_id_of(plan: Plan, seal_host: bool = True) -> str:
     """The id ``plan`` deserves under its form's scheme: the columnar one here, the JSON form's otherwise."""
     if plan.form != PlanForm.COLUMNAR:
-        return content_id(plan)
-    return columnar_content_id(head_of(plan, columns_of(plan)))
+        return content_id(plan, seal_host)
+    return columnar_content_id(head_of(plan, columns_of(plan)), seal_host)
 
 
 def plan_of(head: PlanHead, columns: SegmentColumns) -> Plan:

@@ -15,7 +15,7 @@ from functools import cached_property
 from typing import Any
 
 from migrate.codec import enum_member, from_json, json_schema, to_json
-from migrate.errors import ModelError
+from migrate.errors import ModelError, PlannedElsewhereError
 from migrate.kafka.names import is_partition_dir_name, segment_name
 
 PLAN_VERSION = 2
@@ -484,16 +484,35 @@ class Plan:
         """The id the plan's content deserves under the JSON form's scheme: what ``plan_id`` must equal."""
         return content_id(self)
 
-    def check_integrity(self, id_of: Callable[[Plan], str] | None = None) -> None:
+    def refuse_if_planned_elsewhere(self, here: str) -> None:
+        """A plan of log dirs read where it was made (none pinned to a worker's host) is executed on that host only:
+        it describes the files that host saw (their inodes, sizes, mtimes, first and last bytes), and the same paths
+        on another host are other files. A cluster plan's log dirs are pinned: each runs on its broker's worker,
+        which checks its broker's identity itself."""
+        if any(d.host for d in self.log_dirs) or self.planned_on == here:
+            return
+        raise PlannedElsewhereError(
+            f"plan {self.plan_id} was made on host {self.planned_on}, from the files it saw in "
+            f"{', '.join(d.log_dir for d in self.log_dirs)}; this host is {here}, where the same paths are other "
+            "files. "
+            f"Run execute on {self.planned_on}, or make a plan here: kafka-log-migrate plan --log-dirs "
+            f"{','.join(d.log_dir for d in self.log_dirs)} -o PLAN"
+        )
+
+    def check_integrity(self, id_of: Callable[..., str] | None = None) -> None:
         """Refuse a plan whose content no longer matches its id (``id_of``: the id scheme of the plan's form, the
         JSON form's by default), or whose parts contradict each other."""
         if self.version != PLAN_VERSION:
             raise ModelError(f"plan version {self.version}; this kafka-log-migrate reads version {PLAN_VERSION}")
-        deserved = (id_of or content_id)(self)
-        if deserved != self.plan_id:
+        scheme = id_of or content_id
+        deserved = scheme(self)
+        # a plan written before the host that planned it was part of its id still loads (a run it began can be
+        # finished): its id is checked over the rest, and execute still compares that host with its own
+        if deserved != self.plan_id and scheme(self, seal_host=False) != self.plan_id:
             raise ModelError(
-                f"plan {self.plan_id} was edited after it was made (its content hashes to {deserved}). "
-                "A plan is reviewed, not edited: re-plan with `kafka-log-migrate plan` and the options you want"
+                f"plan {self.plan_id} was edited after it was made (its content, the host that planned it included, "
+                f"hashes to {deserved}). A plan is reviewed, not edited: re-plan with `kafka-log-migrate plan` and the "
+                "options you want"
             )
         for d in self.log_dirs:
             d.check_paths()
@@ -531,26 +550,32 @@ class Plan:
                 raise ModelError(f"segment {name}/{base}: its byte ranges' outputs do not follow one another from 0")
 
 
-_VOLATILE_PLAN_FIELDS = ("plan_id", "created", "planned_on")
+# not part of a plan's id: the id itself and when it was written. The host that planned (``planned_on``) is: a plan
+# describes the files that host saw, and execute refuses to run it on another's (``Plan.refuse_if_planned_elsewhere``)
+_VOLATILE_PLAN_FIELDS = ("plan_id", "created")
 
 
-def content_id(plan: Plan) -> str:
-    """The JSON form's id scheme; a columnar plan's is ``migrate.model.plan_columns.plan_id_of``."""
+def content_id(plan: Plan, seal_host: bool = True) -> str:
+    """The JSON form's id scheme; a columnar plan's is ``migrate.model.plan_columns.plan_id_of``. ``seal_host``
+    False: the scheme of plans written before ``planned_on`` was part of the id."""
     if plan.form == PlanForm.COLUMNAR:
         raise ModelError("a columnar plan's id is made by migrate.model.plan_columns.plan_id_of")
     body = to_json(plan)
-    for name in _VOLATILE_PLAN_FIELDS:
+    for name in (*_VOLATILE_PLAN_FIELDS, *(() if seal_host else ("planned_on",))):
         body.pop(name, None)
     for d in body["log_dirs"]:
         d["filesystems"] = [{k: v for k, v in fs.items() if k != "free_bytes"} for fs in d["filesystems"]]
     return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
 
 
-def load_plan_json(text: str, source: str = "plan", id_of: Callable[[Plan], str] | None = None) -> Plan:
+def load_plan_json(text: str, source: str = "plan", id_of: Callable[..., str] | None = None) -> Plan:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ModelError(f"{source}: not JSON ({exc})") from exc
+        raise ModelError(
+            f"{source}: not JSON ({exc}): the file is cut short or was edited; write it again with "
+            "`kafka-log-migrate plan`"
+        ) from exc
     if isinstance(data, dict) and data.get("version") != PLAN_VERSION:
         raise ModelError(
             f"{source}: plan version {data.get('version')!r}; this kafka-log-migrate reads version {PLAN_VERSION}. "
@@ -570,8 +595,8 @@ def dump_plan_json(plan: Plan) -> str:
 PLAN_SCHEMA_TITLE = "kafka-log-migrate plan"
 PLAN_SCHEMA_DESCRIPTION = (
     "Written by `kafka-log-migrate plan`; read by execute, verify, status, rollback and finalize. Generated from "
-    "migrate/model/plan_tree.py (python -m migrate.model). plan_id hashes the content without plan_id, created, "
-    "planned_on and free_bytes; an edited plan is refused."
+    "migrate/model/plan_tree.py (python -m migrate.model). plan_id hashes the content without plan_id, created "
+    "and free_bytes (planned_on, the host that planned, is in it); an edited plan is refused."
 )
 
 

@@ -196,6 +196,21 @@ class LogDirPhase(str, enum.Enum):
     def __str__(self) -> str:
         return self.value
 
+    @property
+    def description(self) -> str:
+        """The phase in words, for a sentence that begins "the log dir is ..." or "<log dir>: ..."."""
+        return _PHASE_WORDS[self]
+
+
+_PHASE_WORDS = {
+    LogDirPhase.NEW: "not executed yet",
+    LogDirPhase.EXECUTING: "partly migrated (its originals kept)",
+    LogDirPhase.MIGRATED: "migrated, its originals kept until finalize",
+    LogDirPhase.ROLLING_BACK: "being rolled back",
+    LogDirPhase.ROLLED_BACK: "rolled back",
+    LogDirPhase.FINALIZED: "finalized (its originals deleted)",
+}
+
 
 class EventKind(str, enum.Enum):
     """One line of a log dir's history (the ``events`` table)."""

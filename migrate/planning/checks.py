@@ -30,6 +30,7 @@ from migrate.model.plan_tree import FilesystemSpace, LogDirPlan, TailDrop
 from migrate.planning.request import BrokerSurvey, PlanRequest
 from migrate.run.workspace import fence_path, other_states
 from migrate.segment.profile import SegmentProfile, check_segment, valid_entry_after
+from migrate.units import human_bytes
 
 # A torn write leaves a prefix of one entry; a "tail" longer than any entry Kafka would have accepted is damage.
 TORN_TAIL_SCAN_BYTES = 4 << 20
@@ -383,8 +384,8 @@ def _no_space(space: FilesystemSpace) -> Iterator[Finding]:
     if space.needed_bytes > space.free_bytes:
         yield Finding(
             f"{space.example_dir}: the converted segments of {space.partitions} partitions on this filesystem need "
-            f"about {space.needed_bytes} bytes of staging space (originals are kept as hard links until finalize), "
-            f"but only {space.free_bytes} bytes are free. {NO_SPACE_ADVICE}",
+            f"about {human_bytes(space.needed_bytes)} of staging space (originals are kept as hard links until "
+            f"finalize), but only {human_bytes(space.free_bytes)} is free. {NO_SPACE_ADVICE}",
             space.example_dir,
         )
 

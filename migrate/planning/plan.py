@@ -626,8 +626,8 @@ def load_plan(path: str | Path) -> Plan:
         except UnicodeDecodeError as exc:
             raise ModelError(f"neither a JSON nor a columnar plan (byte {exc.start} is not UTF-8)") from exc
         return load_plan_json(text, str(path), plan_id_of)
-    except ModelError as exc:
-        raise MigrateError(f"{path}: {exc}") from exc
+    except ModelError as exc:  # named once: the model's messages may name the file already
+        raise MigrateError(str(exc) if str(exc).startswith(f"{path}:") else f"{path}: {exc}") from exc
 
 
 def write_plan(plan: Plan, path: str | Path) -> None:

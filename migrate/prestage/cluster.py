@@ -53,6 +53,7 @@ class BrokerPrestage:
     digests: tuple[StagedDigest, ...] = ()
     worker: str = ""
     refusal: str | None = None  # the broker could not pre-stage at all: why
+    aborted: bool = False  # stopped by the operator's abort file (its own exit code, not a failure's)
 
 
 def summarize(host: str, broker_id: int | None, log_dirs: tuple[str, ...], report: PrestageReport) -> BrokerPrestage:
@@ -74,6 +75,7 @@ def summarize(host: str, broker_id: int | None, log_dirs: tuple[str, ...], repor
         left_bytes=sum(d.left_bytes for d in last),
         active_bytes=sum(d.active_bytes for d in last),
         problems=tuple(problems[:50]),
+        aborted=report.aborted,
     )
 
 

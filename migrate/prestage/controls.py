@@ -19,7 +19,7 @@ from itertools import accumulate
 from pathlib import Path
 
 from migrate.errors import MigrateError
-from migrate.units import human_bytes, parse_data_bytes
+from migrate.units import human_bytes, human_rate, parse_data_bytes
 
 DEFAULT_WINDOW_SECONDS = 10.0
 _SLACK = 0.04  # of a window: the bucket's burst, and again the largest piece
@@ -169,7 +169,7 @@ class Controls:
                 self.on_pause(f"rate file {self.rate_file}: the rate is now {self._rate_text()}")
 
     def _rate_text(self) -> str:
-        return "unlimited" if self.rate is None else f"{human_bytes(self.rate)}/s"
+        return "unlimited" if self.rate is None else human_rate(self.rate)
 
     def before_segment(self, size: int) -> None:
         """Before a segment of ``size`` source bytes is staged: room for its output above the floor. Its v2 form

@@ -4,7 +4,7 @@ execute, verify) applied to every broker's bytes, with the caveats that say how 
 from __future__ import annotations
 
 from migrate.rehearse.records import BrokerBytes, BrokerWindow, Projection, RehearsalState, StepRate, StepStatus
-from migrate.units import human_bytes, parse_data_bytes
+from migrate.units import human_bytes, human_seconds, parse_data_bytes
 
 SMALL_REHEARSAL_BYTES = 1 << 30
 
@@ -67,8 +67,8 @@ def project(state: RehearsalState) -> Projection | None:
     if basis_bytes < SMALL_REHEARSAL_BYTES:
         caveats.append(
             f"Measured on {human_bytes(basis_bytes)} only: fixed costs (engine start-up "
-            f"{state.engine_start_seconds:.1f} s, per-step overheads) dominate, so larger brokers will run faster per "
-            "byte than projected. Rehearse on a broker holding at least a few GB for a tight estimate."
+            f"{human_seconds(state.engine_start_seconds)}, per-step overheads) dominate, so larger brokers will run "
+            "faster per byte than projected. Rehearse on a broker holding at least a few GB for a tight estimate."
         )
     by_step = {r.step: r for r in rates}
     brokers = []

@@ -14,6 +14,7 @@ from migrate.rehearse.projection import project
 from migrate.rehearse.readers import ORACLE_READER
 from migrate.rehearse.records import REHEARSAL_VERSION, RehearsalReport, RehearsalState, StepStatus, now, step_names
 from migrate.run.workspace import write_durably
+from migrate.units import human_seconds
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,25 @@ def finished(state: RehearsalState) -> bool:
     return state.step(last) is not None
 
 
+SLOW_READER_FACTOR = 10  # the independent reader took this many times execute's wall time, or more
+INDEPENDENT_READER = "kafka-python"  # what --independent-reader names (its verdicts carry its version after it)
+
+
+def slow_reader_advice(state: RehearsalState) -> str:
+    """Where the independent reader (kafka-python, before and after) took far longer than execute: how to leave it
+    out next time (Apache Kafka's own reader and this tool's verification still read every record)."""
+    execute = state.step("execute")
+    seconds = sum(r.seconds for r in state.readers if r.reader.startswith(INDEPENDENT_READER) and r.available)
+    if execute is None or execute.seconds <= 0 or seconds < SLOW_READER_FACTOR * execute.seconds:
+        return ""
+    return (
+        f" The independent reader ({INDEPENDENT_READER}) took {human_seconds(seconds)}, "
+        f"{seconds / execute.seconds:.0f} times execute's {human_seconds(execute.seconds)}: rehearse with "
+        "`--independent-reader none` to leave it out (Apache Kafka's own reader and this tool's verification still "
+        "read every record)."
+    )
+
+
 def build_report(state: RehearsalState, paths: RehearsalPaths) -> RehearsalReport:
     names = step_names(state.config)
     ok = all((s := state.step(n)) is not None and s.status == StepStatus.PASSED for n in names)
@@ -98,6 +118,7 @@ def build_report(state: RehearsalState, paths: RehearsalPaths) -> RehearsalRepor
             )
         else:
             next_steps = "The data was left as it was found (see fingerprints). Fix the cause above and rehearse again."
+    next_steps += slow_reader_advice(state)
     projection = project(state)
     oracle = next((r for r in reversed(state.readers) if r.reader == ORACLE_READER), None)
     return RehearsalReport(

@@ -24,7 +24,7 @@ import pyarrow as pa
 from migrate import __version__
 from migrate.reports.run_report import Summary, growth_text, summarize, table_metadata
 from migrate.run.workspace import write_durably
-from migrate.units import human_bytes
+from migrate.units import human_bytes, human_rate, human_seconds
 
 SCROLL_ROWS = 25  # a table with more rows scrolls within about that many rows' height
 STAMPED_BARS = 60  # partitions drawn in the mtime chart (the table below it lists them all)
@@ -204,19 +204,9 @@ def throughput_chart(table: pa.Table, width: int = 760, height: int = 220) -> Th
         axis_y=y0 + h,
         top_y=y0 + 10,
         top=f"{top:.1f}",
-        caption=f"MB/s over {seconds_text(span)} of conversion (a bar per {seconds_text(step)})",
+        caption=f"MB/s over {human_seconds(span)} of conversion (a bar per {human_seconds(step)})",
         bars=bars,
     )
-
-
-def seconds_text(s: float) -> str:
-    if s < 1:
-        return f"{s * 1000:.1f} ms"
-    if s < 120:
-        return f"{s:.1f} s"
-    if s < 2 * 3600:
-        return f"{s / 60:.1f} min"
-    return f"{s / 3600:.1f} h" if s < 2 * 86400 else f"{s / 86400:.1f} days"
 
 
 def _fmt(value: float, unit: str) -> str:
@@ -272,7 +262,9 @@ def render_html(table: pa.Table, summary: Summary | None = None) -> str:
     partitions = _group(table, ["log_dir", "partition_dir"])
     stamped = [r for r in partitions if r["mtime_timestamped_records_sum"]]
     spans = json.loads(meta.get("run_spans") or "[]")
-    run_times = ", ".join(f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(a))}Z for {b - a:.1f} s" for a, b in spans)
+    run_times = ", ".join(
+        f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(a))}Z for {human_seconds(b - a)}" for a, b in spans
+    )
     log_dirs = set(json.loads(meta.get("log_dirs") or "[]"))
     context = {
         "summary": s,
@@ -284,12 +276,12 @@ def render_html(table: pa.Table, summary: Summary | None = None) -> str:
         "missing": sorted(log_dirs - set(json.loads(meta.get("log_dirs_with_state") or "[]"))),
         "summary_cards": [
             ("segments converted", "total-segments", f"{s.converted_segments} of {s.planned_segments}"),
-            ("bytes before", "total-before", f"{s.bytes_before:,}"),
-            ("bytes after", "total-after", f"{s.bytes_after:,}"),
+            ("bytes before", "total-before", human_bytes(s.bytes_before)),
+            ("bytes after", "total-after", human_bytes(s.bytes_after)),
             ("growth", "total-growth", growth_text(s)),
             ("records", "total-records", f"{s.records:,}"),
-            ("duration", "total-duration", f"{s.duration_seconds:.1f} s"),
-            ("throughput", "total-throughput", f"{s.throughput / 1e6:.2f} MB/s"),
+            ("duration", "total-duration", human_seconds(s.duration_seconds)),
+            ("throughput", "total-throughput", human_rate(s.throughput)),
             ("failures", "total-failures", str(len(s.failures))),
         ],
         "segment_states": ", ".join(f"{n} {k}" for k, n in s.states.items()),
@@ -303,8 +295,8 @@ def render_html(table: pa.Table, summary: Summary | None = None) -> str:
                 r["partition_dir_count_distinct"],
                 r["base_offset_count"],
                 r["converted_sum"],
-                f"{r['before_sum']:,}",
-                f"{r['after_sum']:,}",
+                human_bytes(r["before_sum"]),
+                human_bytes(r["after_sum"]),
                 _growth(r["before_sum"], r["after_sum"]),
                 f"{r['records_sum']:,}",
                 r["failed_sum"],
@@ -318,8 +310,8 @@ def render_html(table: pa.Table, summary: Summary | None = None) -> str:
                 r["partition_dir_count_distinct"],
                 r["base_offset_count"],
                 r["converted_sum"],
-                f"{r['before_sum']:,}",
-                f"{r['after_sum']:,}",
+                human_bytes(r["before_sum"]),
+                human_bytes(r["after_sum"]),
                 _growth(r["before_sum"], r["after_sum"]),
                 f"{r['records_sum']:,}",
                 f"{r['mtime_timestamped_records_sum']:,}",
@@ -402,8 +394,8 @@ def render_rehearsal(report: dict[str, Any]) -> str:
     cluster = None
     if projection.get("cluster_parallel_seconds") is not None:
         cluster = {
-            "parallel": seconds_text(float(projection["cluster_parallel_seconds"])),
-            "serial": seconds_text(float(projection["cluster_serial_seconds"] or 0)),
+            "parallel": human_seconds(float(projection["cluster_parallel_seconds"])),
+            "serial": human_seconds(float(projection["cluster_serial_seconds"] or 0)),
             "basis": _text(projection.get("basis", "")),
         }
     context = {
@@ -414,8 +406,8 @@ def render_rehearsal(report: dict[str, Any]) -> str:
         "ok": bool(report.get("ok")),
         "log_dirs": ", ".join(report.get("log_dirs", [])),
         "rehearsal_cards": [
-            ("bytes before", "rehearsal-before", f"{int(growth.get('bytes_in', 0)):,}"),
-            ("bytes after", "rehearsal-after", f"{int(growth.get('bytes_out', 0)):,}"),
+            ("bytes before", "rehearsal-before", human_bytes(int(growth.get("bytes_in", 0)))),
+            ("bytes after", "rehearsal-after", human_bytes(int(growth.get("bytes_out", 0)))),
             ("growth", "rehearsal-growth", _growth(int(growth.get("bytes_in", 0)), int(growth.get("bytes_out", 0)))),
             ("refusals", "rehearsal-refusals", str(len(report.get("refusals", [])))),
         ],
@@ -423,9 +415,9 @@ def render_rehearsal(report: dict[str, Any]) -> str:
             [
                 s["name"],
                 s["status"],
-                seconds_text(float(s.get("seconds") or 0)),
-                f"{int(s.get('bytes') or 0):,}",
-                f"{s['bytes_per_second'] / 1e6:.1f} MB/s" if s.get("bytes_per_second") else "",
+                human_seconds(float(s.get("seconds") or 0)),
+                human_bytes(int(s.get("bytes") or 0)),
+                human_rate(s["bytes_per_second"]) if s.get("bytes_per_second") else "",
                 _text(s.get("message", "")),
             ]
             for s in report.get("steps", [])
@@ -439,7 +431,7 @@ def render_rehearsal(report: dict[str, Any]) -> str:
                 r["reader"],
                 r["stage"],
                 "not available" if not r["available"] else ("OK" if r["ok"] else "FAILED"),
-                seconds_text(float(r.get("seconds") or 0)),
+                human_seconds(float(r.get("seconds") or 0)),
                 r.get("partitions", 0),
                 _text(r.get("detail", "")),
             ]
@@ -471,12 +463,17 @@ def render_rehearsal(report: dict[str, Any]) -> str:
         "windows": [
             [
                 b["broker"],
-                f"{int(b['bytes']):,}",
-                seconds_text(float(b["window_seconds"])),
-                seconds_text(float(b["rollback_seconds"])) if b.get("rollback_seconds") is not None else "",
+                human_bytes(int(b["bytes"])),
+                human_seconds(float(b["window_seconds"])),
+                human_seconds(float(b["cutover_seconds"])) if b.get("cutover_seconds") is not None else "",
+                human_seconds(float(b["rollback_seconds"])) if b.get("rollback_seconds") is not None else "",
             ]
             for b in projection.get("brokers", [])
         ],
+        "rolling_cutover": human_seconds(float(projection["cluster_rolling_cutover_seconds"]))
+        if projection.get("cluster_rolling_cutover_seconds") is not None
+        else None,
+        "cutover_changed": projection.get("cutover_changed_fraction"),
         "caveats": projection.get("caveats", []),
         "events": report.get("events", []),
         "scroll_rows": SCROLL_ROWS,

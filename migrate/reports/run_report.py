@@ -31,9 +31,10 @@ from migrate.engines import Engine, StageCall
 from migrate.kafka.names import segment_name
 from migrate.model.plan_tree import Plan
 from migrate.model.run_state import EventKind, Problem, SegmentState, Stage
+from migrate.model.stage_reports import CutoverReport
 from migrate.run.state import ResultColumns, StateHealth, StateStore
 from migrate.run.workspace import durable_file
-from migrate.units import human_bytes
+from migrate.units import human_bytes, human_rate, human_seconds
 
 SEGMENT_EVENTS = (
     EventKind.SEGMENT_VERIFIED,
@@ -569,8 +570,9 @@ def growth_text(summary: Summary) -> str:
     return "n/a" if summary.growth is None else f"{summary.growth:+.1%}"
 
 
-def summary_lines(summary: Summary) -> list[str]:
-    """The summary as the terminal shows it (``execute``'s last lines, ``report``'s output)."""
+def summary_lines(summary: Summary, cutover: CutoverReport | None = None) -> list[str]:
+    """The summary as the terminal shows it (``execute``'s last lines, ``report``'s output). ``cutover``: a run that
+    took pre-staged segments, whose rate is that of what it converted (the taken were renamed, not converted)."""
     states = ", ".join(f"{n} {s}" for s, n in summary.states.items())
     parts = ", ".join(f"{n} {s}" for s, n in summary.partition_states.items())
     lines = [
@@ -579,7 +581,13 @@ def summary_lines(summary: Summary) -> list[str]:
         f"  partitions: {summary.partitions} planned ({parts})",
         f"  bytes:      {human_bytes(summary.bytes_before)} before, {human_bytes(summary.bytes_after)} after "
         f"({growth_text(summary)}); {summary.records} records",
-        f"  duration:   {summary.duration_seconds:.1f} s, {summary.throughput / 1e6:.1f} MB/s",
+        f"  duration:   {human_seconds(summary.duration_seconds)}, "
+        + (
+            f"{human_rate(summary.throughput)}"
+            if cutover is None
+            else f"{_window_rate(cutover)} over the {human_bytes(cutover.window_bytes)} converted in the window (the "
+            f"{human_bytes(cutover.staged_bytes)} taken from pre-staging were renamed into place: not in the rate)"
+        ),
         f"  timestamps: {summary.mtime_partitions} partition(s) received the segment mtime as timestamps",
         f"  failures:   {len(summary.failures)}",
     ]
@@ -589,6 +597,10 @@ def summary_lines(summary: Summary) -> list[str]:
     if len(summary.failures) > 20:
         lines.append(f"    ... and {len(summary.failures) - 20} more (the report lists them all)")
     return lines
+
+
+def _window_rate(cutover: CutoverReport) -> str:
+    return human_rate(cutover.window_bytes / cutover.delta_seconds) if cutover.delta_seconds > 0 else "no rate"
 
 
 def summary_json(summary: Summary) -> dict[str, Any]:

@@ -60,6 +60,7 @@ from migrate.rolling.broker_host import (
 from migrate.rolling.gate import GateVerdict
 from migrate.rolling.operator_gate import Gate, for_broker, run_operator_command, wait_for_go
 from migrate.stages.replicas import converted_digests, peer_staged_digests
+from migrate.units import human_seconds
 
 
 class Step(str, enum.Enum):
@@ -265,7 +266,7 @@ class RollingRun:
                 plan = str(one.plan_path) if one.plan_path.exists() else ""
                 return BrokerCutover(broker, False, tuple(steps), plan, text)
             detail = f": {outcome.detail}" if outcome.detail else ""
-            self.say(f"broker {broker}: {step.value} ok ({seconds:.1f} s){detail}")
+            self.say(f"broker {broker}: {step.value} ok ({human_seconds(seconds)}){detail}")
         return BrokerCutover(broker, True, tuple(steps), str(one.plan_path))
 
     def _gate_step(self, one: _OneBroker, failed: str, what_next: str) -> _StepOutcome:

@@ -68,7 +68,7 @@ class RunLock:
                 f"{holder.get('verb', 'a run')} (pid {holder.get('pid', '?')} on host {holder.get('host', '?')}, "
                 f"since {holder.get('since', '?')})"
                 if holder
-                else "another process"
+                else "run (it has not written who it is yet: it is starting)"
             )
             raise RunLockedError(
                 f"another kafka-log-migrate {who} holds the state of plan {self.plan_id} in {path.parent}. Wait for "

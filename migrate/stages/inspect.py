@@ -275,7 +275,11 @@ def _check_live(plan: Plan, key: str, store: StateStore, shard: tuple[int, int] 
             )
             try:
                 check = verify_segment(replace(result, outputs=live, parts=parts or None), options, mtimes=False)
-            except (OSError, LocatedError) as exc:
+            except LocatedError as exc:  # its advice is for a source segment: verify's own follows the verdict
+                where = exc.where()
+                problems.append(f"{name}/{row.base}: {exc.reason}" + (f" ({where})" if where else ""))
+                continue
+            except OSError as exc:
                 problems.append(f"{name}/{row.base}: {exc}")
                 continue
             problems += [f"{name}/{row.base}: {x}" for x in check.problems]

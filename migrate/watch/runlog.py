@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+import os
 import shutil
 import sys
 import threading
@@ -41,8 +42,9 @@ from migrate.model.plan_columns import SegmentRows
 from migrate.model.plan_tree import PartitionPlan, Plan, SegmentPlan
 from migrate.model.run_state import RangeProgress, SegmentOutcome, Stage
 from migrate.model.stage_reports import ConvertTaskResult
-from migrate.units import human_bytes
+from migrate.units import human_bytes, human_rate, human_seconds
 from migrate.watch.events import plan_event, segment_event
+from migrate.watch.pipes import silence_stdout
 from migrate.watch.tally import RunProgress
 
 CAPTURED_LOGGERS = ("distributed", "tornado", "bokeh", "migrate", "py.warnings")
@@ -76,7 +78,15 @@ def emit(text: str) -> None:
     if _current is not None:
         _current.emit(text)
     else:
-        print(text, flush=True)
+        _print_result(text, sys.stdout)
+
+
+def _print_result(text: str, stdout: TextIO) -> None:
+    """A reader of stdout that goes away (``| head``) loses the rest of the result, not the verb's exit code."""
+    try:
+        print(text, file=stdout, flush=True)
+    except BrokenPipeError:
+        silence_stdout()
 
 
 def stamp(at: float | None = None) -> str:
@@ -85,8 +95,22 @@ def stamp(at: float | None = None) -> str:
 
 
 def run_log_path(plan_path: str | Path, verb: str, at: float | None = None) -> Path:
+    """``<plan>.logs/<verb>-<UTC second>.log``: the name a run's log is opened under first (``open_run_log``)."""
     at = time.time() if at is None else at
     return Path(f"{plan_path}.logs") / f"{verb}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime(at))}.log"
+
+
+def open_run_log(path: Path) -> tuple[Path, TextIO]:
+    """A file of this run's own: ``path``, or where another run took it in the same second, ``<name>-2.log``,
+    ``-3``, ... Each is created exclusively (O_EXCL), so two runs never write into one file, interleaved."""
+    for n in range(1, 10_000):
+        candidate = path if n == 1 else path.with_name(f"{path.stem}-{n}{path.suffix}")
+        try:
+            fd = os.open(candidate, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+        except FileExistsError:
+            continue
+        return candidate, open(fd, "a", encoding="utf-8")
+    raise MigrateError(f"{path.parent}: 10,000 run logs named {path.stem}-N: remove old ones")
 
 
 def _captured_names() -> list[str]:
@@ -163,8 +187,8 @@ class RunLog:
         self.write(message)
 
     def emit(self, text: str) -> None:
-        print(text, file=self.stdout, flush=True)
         self.write(text)
+        _print_result(text, self.stdout)
 
     def rewrite(self, line: str, final: bool = False) -> None:
         """A terminal's progress line, rewritten in place (the file gets ``note``'s lines, less often)."""
@@ -177,7 +201,7 @@ class RunLog:
     def __enter__(self) -> RunLog:
         global _current
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = open(self.path, "a", encoding="utf-8")
+        self.path, self._file = open_run_log(self.path)
         self.write(f"kafka-log-migrate {' '.join(self.argv)} (version {__version__})")
         self.take_over_loggers()
         logging.getLogger("migrate").setLevel(logging.INFO)
@@ -226,15 +250,6 @@ class RunLog:
 
 
 # --- progress ---------------------------------------------------------------------------------------------------
-
-
-def human_seconds(s: float) -> str:
-    s = round(s)
-    if s >= 3600:
-        return f"{s // 3600} h {s % 3600 // 60:02d} min"
-    if s >= 60:
-        return f"{s // 60} min {s % 60:02d} s"
-    return f"{s} s"
 
 
 class ProgressOutput(Protocol):
@@ -384,28 +399,37 @@ class Progress:
                 self.fold.throughput.begin(self.clock())  # the rate is the conversion's, not the engine's start-up's
             self.stage_name = name
 
-    def line(self, now: float | None = None) -> str:
+    def line(self, now: float | None = None, ending: str | None = None) -> str:
+        """The progress line; ``ending``: the last line's first word, where the run did not finish cleanly
+        ("interrupted", "stopped", "ended"): its bytes and share are then those converted, failed segments apart, so
+        that a run that failed or was cut short never reads "(100%)"."""
         now = self.clock() if now is None else now
         with self._lock:
             totals = self.fold.sum()
             rate = self.fold.rate(now)
             eta = self.fold.eta(now) if totals.pending.bytes else 0.0
-        total, done = totals.planned.bytes, totals.finished.bytes
+        total, done, segments = totals.planned.bytes, totals.finished.bytes, totals.finished.segments
+        if ending is not None:  # what this run converted: neither the failed nor the skipped (done before, or left)
+            done, segments = totals.verified.bytes + totals.in_ranges, totals.verified.segments
         share = done / total if total else 1.0
+        head = ending or self.stage_name or "starting"
+        what = " converted by this run" if ending is not None else ""
+        timing = "" if ending is not None else f", {'ETA unknown' if eta is None else f'ETA {human_seconds(eta)}'}"
+        skipped = f", {totals.skipped.segments} skipped" if ending is not None and totals.skipped.segments else ""
         return (
-            f"{self.stage_name or 'starting'}: {human_bytes(done)} of {human_bytes(total)} "
-            f"({share:.0%}), {totals.finished.segments} of {self.total_segments} segments, {rate / 1e6:.1f} MB/s, "
-            f"{'ETA unknown' if eta is None else f'ETA {human_seconds(eta)}'}, {totals.failed.segments} failed"
+            f"{head}: {human_bytes(done)} of {human_bytes(total)}{what} ({_share(share)}), "
+            f"{segments} of {self.total_segments} segments, {human_rate(rate)}{timing}, "
+            f"{totals.failed.segments} failed{skipped}"
         )
 
-    def tick(self, final: bool = False) -> None:
+    def tick(self, final: bool = False, ending: str | None = None) -> None:
         """Show the line: on a terminal at every tick; as a line of its own (in the run log too) every ``interval``
         seconds, and once more at the end."""
         now = self.clock()
         due = final or now - self.last_line >= self.interval
         if not (due or self.tty):
             return
-        line = self.line(now)
+        line = self.line(now, ending)
         if self.tty:
             self.out.rewrite(line, final)
         if due:
@@ -425,12 +449,23 @@ class Progress:
         self._thread.start()
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
+        if exc is not None and not isinstance(exc, KeyboardInterrupt) and not self.done_segments:
+            return  # refused before any work (the error says why): a line of zeros would add nothing
+        if exc is not None:
+            ending: str | None = "interrupted" if isinstance(exc, KeyboardInterrupt) else "stopped"
+        else:
+            ending = "ended" if self.fold.sum().failed.segments else None
         self.stage("finished")
-        self.tick(final=True)
+        self.tick(final=True, ending=ending)
+
+
+def _share(share: float) -> str:
+    """A share as a whole percentage that says 100% only when all of it is there (99.6% is "99%")."""
+    return "99%" if 0.995 <= share < 1.0 else f"{share:.0%}"
 
 
 def result(data: Any, as_json: bool, text: str, page: bool = False) -> None:

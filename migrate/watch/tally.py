@@ -329,7 +329,8 @@ class RunProgress:
         elif o.outcome == Outcome.SKIPPED:
             part.skipped.add(1, nbytes)
         self._figures(o.log_dir, Stage.CONVERT, o.outcome.value).add(Figures(1, nbytes, o.output_bytes, o.records))
-        if o.outcome != Outcome.SKIPPED:
+        # a segment taken from pre-staging was renamed into place, not converted: done, but not the run's rate
+        if o.outcome != Outcome.SKIPPED and o.staged_seconds is None:
             self.throughput.worked(now, max(nbytes - ranged, 0))
 
     def _range(self, r: RangeProgress, now: float) -> None:
