@@ -192,7 +192,7 @@ def test_brokers_are_cut_over_one_by_one_behind_the_gate_and_one_rolls_back_byte
     assert (
         "broker 1: release failed" in ran.text
         and "there is no clean-shutdown marker (.kafka_cleanshutdown)" in ran.text
-    )
+    ), ran.text
     assert "Next: nothing was converted" in ran.text and "the same rolling command with --brokers 1,2,3" in ran.text
     assert events(tmp_path) == ["gate 1", "kill -9 1"]
     assert {b: partitions(d, HOLDINGS[b]) for b, d in brokers.items()} == before
