@@ -334,6 +334,47 @@ def test_close_does_not_wait_for_workers_that_never_arrive(tmp_path):
     assert time.monotonic() - began < 15
 
 
+CLOSE_WITH_STARTING_WORKERS = """
+import sys
+from pathlib import Path
+
+import dask
+from kafka_layout import make_broker_logdir
+
+from migrate import pipeline
+from migrate.engines.dask import DaskEngine
+from migrate.planning.plan import build_plan
+from migrate.planning.request import PlanRequest
+
+tmp = Path(sys.argv[1])
+plan = build_plan(PlanRequest(log_dirs=(str(make_broker_logdir(tmp / "a", partitions=["plain-v0-1"])),)))
+with dask.config.set({"distributed.worker.preload": [sys.argv[2]]}):
+    engine = DaskEngine(dashboard_address="127.0.0.1:0", progress=False, dashboard=True)
+    report = pipeline.execute(plan, engine)
+    engine.close()
+print("ok" if report.ok else "not ok")
+"""
+
+
+def test_the_end_of_workers_stopped_while_starting_is_not_told_as_a_failure(tmp_path):
+    """Workers still starting when the run is over are stopped: their nannies' "failed to start" (a Tornado error
+    and its two tracebacks, printed after the run's last line, and again as the process exited after a second
+    Ctrl-C) is the close's own doing, not a fault, and reaches no terminal."""
+    preload = tmp_path / "sleepy_preload.py"
+    preload.write_text(SLEEPY_PRELOAD)
+    tests = Path(__file__).parent
+    ran = subprocess.run(
+        [sys.executable, "-c", CLOSE_WITH_STARTING_WORKERS, str(tmp_path), str(preload)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tests.parent,
+        env={**os.environ, "PYTHONPATH": str(tests)},
+    )
+    assert ran.returncode == 0 and ran.stdout.strip() == "ok", ran
+    assert "Traceback" not in ran.stderr and "failed to start" not in ran.stderr, ran.stderr
+
+
 def test_close_is_bounded_and_says_what_it_left_behind(tmp_path, capsys):
     """A scheduler whose event loop is held up (a dashboard page polling it while it closes did that for minutes)
     keeps close no longer than its timeout, and the terminal says what was left to stop with the process."""

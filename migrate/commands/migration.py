@@ -409,8 +409,16 @@ def execute_text(
     # left are the ones still planned after the run
     left = sum(p.segments.get(SegmentState.PLANNED.value, 0) for d in report_.log_dirs for p in d.partitions)
     earlier = max(0, t.skipped - left)
-    taken = f" ({report_.cutover.staged_segments} of them by the pre-stage passes)" if report_.cutover else ""
-    counts = [f"{t.verified} segments converted and verified{taken}"]
+    c = report_.cutover
+    # a taken segment was converted and verified by a pre-stage pass while the broker ran, not by this run
+    counts = (
+        [
+            f"{c.window_segments} segments converted and verified in the window, "
+            f"{c.staged_segments} taken from pre-staging"
+        ]
+        if c is not None
+        else [f"{t.verified} segments converted and verified"]
+    )
     counts += [f"{earlier} done by an earlier run"] if earlier else []
     counts += [f"{left} not attempted (their partition failed or the run stopped)"] if left else []
     lines = [

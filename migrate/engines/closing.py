@@ -24,14 +24,27 @@ def stop_starting_workers(cluster: Any, others: set[int]) -> None:
     scheduler are ended (SIGTERM), so that those starts fail at once; no call is left to be told. (Dask's cluster
     lists a worker only once it has started: they are found among this process's children.)"""
     joined = {ws.pid for ws in cluster.scheduler.workers.values()}
+    quiet_cluster_logs()  # their nannies' "failed to start" is this, not a fault
     for pid in worker_processes() - others - joined:
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGTERM)
 
 
+def quiet_cluster_logs(quiet: bool = True) -> None:
+    """Silence what Dask and Tornado log from here on: a cluster that is being ended after the run's work (its
+    starting workers stopped, or left to end with this process) logs that end (a nanny that "failed to start", a
+    comm closed), which after the run's last line, on the terminal, would read as a failure of the run."""
+    import logging
+
+    for name in ["distributed", "tornado", *logging.root.manager.loggerDict]:
+        if name.split(".")[0] in ("distributed", "tornado"):
+            logging.getLogger(name).disabled = quiet  # a logger's own flag: each child is set too
+
+
 def abandon(cluster: Any, plugin: Any) -> None:
     """A cluster left closing is not waited on at exit either (Dask's exit hook would give it another 10 s), and its
     page's Prometheus collector gives way at once: a later cluster of this process exports its own."""
+    quiet_cluster_logs()
     if cluster is not None:
         from distributed.deploy.spec import SpecCluster
 

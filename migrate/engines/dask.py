@@ -356,6 +356,7 @@ class DaskEngine:
         import distributed  # noqa: F401  (its configuration defaults)
 
         runlog.adopt_new_loggers()  # its import gave its loggers terminal handlers
+        closing.quiet_cluster_logs(False)  # a cluster of this run speaks, whatever an earlier one's end silenced
 
         routes = dask.config.get("distributed.scheduler.http.routes")
         dask.config.set(
@@ -759,6 +760,13 @@ class DaskEngine:
             closing.abandon(self.cluster, self._local_plugin())
 
     def _close(self) -> None:
+        try:
+            self._close_cluster()
+        except Exception as exc:  # the run's work and state are on disk: a failed close is the run log's matter
+            if (log := runlog.current()) is not None:
+                log.exception("closing the Dask cluster failed", exc)
+
+    def _close_cluster(self) -> None:
         self._ready.wait()
         if self._client is not None:
             with contextlib.suppress(Exception):  # the page shows what ran here; a scheduler gone shows nothing

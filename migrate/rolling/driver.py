@@ -353,10 +353,13 @@ class RollingRun:
                 f"--tls-dir ...`; then start broker {broker} (`{for_broker(s.start_command, broker)}`), wait for "
                 f"the gate, and continue with: {one.after}",
             )
-        detail = f"{report.totals.verified} segments converted and verified"
-        if report.cutover is not None:
-            c = report.cutover
-            detail += f"; {c.staged_segments} taken from pre-staging, {c.window_segments} converted in the window"
+        c = report.cutover
+        detail = (
+            f"{c.window_segments} segments converted and verified in the window, {c.staged_segments} taken from "
+            "pre-staging"
+            if c is not None
+            else f"{report.totals.verified} segments converted and verified"
+        )
         detail += "".join(f"; warning: replicas of {d.partition} differ" for d in report.divergent_replicas)
         compared, differences = self._against_peers_staging(broker, plan)
         detail += f"; {compared} converted segments compared with the running peers' pre-staged ones"
