@@ -117,12 +117,12 @@ def outputs_intact(result: SegmentResult) -> bool:
     followed)."""
     outputs = [(result.outputs, result.output_stats), *((p.outputs, p.output_stats) for p in result.parts or ())]
     for paths, stats in outputs:
-        for sfx, path in paths.items():
+        for kind, path in paths:
             try:
                 st = os.lstat(path)
             except (FileNotFoundError, NotADirectoryError):
                 return False
-            if FileStat.of(st) != stats.get(sfx):
+            if FileStat.of(st) != stats.get(kind):
                 return False
     return True
 
