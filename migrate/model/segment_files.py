@@ -129,11 +129,17 @@ class SegmentFiles(Generic[T]):
     def by_suffix(cls, mapping: Mapping[str, T]) -> SegmentFiles[T]:
         """The record of a ``{suffix: value}`` mapping (its wire form); ValueError names a key that is no segment
         file's suffix."""
-        if not mapping.keys() <= _SUFFIXES:
-            unknown = sorted(set(mapping) - _SUFFIXES)[0]
-            raise ValueError(f"{unknown!r} is not the suffix of a segment's file (known: {', '.join(_SUFFIXES_SHOWN)})")
         get = mapping.get
-        return cls(get(".log"), get(".index"), get(".timeindex"), get(".txnindex"))
+        log, index, time_index, txn_index = get(".log"), get(".index"), get(".timeindex"), get(".txnindex")
+        # every key is a suffix when the values found are all the keys (a value is never None on the wire)
+        found = (log is not None) + (index is not None) + (time_index is not None) + (txn_index is not None)
+        if found != len(mapping):
+            unknown = sorted(set(mapping) - _SUFFIXES)
+            if unknown:
+                known = ", ".join(_SUFFIXES_SHOWN)
+                raise ValueError(f"{unknown[0]!r} is not the suffix of a segment's file (known: {known})")
+            raise ValueError("a segment's file is null")
+        return cls(log, index, time_index, txn_index)
 
     def suffixes(self) -> dict[str, T]:
         """The ``{suffix: value}`` mapping of the files present, in ``FileKind`` order: the wire form."""
@@ -153,9 +159,7 @@ class SegmentFiles(Generic[T]):
     def __to_wire__(self) -> dict[str, T]:
         return self.suffixes()
 
-    @classmethod
-    def __from_wire__(cls, data: Mapping[str, T]) -> SegmentFiles[T]:
-        return cls.by_suffix(data)
+    __from_wire__ = by_suffix
 
     @staticmethod
     def __wire_type__(*args: Any) -> Any:
