@@ -39,7 +39,19 @@ import bench_million  # noqa: E402
 from bench_million import MB, VerbRun, run_verb  # noqa: E402
 from gen_many import write_many  # noqa: E402
 
-SPLIT_RE = re.compile(r"this run: checks ([\d.]+) s, delta conversion ([\d.]+) s, swap ([\d.]+) s")
+# each figure as ``migrate.units.human_seconds`` writes one under an hour: ``45 ms``, ``12.3 s``, ``4 min 05 s``
+_SECONDS = r"(\d+ min \d+ s|[\d.]+ m?s)"
+SPLIT_RE = re.compile(rf"this run: checks {_SECONDS}, delta conversion {_SECONDS}, swap {_SECONDS}")
+
+
+def seconds_of(text: str) -> float:
+    """A duration as ``human_seconds`` wrote it, in seconds."""
+    if " min " in text:
+        minutes, _, rest = text.partition(" min ")
+        return 60 * int(minutes) + int(rest.removesuffix(" s"))
+    if text.endswith(" ms"):
+        return float(text.removesuffix(" ms")) / 1000
+    return float(text.removesuffix(" s"))
 
 
 @dataclass
@@ -149,9 +161,9 @@ def one_round(args: argparse.Namespace, index: int) -> Round:
             cutover_execute_s=round(runs["cut-over"][1].wall_s, 2),
             cold_plan_s=round(runs["cold"][0].wall_s, 2),
             cold_execute_s=round(runs["cold"][1].wall_s, 2),
-            checks_s=float(split.group(1)),
-            delta_conversion_s=float(split.group(2)),
-            swap_s=float(split.group(3)),
+            checks_s=seconds_of(split.group(1)),
+            delta_conversion_s=seconds_of(split.group(2)),
+            swap_s=seconds_of(split.group(3)),
             cutover_tree_peak_mb=round(max(r.peaks.tree for r in runs["cut-over"]) / MB, 1),
             cold_tree_peak_mb=round(max(r.peaks.tree for r in runs["cold"]) / MB, 1),
             files_compared=compared,
@@ -197,8 +209,8 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---:|---|---:|---:|---|---:|---|")
     for i, r in enumerate(rounds):
         print(
-            f"| {i} | {r.order} | {r.window_s:.2f} | {r.cutover_plan_s:.2f} / {r.checks_s:.1f} / "
-            f"{r.delta_conversion_s:.1f} / {r.swap_s:.1f} | {r.cold_s:.2f} | {r.window_s / r.cold_s:.1%} | "
+            f"| {i} | {r.order} | {r.window_s:.2f} | {r.cutover_plan_s:.2f} / {r.checks_s:.2f} / "
+            f"{r.delta_conversion_s:.2f} / {r.swap_s:.2f} | {r.cold_s:.2f} | {r.window_s / r.cold_s:.1%} | "
             f"{r.find_s:.2f}, {r.start_s:.2f} | {r.prestage_s:.1f} | "
             f"{r.cutover_tree_peak_mb:.0f}, {r.cold_tree_peak_mb:.0f} |"
         )

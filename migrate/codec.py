@@ -6,6 +6,12 @@ value (a ModelError), so a plan, a state row or an event that crossed a process 
 claims to be or refused.
 ``json_schema`` describes the same records for operators' tools (``plans/plan.schema.json``). Nothing here knows
 the plan: ``migrate.model`` is the vocabulary, this is how it is written down.
+
+A class whose JSON is another value's (a typed record written as the mapping it replaced, so that what older code
+wrote still reads) says so with three hooks: ``value.__to_wire__()`` gives the value written in its place;
+``cls.__wire_type__(*type_args)`` the type hint that value is read as (``type_args``: of a generic alias such as
+``SegmentFiles[FileStat]``); ``cls.__from_wire__(decoded)`` builds the record from it (a ValueError or TypeError is
+refused as a ModelError with its path).
 """
 
 from __future__ import annotations
@@ -98,6 +104,8 @@ def _encoder(cls: type) -> Encoder:
     encode: Encoder
     if issubclass(cls, (str, int, float, bool)) or cls is type(None):
         encode = _enum_value if issubclass(cls, enum.Enum) else _same
+    elif _wire_class(cls) is not None:
+        encode = _wire_encoder(cls)
     elif hasattr(cls, "__dataclass_fields__") and not issubclass(cls, type):
         encode = _record_encoder(cls)
     elif issubclass(cls, enum.Enum):
@@ -113,6 +121,19 @@ def _encoder(cls: type) -> Encoder:
         encode = _same
     _encoders[cls] = encode
     return encode
+
+
+def _wire_class(tp: Any) -> type | None:
+    """The class of a type hint (a class, or a generic alias of one) that is written as another value (its
+    ``__to_wire__``), else None."""
+    owner = get_origin(tp) or tp
+    return owner if isinstance(owner, type) and hasattr(owner, "__from_wire__") else None
+
+
+def _wire_encoder(cls: type) -> Encoder:
+    to_wire = cls.__to_wire__  # type: ignore[attr-defined]
+    lines = ["def _c_wire(_c_value):", "    _c_x = _c_to_wire(_c_value)", f"    return {_ENCODE.format(v='_c_x')}"]
+    return _compile("_c_wire", lines, {**_encoding_namespace(), "_c_to_wire": to_wire}, f"to_json {cls.__qualname__}")
 
 
 def _encoding_namespace() -> dict[str, Any]:
@@ -273,6 +294,15 @@ class _Source:
         decoded in place, records and unions by their own decoders."""
         if tp is Any:
             return []
+        if (wire := _wire_class(tp)) is not None:
+            build, failed = self.name(wire.__from_wire__), self.local()  # type: ignore[attr-defined]
+            return [
+                *self.value(wire.__wire_type__(*get_args(tp)), v, w),  # type: ignore[attr-defined]
+                "try:",
+                f"    {v} = {build}({v})",
+                f"except (TypeError, ValueError) as {failed}:",
+                f"    raise _c_refused({w}, {failed}) from {failed}",
+            ]
         if isinstance(tp, type) and dataclasses.is_dataclass(tp):
             return [f"{v} = {self.name(_decoder(tp))}({v}, {w})"]
         if tp in _SCALAR_CHECKS:
@@ -347,7 +377,7 @@ def _make_decoder(tp: Any) -> Decoder:
             raise ModelError(errors[0] if len(errors) == 1 else f"{_where(where)}: {data!r} fits none of {tp}")
 
         return union
-    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp) and _wire_class(tp) is None:
         return _record_decoder(tp)
     if tp is Any:
         return lambda data, where: data
@@ -440,6 +470,8 @@ def json_schema(cls: type, title: str = "", description: str = "") -> dict[str, 
 
 
 def _schema(tp: Any, defs: dict[str, Any]) -> dict[str, Any]:
+    if (wire := _wire_class(tp)) is not None:
+        return _schema(wire.__wire_type__(*get_args(tp)), defs)  # type: ignore[attr-defined]
     if _is_union(tp):
         return {"anyOf": [_schema(a, defs) for a in get_args(tp)]}
     if tp is type(None):

@@ -28,6 +28,7 @@ from hypothesis import strategies as st
 
 from migrate.codec import _init_defaults, from_json, to_json
 from migrate.errors import ModelError
+from migrate.kafka.names import FileKind
 from migrate.model.plan_tree import (
     OMIT_IF_NONE,
     Codec,
@@ -55,6 +56,7 @@ from migrate.model.run_state import (
     SegmentResult,
     SplitPart,
 )
+from migrate.model.segment_files import SegmentFiles
 from migrate.run.partition.record import ConvertedSegment, ExchangeRecord, LinkedFile
 from migrate.watch.events import SegmentFinished, plan_event
 
@@ -74,6 +76,8 @@ def _omitted_if_none(cls: type) -> tuple[str, ...]:
 def reference_to_json(value: Any) -> Any:
     if isinstance(value, (str, int, float, bool)) or value is None:
         return value.value if isinstance(value, enum.Enum) else value
+    if hasattr(type(value), "__to_wire__"):  # written as another value (the hooks migrate.codec's docstring names)
+        return reference_to_json(value.__to_wire__())
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         out = {name: reference_to_json(getattr(value, name)) for name in _field_names(type(value))}
         for name in _omitted_if_none(type(value)):
@@ -116,6 +120,18 @@ def _where(path: Any) -> str:
 
 @functools.cache
 def _decoder(tp: Any) -> Callable[[Any, Any], Any]:
+    owner = get_origin(tp) or tp
+    if isinstance(owner, type) and hasattr(owner, "__from_wire__"):
+        decode_wire = _decoder(owner.__wire_type__(*get_args(tp)))
+
+        def wire(data: Any, where: Any) -> Any:
+            value = decode_wire(data, where)
+            try:
+                return owner.__from_wire__(value)
+            except (TypeError, ValueError) as exc:
+                raise ModelError(f"{_where(where)}: {exc}") from exc
+
+        return wire
     if get_origin(tp) in (Union, types.UnionType):
         args = [a for a in get_args(tp) if a is not type(None)]
         nullable = len(args) < len(get_args(tp))
@@ -235,14 +251,14 @@ def assert_same(cls: type, data: Any, where: str = "") -> tuple[str, str]:
 
 
 def result(i: int, **changes: Any) -> SegmentResult:
-    sfx = (".log", ".index", ".timeindex")
+    sfx = (FileKind.LOG, FileKind.INDEX, FileKind.TIME_INDEX)
     fields: dict[str, Any] = dict(
         source=f"/data/t-0/{i:020d}.log",
         base_offset=i,
         status=ConversionStatus.CONVERTED,
-        outputs={s: f"/data/staging/t-0/{i:020d}{s}" for s in sfx},
-        output_stats={s: FileStat(100 + i, 196 + k, 1_500_000_000 * 10**9) for k, s in enumerate(sfx)},
-        live_before={s: FileStat(200 + i, 112 + k, 1_500_000_000 * 10**9) for k, s in enumerate(sfx)},
+        outputs=SegmentFiles.of((s, f"/data/staging/t-0/{i:020d}{s.value}") for s in sfx),
+        output_stats=SegmentFiles.of((s, FileStat(100 + i, 196 + k, 1_500_000_000 * 10**9)) for k, s in enumerate(sfx)),
+        live_before=SegmentFiles.of((s, FileStat(200 + i, 112 + k, 1_500_000_000 * 10**9)) for k, s in enumerate(sfx)),
         first_offset=i,
         last_offset=i + 1,
         magics_in={"0": 2},
@@ -260,7 +276,7 @@ def samples() -> list[tuple[type, Any]]:
     example = json.loads((REPO / "plans" / "example-plan.json").read_text())
     plan = from_json(Plan, example, "plan")
     cutover = json.loads((REPO / "plans" / "example-cutover-plan.json").read_text())
-    split = SplitPart(7, {".log": "/s/7.log"}, {".log": FileStat(1, 2, 3)}, 9, 3)
+    split = SplitPart(7, SegmentFiles(log="/s/7.log"), SegmentFiles(log=FileStat(1, 2, 3)), 9, 3)
     outcome = SegmentOutcome(
         "/data",
         "t-0",

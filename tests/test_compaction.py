@@ -20,6 +20,7 @@ from migrate.compaction.reference import expected_records, reference_survivors
 from migrate.compaction.rules import CompactionRefusedError, CompactionRule, Settings
 from migrate.engines import SerialEngine
 from migrate.format.records import Compression
+from migrate.kafka.names import FileKind
 from migrate.model.plan_tree import CompactionStrategy, ConvertOptions, TimestampPolicy, load_plan_json
 from migrate.model.run_state import Outcome, PartitionState, SegmentTask
 from migrate.planning.plan import PlanRefusedError, build_plan
@@ -84,7 +85,7 @@ def survivors(
             continue
         check = verify_segment(result, options, expected=expected)
         assert check.ok, check.problems
-        written.append(Path(result.outputs[".log"]))
+        written.append(Path(result.outputs[FileKind.LOG]))
     if kafka is not None:
         dump = kafka.dump(*written)
         assert all(line["valid"] for line in dump if line["type"] in ("batch", "record")), dump
@@ -366,7 +367,7 @@ def test_converted_outputs_are_valid_for_kafka_and_survivors_keep_their_offsets(
     records = []
     for result in results:
         assert result.status.value == "converted"
-        dump = oracle.dump(result.outputs[".log"])
+        dump = oracle.dump(result.outputs[FileKind.LOG])
         assert dump and all(line["valid"] for line in dump), dump
         records += [line for line in dump if line["type"] == "record"]
         assert result.records + result.records_dropped == sum(
@@ -375,7 +376,7 @@ def test_converted_outputs_are_valid_for_kafka_and_survivors_keep_their_offsets(
     assert [r["offset"] for r in records] == kept.tolist()  # survivors keep their offsets; the rest are gaps
     assert kept[-1] == 21
     # a v2 batch that lost records is rebuilt with its base offset and last offset delta (Kafka's cleaner rule)
-    last = oracle.dump(results[2].outputs[".log"])
+    last = oracle.dump(results[2].outputs[FileKind.LOG])
     batches = [b for b in last if b["type"] == "batch"]
     first = batches[0]
     assert (first["baseOffset"], first["lastOffset"]) == (13, 18)
@@ -407,7 +408,7 @@ def test_a_rewritten_v2_batch_keeps_the_kip87_flag_codec_and_timestamps(tmp_path
     ]
     kept, results = convert_compacted(tmp_path, segments, Settings(OFFSET), ConvertOptions())
     assert kept.tolist() == [1, 2, 4]
-    batch, single = [item for chunk in read_file(results[0].outputs[".log"]) for item in chunk.entries.items]
+    batch, single = [item for chunk in read_file(results[0].outputs[FileKind.LOG]) for item in chunk.entries.items]
     assert isinstance(batch, v2.V2Batch) and batch.compression == Compression.GZIP
     assert (batch.base_offset, batch.last_offset, batch.records_count) == (0, 3, 2)
     assert batch.records.offsets.tolist() == [1, 2] and batch.records.timestamps.tolist() == [T + 1, T + 2]
@@ -424,7 +425,7 @@ def test_a_segment_losing_every_record_becomes_empty_and_one_losing_none_is_unch
     kept, results = convert_compacted(tmp_path, segments, Settings(OFFSET), ConvertOptions())
     assert kept.tolist() == [2, 3]
     assert results[0].status.value == "converted" and results[0].records_dropped == 2
-    assert Path(results[0].outputs[".log"]).stat().st_size == 0
+    assert Path(results[0].outputs[FileKind.LOG]).stat().st_size == 0
     assert results[1].status.value == "unchanged"  # v2 and nothing lost: the live file stays as it is
 
 

@@ -28,7 +28,7 @@ from migrate import pipeline
 from migrate.cli import main
 from migrate.engines import SerialEngine
 from migrate.engines.dask import converted_bytes, worth_workers
-from migrate.kafka.names import CLEAN_SHUTDOWN_FILE, segment_name
+from migrate.kafka.names import CLEAN_SHUTDOWN_FILE, FileKind, segment_name
 from migrate.model.plan_tree import ConvertOptions
 from migrate.model.stage_reports import ExecuteReport
 from migrate.planning.plan import build_plan, load_plan
@@ -257,7 +257,7 @@ def test_staged_outputs_damaged_after_the_plan_are_converted_anew(tmp_path, dama
     plan_path = tmp_path / "plan.json"
     assert main(["plan", "--log-dirs", str(log_dir), "-o", str(plan_path)]) == 0
     (hit,) = [s for s in staged_segments(log_dir) if s.record.base_offset == 100]
-    target = hit.files[".log"]
+    target = hit.files[FileKind.LOG]
     if damage == "deleted":
         target.unlink()
     elif damage == "truncated":
@@ -420,7 +420,7 @@ def test_reverify_staged_reads_the_staged_files_and_catches_what_stat_cannot_see
     prestage(log_dir)
     twin = cold_twin(log_dir, tmp_path)
     (hit,) = [s for s in staged_segments(log_dir) if s.record.base_offset == 0]
-    target = hit.files[".log"]
+    target = hit.files[FileKind.LOG]
     with target.open("r+b") as f:  # rot on the disk: a value byte changed ...
         f.seek(200)
         byte = f.read(1)

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import LEGACY_LOGDIR, run_cli
 
+from migrate.kafka.names import FileKind
 from migrate.model.plan_tree import ConvertOptions
 from migrate.model.run_state import SegmentTask
 from migrate.reports.dump import index_files
@@ -40,7 +41,7 @@ def converted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         staging = tmp_path_factory.mktemp(name.split("/")[0])
         task = SegmentTask(str(src), str(staging), int(src.stem), ConvertOptions(index_interval_bytes=INTERVAL))
         result = convert_segment(task)
-        out[name] = Path(result.outputs[".log"])
+        out[name] = Path(result.outputs[FileKind.LOG])
     return out
 
 

@@ -25,7 +25,7 @@ from prestage_layout import (
 )
 
 from migrate.cli import main
-from migrate.kafka.names import segment_name
+from migrate.kafka.names import FileKind, segment_name
 from migrate.model.plan_tree import ConvertOptions
 from migrate.prestage.controls import Controls
 from migrate.prestage.location import StagingPlaceError, default_staging_root
@@ -236,7 +236,7 @@ def test_a_damaged_staged_output_is_staged_again(tmp_path, damage):
     log_dir = broker_log_dir(tmp_path, partitions=1, segments=2)
     prestage(log_dir)
     (staged,) = staged_segments(log_dir)
-    target = staged.files[".index" if damage == "truncated" else ".log"]
+    target = staged.files[FileKind.INDEX if damage == "truncated" else FileKind.LOG]
     st = target.stat()
     if damage == "deleted":
         target.unlink()

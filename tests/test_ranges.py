@@ -25,6 +25,7 @@ from migrate.format import batch as v2
 from migrate.format import legacy
 from migrate.format.entries import walk_entries
 from migrate.format.records import Compression, Record, TimestampType
+from migrate.kafka.names import FileKind
 from migrate.model.plan_tree import ByteRange, ConvertOptions, TailDrop, content_id, dump_plan_json, load_plan_json
 from migrate.model.run_state import PartitionState, SegmentOutcome, SegmentTask
 from migrate.planning.plan import build_plan, make_tasks, write_plan
@@ -246,7 +247,7 @@ def test_the_plan_predicts_where_each_ranges_converted_bytes_go(tmp_path, seed):
     src = _plain_segment(tmp_path / "in" / f"{5000:020d}.log", seed)
     data = src.read_bytes()
     whole = convert_segment(SegmentTask(str(src), str(tmp_path / "whole"), 5000, ConvertOptions()))
-    out = Path(whole.outputs[".log"]).read_bytes()
+    out = Path(whole.outputs[FileKind.LOG]).read_bytes()
     entry_starts = set(walk_entries(data).positions.tolist())
     batch_starts = set(walk_entries(out).positions.tolist())
     for count in (2, 7, 40, 300):

@@ -12,6 +12,7 @@ from conftest import LEGACY_LOGDIR
 from segment_helpers import convert_logdir
 
 from migrate.format.entries import walk_entries
+from migrate.kafka.names import FileKind
 from migrate.model.plan_tree import ConvertOptions
 from migrate.stages.replicas import common_range, compare, digest_replica, offset_range
 
@@ -54,7 +55,7 @@ def test_identical_replicas_agree_and_convert_to_identical_bytes(tmp_path):
         b: convert_logdir(p.parent, tmp_path / f"out{b}", ConvertOptions(timestamps="none")) for b, p in parts.items()
     }
     for key in outputs[1]:
-        for sfx in (".log", ".index", ".timeindex"):
+        for sfx in (FileKind.LOG, FileKind.INDEX, FileKind.TIME_INDEX):
             assert Path(outputs[1][key].outputs[sfx]).read_bytes() == Path(outputs[2][key].outputs[sfx]).read_bytes()
 
 

@@ -17,8 +17,10 @@ from migrate.format import batch as v2
 from migrate.format import legacy
 from migrate.format.entries import read_entries, walk_entries
 from migrate.format.records import Compression, Record, TimestampType
+from migrate.kafka.names import FileKind
 from migrate.model.plan_tree import ConvertOptions, TailDrop
 from migrate.model.run_state import SegmentTask
+from migrate.model.segment_files import SegmentFiles
 from migrate.segment import offset_index, time_index
 from migrate.segment.convert import convert_segment
 from migrate.segment.verify import verify_segment
@@ -76,7 +78,7 @@ def test_segments_already_at_target_are_left_alone(converted):
         assert {results[fixture_id(p)].status for p in LEGACY_ONLY if p not in rewritten(options)} == {"unchanged"}
     for name in ("already-v2-0/00000000000000000000.log", "already-v2-1/00000000000000000000.log"):
         assert results[name].status == "unchanged"
-        assert results[name].outputs == {}
+        assert results[name].outputs == SegmentFiles()
     assert not (out / "already-v2-0" / "00000000000000000000.log").exists()
 
 
@@ -93,7 +95,7 @@ def test_outputs_keep_the_source_mtime(converted):
 def test_kafka_reads_every_output_with_the_source_records(converted, oracle):
     options, _, _, results = converted
     segments = rewritten(options)
-    outputs = [results[fixture_id(s)].outputs[".log"] for s in segments]
+    outputs = [results[fixture_id(s)].outputs[FileKind.LOG] for s in segments]
     summaries = {Path(s["path"]).parent.name + "/" + Path(s["path"]).name: s for s in oracle.summary(*outputs)}
     assert len(summaries) == len(segments)
     for seg in segments:
@@ -117,7 +119,7 @@ def test_mtime_policy_stamps_v0_records_with_the_segment_mtime(legacy_logdir, tm
     seg = "plain-v0-0/00000000000000000040.log"
     src = legacy_logdir / seg
     result = convert_segment(SegmentTask(str(src), str(tmp_path), 40, ConvertOptions(target_magic=target)))
-    lines = oracle.dump(result.outputs[".log"])
+    lines = oracle.dump(result.outputs[FileKind.LOG])
     records = [x for x in lines if x["type"] == "record"]
     batches = [x for x in lines if x["type"] == "batch"]
     assert len(records) == 40
@@ -139,7 +141,7 @@ def test_v1_sources_keep_timestamps_and_types(legacy_logdir, tmp_path, policy):
             for x in json.loads("[" + ",".join((EXPECTED / (seg[:-4] + ".jsonl")).read_text().split("\n")[:-1]) + "]")
             if x["type"] == "record"
         ]
-        got = _read_back(results[seg].outputs[".log"])
+        got = _read_back(results[seg].outputs[FileKind.LOG])
         assert [r.timestamp for r in got] == [x["timestamp"] for x in expected]
         assert {r.timestamp_type for r in got} == {TimestampType.LOG_APPEND_TIME}
 
@@ -172,7 +174,7 @@ def test_kafka_rules_mode_is_byte_identical_to_kafkas_own_conversion(seg, legacy
     result = convert_segment(
         SegmentTask(str(src), str(tmp_path / "ours"), int(src.stem), ConvertOptions(timestamps="none"))
     )
-    assert Path(result.outputs[".log"]).read_bytes() == reference.read_bytes()
+    assert Path(result.outputs[FileKind.LOG]).read_bytes() == reference.read_bytes()
 
 
 def test_conversion_is_deterministic(legacy_logdir, tmp_path):
@@ -191,7 +193,7 @@ def test_partition_leader_epoch_defaults_to_zero_and_can_be_minus_one(legacy_log
         r = convert_segment(
             SegmentTask(str(src), str(tmp_path / str(epoch)), 0, ConvertOptions(partition_leader_epoch=epoch))
         )
-        batches = read_entries(Path(r.outputs[".log"]).read_bytes()).items
+        batches = read_entries(Path(r.outputs[FileKind.LOG]).read_bytes()).items
         assert {b.partition_leader_epoch for b in batches} == {epoch}
 
 
@@ -259,10 +261,10 @@ def test_indexes_are_what_kafka_recovery_builds(tmp_path, magic, interval):
     src = _generated_segment(tmp_path / "in" / "t-0" / f"{1000:020d}.log", 3000, magic)
     options = ConvertOptions(index_interval_bytes=interval)
     result = convert_segment(SegmentTask(str(src), str(tmp_path / "out"), 1000, options))
-    log = Path(result.outputs[".log"]).read_bytes()
+    log = Path(result.outputs[FileKind.LOG]).read_bytes()
     want_offsets, want_times = _kafka_recover_indexes(log, 1000, interval)
-    index = Path(result.outputs[".index"]).read_bytes()
-    timeindex = Path(result.outputs[".timeindex"]).read_bytes()
+    index = Path(result.outputs[FileKind.INDEX]).read_bytes()
+    timeindex = Path(result.outputs[FileKind.TIME_INDEX]).read_bytes()
     assert len(index) == 8 * len(want_offsets) and len(index) > 8 * 20
     assert len(timeindex) == 12 * len(want_times)
     assert [struct.unpack_from(">ii", index, 8 * i) for i in range(len(want_offsets))] == want_offsets
@@ -275,16 +277,16 @@ def test_v0_only_segment_under_none_policy_has_an_empty_time_index(legacy_logdir
     r = convert_segment(
         SegmentTask(str(src), str(tmp_path), 0, ConvertOptions(timestamps="none", index_interval_bytes=500))
     )
-    assert r.output_sizes[".timeindex"] == 0
-    assert r.output_sizes[".index"] > 0
-    offsets, positions = offset_index.decode(Path(r.outputs[".index"]).read_bytes(), 0)
+    assert r.output_sizes[FileKind.TIME_INDEX] == 0
+    assert r.output_sizes[FileKind.INDEX] > 0
+    offsets, positions = offset_index.decode(Path(r.outputs[FileKind.INDEX]).read_bytes(), 0)
     assert (np.diff(offsets) > 0).all() and (np.diff(positions) > 0).all()
 
 
 def test_mtime_policy_time_index_ends_with_the_mtime(legacy_logdir, tmp_path):
     src = legacy_logdir / "plain-v0-0" / "00000000000000000000.log"
     r = convert_segment(SegmentTask(str(src), str(tmp_path), 0, ConvertOptions()))
-    ts, offs = time_index.decode(Path(r.outputs[".timeindex"]).read_bytes(), 0)
+    ts, offs = time_index.decode(Path(r.outputs[FileKind.TIME_INDEX]).read_bytes(), 0)
     assert ts.tolist() == [MTIMES["plain-v0-0/00000000000000000000.log"]]
     assert offs.tolist() == [0]  # the first batch that reached the max
 
@@ -349,14 +351,14 @@ def test_a_batch_no_larger_than_its_source_passes_whatever_the_limit(legacy_logd
     src = legacy_logdir / "gzip-v0-0" / "00000000000000000000.log"
     unlimited = convert_segment(SegmentTask(str(src), str(tmp_path / "a"), 0))
     sources = walk_entries(src.read_bytes()).sizes
-    outputs = walk_entries(Path(unlimited.outputs[".log"]).read_bytes()).sizes
+    outputs = walk_entries(Path(unlimited.outputs[FileKind.LOG]).read_bytes()).sizes
     assert len(sources) == len(outputs)  # one v2 batch per wrapper or message
     biggest = int(np.argmax(outputs))
     assert outputs[biggest] < sources[biggest]  # 17+ inner v0 messages: v2 record framing is smaller
     limit = int(outputs[biggest]) - 1
     assert (outputs[outputs > limit] <= sources[outputs > limit]).all()
     r = convert_segment(SegmentTask(str(src), str(tmp_path / "b"), 0, ConvertOptions(max_message_bytes=limit)))
-    assert Path(r.outputs[".log"]).read_bytes() == Path(unlimited.outputs[".log"]).read_bytes()
+    assert Path(r.outputs[FileKind.LOG]).read_bytes() == Path(unlimited.outputs[FileKind.LOG]).read_bytes()
 
 
 def test_offsets_below_the_segment_base_are_refused(legacy_logdir, tmp_path):
@@ -369,7 +371,7 @@ def test_small_chunks_give_the_same_bytes(legacy_logdir, tmp_path):
     src = legacy_logdir / "mixed-v0-v1-0" / "00000000000000000015.log"
     big = convert_segment(SegmentTask(str(src), str(tmp_path / "big"), 15))
     small = convert_segment(SegmentTask(str(src), str(tmp_path / "small"), 15, ConvertOptions(chunk_bytes=100)))
-    for sfx in (".log", ".index", ".timeindex"):
+    for sfx in (FileKind.LOG, FileKind.INDEX, FileKind.TIME_INDEX):
         assert Path(big.outputs[sfx]).read_bytes() == Path(small.outputs[sfx]).read_bytes()
 
 
@@ -377,7 +379,7 @@ def test_empty_segment_gives_empty_outputs(legacy_logdir, tmp_path):
     src = legacy_logdir / "empty-segment-0" / "00000000000000000040.log"
     r = convert_segment(SegmentTask(str(src), str(tmp_path), 40))
     assert r.status == "empty"
-    assert r.output_sizes == {".log": 0, ".index": 0, ".timeindex": 0}
+    assert r.output_sizes == SegmentFiles(log=0, index=0, time_index=0)
 
 
 # --- options -----------------------------------------------------------------------------------------------------
@@ -395,7 +397,7 @@ def test_pack_bytes_and_recompression_keep_every_record(legacy_logdir, tmp_path,
     assert zstd.output_bytes < packed.output_bytes < plain.output_bytes
     for r in (packed, zstd):
         assert verify_segment(r, ConvertOptions()).ok
-    sums = oracle.summary(packed.outputs[".log"], zstd.outputs[".log"])
+    sums = oracle.summary(packed.outputs[FileKind.LOG], zstd.outputs[FileKind.LOG])
     assert all(s["valid"] and s["sha256"] == plain.source_digest for s in sums)
     assert sums[1]["compressions"] == {"zstd": packed.batches_out}
 
@@ -403,7 +405,7 @@ def test_pack_bytes_and_recompression_keep_every_record(legacy_logdir, tmp_path,
 def test_kip87_tombstone_flag_marks_null_values_only(legacy_logdir, tmp_path):
     src = legacy_logdir / "plain-v0-0" / "00000000000000000000.log"
     r = convert_segment(SegmentTask(str(src), str(tmp_path), 0, ConvertOptions(tombstone_flag=True)))
-    data = Path(r.outputs[".log"]).read_bytes()
+    data = Path(r.outputs[FileKind.LOG]).read_bytes()
     flagged = []
     for b in read_entries(data).items:
         record_attributes = data[b.position + v2.RECORD_BATCH_OVERHEAD + 1]  # after the 1-byte length varint
@@ -438,7 +440,7 @@ def test_the_digest_option_is_what_the_run_checks_with(legacy_logdir, tmp_path, 
     if digest == "sha256":  # what Kafka's own reader prints for the source
         assert result.source_digest == SUMMARIES["plain-v0-1/00000000000000000030.log"]["sha256"]
     assert verify_segment(result, options).ok
-    log = Path(result.outputs[".log"])
+    log = Path(result.outputs[FileKind.LOG])
     mtime = log.stat().st_mtime_ns
     _tamper_value(log)
     os.utime(log, ns=(mtime, mtime))
@@ -450,7 +452,7 @@ def test_the_digest_option_is_what_the_run_checks_with(legacy_logdir, tmp_path, 
 def test_a_timestamp_changed_after_conversion_is_named_as_such(legacy_logdir, tmp_path):
     src = legacy_logdir / "plain-v1-0" / "00000000000000000000.log"
     result = convert_segment(SegmentTask(str(src), str(tmp_path), 0, ConvertOptions(timestamps="none")))
-    log = Path(result.outputs[".log"])
+    log = Path(result.outputs[FileKind.LOG])
     data = bytearray(log.read_bytes())
     first_size = 12 + struct.unpack_from(">i", data, 8)[0]
     struct.pack_into(">q", data, 27, struct.unpack_from(">q", data, 27)[0] + 1)  # base timestamp of batch 1

@@ -13,7 +13,7 @@ import pytest
 from migrate.errors import CorruptRecordError, UnsupportedFormatError
 from migrate.format import entries, legacy
 from migrate.format.records import Record
-from migrate.model.plan_tree import ConvertOptions
+from migrate.model.plan_tree import CONVERTED_FILES, ConvertOptions
 from migrate.model.run_state import SegmentTask
 from migrate.segment import convert
 from migrate.segment.identity import EDGE_BYTES, edges_digest, edges_digest_of_bytes
@@ -110,7 +110,7 @@ def test_a_small_source_converts_to_the_bytes_and_result_of_the_chunked_path(tmp
     small = run("small")
     monkeypatch.setattr(convert, "SMALL_SEGMENT_BYTES", -1)
     general = run("general")
-    for sfx in convert.SUFFIXES:
+    for sfx in CONVERTED_FILES:
         assert (tmp_path / "small" / f"{0:020d}{sfx}").read_bytes() == (
             tmp_path / "general" / f"{0:020d}{sfx}"
         ).read_bytes()

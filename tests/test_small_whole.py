@@ -23,6 +23,7 @@ from test_format_fuzz import fuzz
 
 from migrate.errors import LocatedError
 from migrate.format import accel, legacy
+from migrate.kafka.names import FileKind
 from migrate.model.plan_tree import ConvertOptions, TimestampPolicy
 from migrate.model.run_state import SegmentTask
 from migrate.segment import convert, small, verify
@@ -64,8 +65,8 @@ def _comparable(outcome):
     result, files, verified = outcome
     fields = dataclasses.asdict(result)
     fields.pop("seconds")
-    fields["outputs"] = sorted(fields["outputs"])  # the paths differ by staging dir
-    fields["output_stats"] = {k: (v["size"], v["mtime_ns"]) for k, v in fields["output_stats"].items()}
+    fields["outputs"] = result.outputs.kinds()  # the paths differ by staging dir
+    fields["output_stats"] = {k: (v.size, v.mtime_ns) for k, v in result.output_stats}
     return fields, files, verified
 
 
@@ -265,7 +266,7 @@ def test_a_small_output_reads_back_as_the_general_reader_reads_it(tmp_path, monk
             continue
         whole, general = _checks(result, options, monkeypatch)
         assert whole == general and whole["ok"], path
-        log = Path(result.outputs[".log"])
+        log = Path(result.outputs[FileKind.LOG])
         sound = log.read_bytes()
         read_whole_outputs += verify._small_v2_records(sound) is not None
         for _ in range(30 if len(sound) > 1 else 0):

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from migrate.kafka.names import segment_name
+from migrate.kafka.names import FileKind, segment_name
 
 # java.util.Properties.store() writes a comment line and the date; a fixed date keeps generated log dirs identical
 PROPERTIES_HEADER = "#\n#Thu Jan 01 00:00:00 UTC 2025\n"
@@ -82,7 +82,7 @@ def write_segment(
     """``<partition dir>/<base offset>.log`` from bytes or from chunks (a segment of gigabytes never sits in memory
     whole), with ``mtime_ns`` as its mtime when given."""
     partition_dir.mkdir(parents=True, exist_ok=True)
-    path = partition_dir / segment_name(base_offset, ".log")
+    path = partition_dir / segment_name(base_offset, FileKind.LOG)
     with path.open("wb") as f:
         for chunk in [data] if isinstance(data, (bytes, bytearray, memoryview)) else data:
             f.write(chunk)

@@ -60,9 +60,10 @@ class FileKind(str, enum.Enum):
 
 
 def segment_name(base_offset: int, suffix: str = "") -> str:
-    """``<20-digit base offset><suffix>``: Kafka's ``LogFileUtils.filenamePrefixFromOffset`` and a suffix
-    (``.log``, ``.index``, ``.timeindex``, ...)."""
-    return f"{base_offset:020d}{suffix}"
+    """``<20-digit base offset><suffix>``: Kafka's ``LogFileUtils.filenamePrefixFromOffset`` and a suffix (a
+    ``FileKind``, or another: ``.prestaged.json``, ...)."""
+    # a concatenation, not a format: a FileKind is joined as the str it is, without a call of its __format__
+    return f"{base_offset:020d}" + suffix
 
 
 # --- partition directory names ----------------------------------------------------------------------------------

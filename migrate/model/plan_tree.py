@@ -16,7 +16,7 @@ from typing import Any
 
 from migrate.codec import enum_member, from_json, json_schema, to_json
 from migrate.errors import ModelError, PlannedElsewhereError
-from migrate.kafka.names import is_partition_dir_name, segment_name
+from migrate.kafka.names import FileKind, is_partition_dir_name, segment_name
 
 PLAN_VERSION = 2
 DEFAULT_INDEX_INTERVAL_BYTES = 4096  # Kafka's index.interval.bytes default
@@ -35,7 +35,8 @@ DEFAULT_TASK_SEGMENTS = 1024
 SMALL_TASK_SEGMENTS = 256
 MIN_TASKS_PER_LOG_DIR = 32
 DEFAULT_RANGE_BYTES = 64 << 20  # a segment larger than this is converted in ranges of about this size, in parallel
-SEGMENT_SUFFIXES = (".log", ".index", ".timeindex")
+# the files a conversion writes for a segment: never a .txnindex (legacy formats hold no transactions)
+CONVERTED_FILES = (FileKind.LOG, FileKind.INDEX, FileKind.TIME_INDEX)
 
 
 # field metadata: an optional field added to a record that plans already hold is left out of the JSON while it is
@@ -225,7 +226,7 @@ class SegmentPlan:
 
     @property
     def file(self) -> str:
-        return segment_name(self.base_offset, ".log")
+        return segment_name(self.base_offset, FileKind.LOG)
 
 
 class CompactionStrategy(str, enum.Enum):

@@ -15,6 +15,7 @@ from migrate.model.plan_tree import (
     SegmentSplit,
     TailDrop,
 )
+from migrate.model.segment_files import NO_FILES, SegmentFiles
 
 # --- the run's state -------------------------------------------------------------------------------------------
 
@@ -317,11 +318,11 @@ class SplitPart:
     own ``outputs``): its base offset (its name), its staged files, and the offsets it holds."""
 
     base_offset: int
-    outputs: dict[str, str]  # suffix -> staged path
-    output_stats: dict[str, FileStat]
+    outputs: SegmentFiles[str]  # the staged paths
+    output_stats: SegmentFiles[FileStat]
     last_offset: int
     batches: int
-    output_digests: dict[str, str] = field(default_factory=dict)  # suffix -> the edges digest of the file written
+    output_digests: SegmentFiles[str] = NO_FILES  # the edges digest of each file written
 
 
 @dataclass
@@ -331,12 +332,12 @@ class SegmentResult:
     source: str
     base_offset: int
     status: ConversionStatus
-    outputs: dict[str, str] = field(default_factory=dict)  # suffix -> staged path
-    output_stats: dict[str, FileStat] = field(default_factory=dict)
-    # suffix -> the edges digest of each file written (``migrate.segment.identity.edges_digest``): after the swap,
-    # what tells a file that is still these bytes (whatever its mtime) from one a broker or a person rewrote
-    output_digests: dict[str, str] = field(default_factory=dict)
-    live_before: dict[str, FileStat] = field(default_factory=dict)  # the live files this output will replace
+    outputs: SegmentFiles[str] = NO_FILES  # the staged paths
+    output_stats: SegmentFiles[FileStat] = NO_FILES
+    # the edges digest of each file written (``migrate.segment.identity.edges_digest``): after the swap, what tells
+    # a file that is still these bytes (whatever its mtime) from one a broker or a person rewrote
+    output_digests: SegmentFiles[str] = NO_FILES
+    live_before: SegmentFiles[FileStat] = NO_FILES  # the live files this output will replace
     source_bytes: int = 0
     output_bytes: int = 0
     entries_in: int = 0
@@ -370,8 +371,8 @@ class SegmentResult:
         return (1 if self.outputs else 0) + len(self.parts or ())
 
     @property
-    def output_sizes(self) -> dict[str, int]:
-        return {sfx: st.size for sfx, st in self.output_stats.items()}
+    def output_sizes(self) -> SegmentFiles[int]:
+        return self.output_stats.map(lambda _, st: st.size)
 
 
 @dataclass(frozen=True)

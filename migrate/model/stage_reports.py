@@ -49,7 +49,7 @@ class RangePart:
     stop: int = 0  # file position after its last entry: the next range must start exactly here
     at_end: bool = False  # it read to the end of the file (its last complete entry, and a listed tail)
     changed: bool = False  # some entry was rewritten
-    result: SegmentResult | None = None  # of this range alone; outputs[".log"] is the part file
+    result: SegmentResult | None = None  # of this range alone; outputs.log is the part file
     batches: str = ""  # its batches' (size, last offset, max timestamp) as native int64 triples
     head: bytes = b""  # the part file's first 12 bytes (offset and size of its first batch)
     convert_seconds: float = 0.0

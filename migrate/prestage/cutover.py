@@ -68,7 +68,7 @@ from migrate.prestage.staged_index import (
 )
 from migrate.prestage.tree import PartitionStaging, StagingTree, StagingTreeError
 from migrate.run.exchange import rename_noreplace
-from migrate.segment.convert import live_files
+from migrate.segment.convert import live_files, stats_of
 
 RECORD_DIGEST_HEX = 16  # of the record's sha256 kept in the plan: 64 bits, enough to make an edit after plan show
 
@@ -252,7 +252,7 @@ def _take_row(staged: StagedPartition, row: Row, task: SegmentTask, planned_reco
             Judgement(Verdict.SOURCE_CHANGED, f"staged from {identity}, planned size, mtime_ns, inode {planned}")
         )
     live = live_files(os.path.dirname(task.source), task.base_offset, log=source_stat)
-    if {sfx: FileStat.of(st) for sfx, st in live.items()} != row_live_before(row):
+    if stats_of(live) != row_live_before(row):
         return None
     return Taken(judgement, text=index.text(row), counts=row_counts(row))
 
@@ -284,13 +284,12 @@ def _take(
         return Taken(Judgement(Verdict.SOURCE_CHANGED, why))
     # a copy without ``dataclasses.replace``'s per-field work (a cut-over takes up to 10^6): the record has no
     # ``__post_init__`` to run, and its fields were checked when the record was read
+    outputs = staged.record.staged.map(lambda kind, _: str(staging.path / staged.name(kind)))
+    stats = staged.record.staged.map(lambda _, want: FileStat(want.inode, want.size, want.mtime_ns))
     result = object.__new__(SegmentResult)
-    result.__dict__.update(staged.record.result.__dict__, source=task.source, outputs={}, output_stats={})
-    for sfx, want in staged.record.staged.items():
-        result.outputs[sfx] = str(staging.path / staged.name(sfx))
-        result.output_stats[sfx] = FileStat(want.inode, want.size, want.mtime_ns)
+    result.__dict__.update(staged.record.result.__dict__, source=task.source, outputs=outputs, output_stats=stats)
     live = live_files(os.path.dirname(task.source), task.base_offset, log=source_stat)
-    result.live_before = {sfx: FileStat.of(st) for sfx, st in live.items()}
+    result.live_before = stats_of(live)
     return Taken(judgement, result)
 
 

@@ -433,7 +433,7 @@ def sweep(tree: StagingTree, partitions: dict[str, Partition], left_alone: list[
                 row = index.row(base) if index is not None and base in bases else None
                 if row is not None and row_stands(row, staging.lstat):  # what the record names, as its row says
                     vouched.add(entry)
-                    vouched.update(segment_name(base, sfx) for sfx in row_staged(row))
+                    vouched.update(segment_name(base, kind) for kind, _ in row_staged(row))
                     continue
                 try:
                     found = read_record(staging, base, tree.root)
@@ -443,7 +443,7 @@ def sweep(tree: StagingTree, partitions: dict[str, Partition], left_alone: list[
                 if found is None:
                     continue
                 vouched.add(entry)
-                vouched.update(found.name(sfx) for sfx in found.record.staged)
+                vouched.update(found.name(kind) for kind, _ in found.record.staged)
                 if base not in bases:
                     left = remove_staged(staging, found)
                     left_alone += left

@@ -36,9 +36,10 @@ from pathlib import Path
 
 from migrate.codec import from_json, to_json
 from migrate.errors import ModelError
-from migrate.kafka.names import segment_name
-from migrate.model.plan_tree import ConvertOptions
+from migrate.kafka.names import FileKind, segment_name
+from migrate.model.plan_tree import CONVERTED_FILES, ConvertOptions
 from migrate.model.run_state import SegmentResult
+from migrate.model.segment_files import SegmentFiles
 from migrate.prestage.identity import EdgeDigest, FileIdentity
 from migrate.prestage.tree import NodeId, PartitionStaging, StagingTree
 
@@ -47,7 +48,7 @@ RECORD_SUFFIX = ".prestaged.json"
 PENDING_SUFFIX = ".prestaging.json"
 RECORD_RE = re.compile(r"^(\d{20})\.prestaged\.json$", re.ASCII)
 PENDING_RE = re.compile(r"^(\d{20})\.prestaging\.json$", re.ASCII)
-STAGED_SUFFIXES = (".log", ".index", ".timeindex")
+STAGED_FILES = CONVERTED_FILES  # what a staged conversion holds: the files a conversion writes
 _RECORD_MAX_BYTES = 16 << 20  # a record is a few KB; anything this large is not one of ours
 
 
@@ -63,7 +64,7 @@ class StagedRecord:
     source_edge: EdgeDigest
     options: ConvertOptions  # with the partition's leader epoch
     result: SegmentResult  # outputs name the staged paths at staging time; the staging dir holds them by name
-    staged: dict[str, FileIdentity]  # suffix -> the staged file once linked; empty when nothing needed converting
+    staged: SegmentFiles[FileIdentity]  # each staged file once linked; none when nothing needed converting
     staged_at: str  # UTC, ISO 8601
 
 
@@ -73,7 +74,7 @@ class PendingRecord:
 
     version: int
     base_offset: int
-    files: dict[str, NodeId]  # suffix -> the unnamed file being linked as <base><suffix>
+    files: SegmentFiles[NodeId]  # each unnamed file being linked as <base><suffix>
 
 
 @dataclass(frozen=True)
@@ -89,8 +90,8 @@ class StagedSegment:
     def partition(self) -> str:
         return self.record.partition
 
-    def name(self, sfx: str) -> str:
-        return segment_name(self.record.base_offset, sfx)
+    def name(self, kind: FileKind) -> str:
+        return segment_name(self.record.base_offset, kind)
 
     @property
     def record_path(self) -> Path:
@@ -98,9 +99,9 @@ class StagedSegment:
         return self.root / self.record.partition / record_name(self.record.base_offset)
 
     @property
-    def files(self) -> dict[str, Path]:
+    def files(self) -> SegmentFiles[Path]:
         """Where the staged files are, for an operator's message (never opened by these paths)."""
-        return {sfx: self.root / self.record.partition / self.name(sfx) for sfx in self.record.staged}
+        return self.record.staged.map(lambda kind, _: self.root / self.record.partition / self.name(kind))
 
 
 def record_name(base_offset: int) -> str:
@@ -211,8 +212,8 @@ def remove_staged(staging: PartitionStaging, staged: StagedSegment) -> list[str]
     """Remove what a record names (each file only where it is still the file recorded, by device and inode, and has
     no other name), then the record itself: what was left alone, for an operator (empty: all gone)."""
     left = []
-    for sfx, identity in staged.record.staged.items():
-        name = staged.name(sfx)
+    for kind, identity in staged.record.staged:
+        name = staged.name(kind)
         if not staging.remove_owned(name, NodeId(identity.device, identity.inode)):
             left.append(f"{staging.path / name}: not the file this tool staged there (left alone)")
     if left:
@@ -231,8 +232,8 @@ def remove_pending(staging: PartitionStaging, name: str, *, files_too: bool) -> 
         return [f"{exc} (left alone)"]
     left = []
     if files_too:
-        for sfx, node in pending.files.items():
-            target = segment_name(pending.base_offset, sfx)
+        for kind, node in pending.files:
+            target = segment_name(pending.base_offset, kind)
             if not staging.remove_owned(target, node):
                 left.append(f"{staging.path / target}: not the file this tool was staging there (left alone)")
     if not left:
@@ -334,15 +335,15 @@ def judge_staged(
         return Judgement(Verdict.SOURCE_GONE, f"{source} is gone")
     if edge != record.source_edge:
         return Judgement(Verdict.SOURCE_CHANGED, f"{source}: its first or last bytes changed (same stat)")
-    for sfx, want in record.staged.items():
-        got = staged_identity(staging, staged.name(sfx))
+    for kind, want in record.staged:
+        got = staged_identity(staging, staged.name(kind))
         if got != want:
             what = want.differences(got) if got is not None else "missing, or not a regular file with one name"
-            return Judgement(Verdict.STAGED_CHANGED, f"staged {staging.path / staged.name(sfx)}: {what}")
+            return Judgement(Verdict.STAGED_CHANGED, f"staged {staging.path / staged.name(kind)}: {what}")
     if deep and record.staged:
         problems = reverify(staged, staging)
         if problems:
-            return Judgement(Verdict.STAGED_CHANGED, f"staged {staging.path / staged.name('.log')}: {problems}")
+            return Judgement(Verdict.STAGED_CHANGED, f"staged {staging.path / staged.name(FileKind.LOG)}: {problems}")
     return Judgement(Verdict.USABLE)
 
 
@@ -351,11 +352,11 @@ def reverify(staged: StagedSegment, staging: PartitionStaging) -> str:
     hold what the record says, else the first problems."""
     from migrate.segment.verify import verify_segment
 
-    fds: dict[str, int] = {}
+    fds: dict[FileKind, int] = {}
     try:
-        for sfx in staged.record.staged:
-            fds[sfx] = staging.open_read(staged.name(sfx))
-        outputs = {sfx: f"/proc/self/fd/{fd}" for sfx, fd in fds.items()}
+        for kind, _ in staged.record.staged:
+            fds[kind] = staging.open_read(staged.name(kind))
+        outputs = SegmentFiles.of((kind, f"/proc/self/fd/{fd}") for kind, fd in fds.items())
         result = dataclasses.replace(staged.record.result, outputs=outputs)
         check = verify_segment(result, staged.record.options)
     except OSError as exc:

@@ -25,16 +25,17 @@ from typing import TYPE_CHECKING, BinaryIO
 
 from migrate import __version__
 from migrate.errors import LocatedError, ModelError, SegmentRefusedError
-from migrate.kafka.names import segment_name
+from migrate.kafka.names import FileKind, segment_name
 from migrate.model.plan_tree import ConvertOptions
-from migrate.model.run_state import ConversionStatus, FileStat, SegmentResult, SegmentTask
+from migrate.model.run_state import ConversionStatus, SegmentResult, SegmentTask
+from migrate.model.segment_files import SegmentFiles
 from migrate.prestage import pagecache
 from migrate.prestage.controls import Controls
 from migrate.prestage.identity import EdgeDigest, FileIdentity
 from migrate.prestage.record import (
     PENDING_RE,
     RECORD_VERSION,
-    STAGED_SUFFIXES,
+    STAGED_FILES,
     PendingRecord,
     StagedRecord,
     StagedSegment,
@@ -53,6 +54,7 @@ from migrate.segment.convert import (
     check_planned,
     finish_open_output,
     live_files,
+    stats_of,
     stream_entries,
 )
 from migrate.segment.indexes import IndexBuilder
@@ -154,7 +156,7 @@ def stage_segment(
                     f"{segment_name(base_offset)}.log/.index/.timeindex while it was staged: left alone, not staged",
                 )
             faults.point("after:prestage-link")
-            result.outputs = {sfx: str(staging.path / segment_name(base_offset, sfx)) for sfx in staged}
+            result.outputs = staged.map(lambda kind, _: str(staging.path / segment_name(base_offset, kind)))
             record = StagedRecord(
                 version=RECORD_VERSION,
                 tool=f"kafka-log-migrate {__version__}",
@@ -192,7 +194,7 @@ def stage_segment(
             outputs.close()
             pagecache.drop_brought_in(fd, resident)
     kind = StageResult.STAGED if staged else StageResult.UNCHANGED
-    return StageOutcome(kind, str(source), st.st_size, sum(i.size for i in staged.values()), record=written)
+    return StageOutcome(kind, str(source), st.st_size, sum(i.size for _, i in staged), record=written)
 
 
 def _rejected(source: Path, why: str) -> StageOutcome:
@@ -214,62 +216,62 @@ def _changed(source: Path, fd: int, before: FileIdentity) -> str:
 
 
 class NewOutputs:
-    """The unnamed output files of one segment being staged, by suffix, until they are linked under their names."""
+    """The unnamed output files of one segment being staged, by kind, until they are linked under their names."""
 
     def __init__(self, staging: PartitionStaging) -> None:
         self.staging = staging
-        self.fds: dict[str, int] = {}
-        self.linked: dict[str, NodeId] = {}
+        self.fds: dict[FileKind, int] = {}
+        self.linked: dict[FileKind, NodeId] = {}
         self.pending = False
 
-    def new(self, sfx: str, mode: int) -> int:
+    def new(self, kind: FileKind, mode: int) -> int:
         try:
             fd = self.staging.new_file(mode)
         except OSError as exc:
             raise StagingWriteError(exc.errno, exc.strerror, str(self.staging.path)) from exc
-        self.fds[sfx] = fd
+        self.fds[kind] = fd
         return fd
 
-    def path(self, sfx: str) -> str:
+    def path(self, kind: FileKind) -> str:
         """A path to the unnamed file that any reader can open (verify reads by path): its descriptor's."""
-        return f"/proc/self/fd/{self.fds[sfx]}"
+        return f"/proc/self/fd/{self.fds[kind]}"
 
-    def drop(self, sfx: str) -> None:
-        fd = self.fds.pop(sfx, None)
+    def drop(self, kind: FileKind) -> None:
+        fd = self.fds.pop(kind, None)
         if fd is not None:
             self.staging.forget_new(fd)
 
-    def link(self, base_offset: int) -> dict[str, FileIdentity] | None:
+    def link(self, base_offset: int) -> SegmentFiles[FileIdentity] | None:
         """Name every output: a pending record first (their devices and inodes), then one link each; their
         identities once linked. None where a name is taken by a file this tool did not write (nothing linked stays)."""
         if not self.fds:
-            return {}
-        nodes = {sfx: NodeId.of(os.fstat(fd)) for sfx, fd in self.fds.items()}
+            return SegmentFiles()
+        nodes = {kind: NodeId.of(os.fstat(fd)) for kind, fd in self.fds.items()}
         try:
-            write_pending(self.staging, PendingRecord(RECORD_VERSION, base_offset, nodes))
+            write_pending(self.staging, PendingRecord(RECORD_VERSION, base_offset, SegmentFiles.of(nodes.items())))
         except FileExistsError:
             return None
         except OSError as exc:
             where = str(self.staging.path / pending_name(base_offset))
             raise StagingWriteError(exc.errno, exc.strerror, where) from exc
         self.pending = True
-        for sfx, fd in self.fds.items():
+        for kind, fd in self.fds.items():
             try:
-                self.staging.link(fd, segment_name(base_offset, sfx))
+                self.staging.link(fd, segment_name(base_offset, kind))
             except FileExistsError:
                 self.unlink_linked(base_offset)
                 return None
             except OSError as exc:
                 self.unlink_linked(base_offset)
                 raise StagingWriteError(exc.errno, exc.strerror, str(self.staging.path)) from exc
-            self.linked[sfx] = nodes[sfx]
-        return {sfx: FileIdentity.of(os.fstat(fd)) for sfx, fd in self.fds.items()}
+            self.linked[kind] = nodes[kind]
+        return SegmentFiles.of((kind, FileIdentity.of(os.fstat(fd))) for kind, fd in self.fds.items())
 
     def unlink_linked(self, base_offset: int) -> None:
         """Undo ``link``: the names given (each only where still ours), then the pending record."""
-        for sfx, node in list(self.linked.items()):
-            self.staging.remove_owned(segment_name(base_offset, sfx), node)
-            del self.linked[sfx]
+        for kind, node in list(self.linked.items()):
+            self.staging.remove_owned(segment_name(base_offset, kind), node)
+            del self.linked[kind]
         if self.pending:
             remove_pending(self.staging, pending_name(base_offset), files_too=False)
             self.pending = False
@@ -289,8 +291,8 @@ class NewOutputs:
             self.unlink_linked(base_offset)
 
     def close(self) -> None:
-        for sfx in list(self.fds):
-            self.drop(sfx)
+        for kind in list(self.fds):
+            self.drop(kind)
 
 
 def _seal(result: SegmentResult, options: ConvertOptions, controls: Controls, outputs: NewOutputs) -> None:
@@ -304,10 +306,10 @@ def _seal(result: SegmentResult, options: ConvertOptions, controls: Controls, ou
             path=result.source,
             hint="Nothing live was changed; this is a bug in kafka-log-migrate: keep the segment and report it.",
         )
-    for sfx in STAGED_SUFFIXES:
+    for kind in STAGED_FILES:
         controls.check()
         try:
-            os.fsync(outputs.fds[sfx])
+            os.fsync(outputs.fds[kind])
         except OSError as exc:
             raise StagingWriteError(exc.errno, exc.strerror, str(outputs.staging.path)) from exc
 
@@ -326,9 +328,9 @@ def discard(staging: PartitionStaging, base_offset: int, root: Path) -> str:
         return f"{exc}: not a record this tool wrote; left alone, the segment is not staged"
     if found is not None:
         left += remove_staged(staging, found)
-    for sfx in STAGED_SUFFIXES:
-        if staging.lstat(segment_name(base_offset, sfx)) is not None:
-            left.append(f"{staging.path / segment_name(base_offset, sfx)}: no record of this tool names it")
+    for kind in STAGED_FILES:
+        if staging.lstat(segment_name(base_offset, kind)) is not None:
+            left.append(f"{staging.path / segment_name(base_offset, kind)}: no record of this tool names it")
     if left:
         return "; ".join(left) + ". Left alone and not staged: remove those files (after checking what they are)."
     return ""
@@ -356,24 +358,25 @@ def convert(
         # a tiny plain legacy segment, converted whole in one call (as execute converts it): the same bytes,
         # indexes and result as the general path below, at a fraction of its cost per segment
         result, index_files = whole.result, whole.index_files
-        _write_new(outputs, ".log", whole.log, controls, result, live, st)
+        _write_new(outputs, FileKind.LOG, whole.log, controls, result, live, st)
     else:
         index = IndexBuilder(task.base_offset, task.options.index_interval_bytes)
-        fd = outputs.new(".log", 0o666)
+        fd = outputs.new(FileKind.LOG, 0o666)
         with open(fd, "wb", buffering=_WRITE_BUFFER, closefd=False) as out:
             writer = _GatedWriter(out, controls, str(outputs.staging.path))
             reader = _GatedReader(src, controls)
             result = stream_entries(task, reader, writer, st, index=index, data=data).result
             writer.flush()
         if result.status != ConversionStatus.UNCHANGED:
-            finish_open_output(fd, outputs.path(".log"), ".log", result, live, st)
+            finish_open_output(fd, outputs.path(FileKind.LOG), FileKind.LOG, result, live, st)
             index_files = index.finish()
-    for sfx, output in zip((".index", ".timeindex"), index_files or ()):
-        _write_new(outputs, sfx, output, controls, result, live, st)
-    result.live_before = {sfx: FileStat.of(x) for sfx, x in live.items()}
+    for kind, output in zip((FileKind.INDEX, FileKind.TIME_INDEX), index_files or ()):
+        _write_new(outputs, kind, output, controls, result, live, st)
+    result.live_before = stats_of(live)
     if result.status == ConversionStatus.UNCHANGED:
         outputs.close()
-        result.outputs, result.output_stats, result.output_digests, result.output_bytes = {}, {}, {}, 0
+        result.outputs, result.output_stats, result.output_digests = SegmentFiles(), SegmentFiles(), SegmentFiles()
+        result.output_bytes = 0
     # the conversion's own time, without the throttle's and the pause file's waits: what a cold run would spend
     result.seconds = time.perf_counter() - started - (controls.waited_seconds - waited)
     return result
@@ -381,20 +384,20 @@ def convert(
 
 def _write_new(
     outputs: NewOutputs,
-    sfx: str,
+    kind: FileKind,
     data: bytes,
     controls: Controls,
     result: SegmentResult,
-    live: dict[str, os.stat_result],
+    live: SegmentFiles[os.stat_result],
     source: os.stat_result,
 ) -> None:
-    """``data`` as the new unnamed output ``sfx``, through the controls, created with the mode the general path
+    """``data`` as the new unnamed output ``kind``, through the controls, created with the mode the general path
     creates it with (``open(..., "wb")`` for a .log), then given the owner and mode of the live file it replaces and
     the source's mtime, and recorded in ``result`` (``finish_open_output``)."""
     controls.gate(len(data))
-    fd = outputs.new(sfx, 0o666 if sfx == ".log" else 0o644)
+    fd = outputs.new(kind, 0o666 if kind is FileKind.LOG else 0o644)
     _write_all(fd, data, outputs.staging.path)
-    finish_open_output(fd, outputs.path(sfx), sfx, result, live, source)
+    finish_open_output(fd, outputs.path(kind), kind, result, live, source)
 
 
 def _read_small(task: SegmentTask, src: io.FileIO, st: os.stat_result, controls: Controls) -> bytes | None:

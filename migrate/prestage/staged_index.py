@@ -40,9 +40,10 @@ from migrate.errors import ModelError
 from migrate.kafka.names import segment_name
 from migrate.model.plan_tree import ConvertOptions
 from migrate.model.run_state import FileStat
+from migrate.model.segment_files import SegmentFiles
 from migrate.prestage.identity import FileIdentity
 from migrate.prestage.record import (
-    STAGED_SUFFIXES,
+    STAGED_FILES,
     Judgement,
     StagedSegment,
     Verdict,
@@ -59,7 +60,7 @@ _DIGEST = 32
 _MAX_HEAD = 1 << 16
 _MAX_INDEX = 1 << 32  # a few KB a staged segment; larger is not one of ours
 _IDENTITY = ("dev", "ino", "size", "mtime", "ctime")
-_FILES = ("log", "index", "timeindex")  # STAGED_SUFFIXES without their dots
+_FILES = ("log", "index", "timeindex")  # STAGED_FILES, as the row names its columns
 
 ROW = np.dtype(
     [("base", "<i8")]
@@ -132,18 +133,23 @@ def row_is_staged(row: Row) -> bool:
     return bool(row[_AT["staged"]])
 
 
-def row_staged(row: Row) -> dict[str, FileIdentity]:
-    """The staged files a row names, by suffix (empty: the source needed no conversion)."""
+def row_staged(row: Row) -> SegmentFiles[FileIdentity]:
+    """The staged files a row names (none: the source needed no conversion)."""
     if not row[_AT["staged"]]:
-        return {}
-    return {sfx: _identity(row, at) for sfx, at in zip(STAGED_SUFFIXES, _STAGED_AT)}
+        return SegmentFiles()
+    return SegmentFiles.of((kind, _identity(row, at)) for kind, at in zip(STAGED_FILES, _STAGED_AT))
 
 
-def row_live_before(row: Row) -> dict[str, FileStat]:
-    """The live files' stats when the segment was staged (a suffix the source had no file of is left out)."""
-    return {
-        sfx: FileStat(row[at], row[at + 1], row[at + 2]) for sfx, at in zip(STAGED_SUFFIXES, _LIVE_AT) if row[at] >= 0
-    }
+def _live(row: Row, at: int) -> FileStat | None:
+    return FileStat(row[at], row[at + 1], row[at + 2]) if row[at] >= 0 else None
+
+
+_LIVE_LOG_AT, _LIVE_INDEX_AT, _LIVE_TIME_INDEX_AT = _LIVE_AT  # STAGED_FILES: the .log, .index and .timeindex
+
+
+def row_live_before(row: Row) -> SegmentFiles[FileStat]:
+    """The live files' stats when the segment was staged (a file the source had not is None)."""
+    return SegmentFiles(_live(row, _LIVE_LOG_AT), _live(row, _LIVE_INDEX_AT), _live(row, _LIVE_TIME_INDEX_AT))
 
 
 def row_verbatim(row: Row) -> bool:
@@ -223,8 +229,8 @@ def judge_row(
     if not row[_AT["staged"]]:
         return Judgement(Verdict.USABLE)
     base = row[0]
-    for sfx, at in zip(STAGED_SUFFIXES, _STAGED_AT):
-        name = segment_name(base, sfx)
+    for kind, at in zip(STAGED_FILES, _STAGED_AT):
+        name = segment_name(base, kind)
         got = lstat(name)
         if (
             got is None
@@ -255,11 +261,11 @@ def new_row(segment: StagedSegment, record_stat: os.stat_result, staging_path: s
     for f, v in zip(_IDENTITY[1:], (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)):
         row[f"rec_{f}"] = v
     row["staged"] = 1 if record.staged else 0
-    for sfx, k in zip(STAGED_SUFFIXES, _FILES):
-        identity = record.staged.get(sfx)
+    for kind, k in zip(STAGED_FILES, _FILES):
+        identity = record.staged.get(kind)
         for f, v in zip(_IDENTITY, _fields(identity) if identity else (-1,) * 5):
             row[f"{k}_{f}"] = v
-        live = result.live_before.get(sfx)
+        live = result.live_before.get(kind)
         for f, v in zip(("ino", "size", "mtime"), (live.inode, live.size, live.mtime_ns) if live else (-1,) * 3):
             row[f"live_{k}_{f}"] = v
     for m in range(3):
@@ -273,8 +279,8 @@ def new_row(segment: StagedSegment, record_stat: os.stat_result, staging_path: s
     # the take writes the outputs at their staging paths with the staged files' stats: where the record's result
     # already says exactly that, its text stands as it is
     prefix = os.path.join(staging_path, "")
-    expected = {sfx: f"{prefix}{segment_name(record.base_offset, sfx)}" for sfx in record.staged}
-    stats = {sfx: FileStat(i.inode, i.size, i.mtime_ns) for sfx, i in record.staged.items()}
+    expected = record.staged.map(lambda kind, _: f"{prefix}{segment_name(record.base_offset, kind)}")
+    stats = record.staged.map(lambda _, i: FileStat(i.inode, i.size, i.mtime_ns))
     row["verbatim"] = int(
         bool(record.staged) and result.outputs == expected and result.output_stats == stats and not result.parts
     )

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from migrate.errors import UnsafePathError
-from migrate.kafka.names import segment_name
+from migrate.kafka.names import FileKind, segment_name
 
 FENCE_NAME = "kafka-log-migrate.IN-PROGRESS"
 WORK_DIR_NAME = ".kafka-log-migrate"
@@ -132,8 +132,8 @@ def checked_output_dir(partition_dir: str | Path, plan_id: str, create: bool = F
     return folder
 
 
-def segment_file(directory: str | Path, base_offset: int, suffix: str) -> Path:
-    return Path(os.path.join(directory, segment_name(base_offset, suffix)))
+def segment_file(directory: str | Path, base_offset: int, kind: FileKind) -> Path:
+    return Path(os.path.join(directory, segment_name(base_offset, kind)))
 
 
 def fsync_dir(path: str | Path) -> None:

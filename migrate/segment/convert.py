@@ -34,17 +34,16 @@ from migrate.format import legacy
 from migrate.format.digest import LogDigest, timestamps_only
 from migrate.format.entries import Entry, records_of
 from migrate.format.records import NO_TIMESTAMP, Compression, Record, RecordColumns, TimestampType
-from migrate.kafka.names import segment_name
-from migrate.model.plan_tree import SEGMENT_SUFFIXES, ConvertOptions, TimestampPolicy
+from migrate.kafka.names import FileKind, segment_name
+from migrate.model.plan_tree import ConvertOptions, TimestampPolicy
 from migrate.model.run_state import ConversionStatus, FileStat, SegmentResult, SegmentTask
+from migrate.model.segment_files import SegmentFiles
 from migrate.segment.compacted import load_survivors, retained
 from migrate.segment.identity import edges_digest_of, edges_digest_of_bytes
 from migrate.segment.indexes import IndexBuilder
 from migrate.segment.profile import check_offsets
 from migrate.segment.reader import Chunk, SegmentFile, decode_whole, read_chunks, read_whole
 from migrate.segment.small import convert_whole
-
-SUFFIXES = SEGMENT_SUFFIXES
 
 
 @dataclass
@@ -301,35 +300,36 @@ def convert_segment(task: SegmentTask) -> SegmentResult:
         # staged files are written under their final names: the staging dir is private, and a staged file is trusted
         # only once its identity is recorded with the verified outcome, so a crash mid-write leaves nothing trusted
         stem = os.path.join(staging, segment_name(task.base_offset))
-        finals = {sfx: stem + sfx for sfx in SUFFIXES}
+        log_path, index_path, time_index_path = stem + FileKind.LOG, stem + FileKind.INDEX, stem + FileKind.TIME_INDEX
         index = IndexBuilder(task.base_offset, task.options.index_interval_bytes)
         index_files: tuple[bytes, bytes] | None = None
         try:
             if st.st_size <= SMALL_SEGMENT_BYTES:
-                result, index_files = _convert_small(task, source, st, finals[".log"], index, live)
+                result, index_files = _convert_small(task, source, st, log_path, index, live)
             else:
                 src = open(source, "rb", buffering=0, closefd=False)  # noqa: SIM115 - the descriptor is closed below
-                with open(_create(finals[".log"]), "wb", buffering=_WRITE_BUFFER) as out:
+                with open(_create(log_path), "wb", buffering=_WRITE_BUFFER) as out:
                     run = stream_entries(task, src, out, st, index=index)
                     result = run.result
                     _record_source(result, run.whole, source, st, live)
                     if result.status == ConversionStatus.UNCHANGED:
-                        os.unlink(finals[".log"])
+                        os.unlink(log_path)
                         result.output_bytes = 0
                     else:
                         out.flush()
-                        finish_open_output(out.fileno(), finals[".log"], ".log", result, live, st)
+                        finish_open_output(out.fileno(), log_path, FileKind.LOG, result, live, st)
             if result.status != ConversionStatus.UNCHANGED:
-                for sfx, data in zip((".index", ".timeindex"), index_files or index.finish()):
-                    fd = os.open(finals[sfx], os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+                indexes = ((FileKind.INDEX, index_path), (FileKind.TIME_INDEX, time_index_path))
+                for (kind, path), data in zip(indexes, index_files or index.finish()):
+                    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
                     try:
                         if data:
                             _write_all(fd, data)
-                        finish_open_output(fd, finals[sfx], sfx, result, live, st)
+                        finish_open_output(fd, path, kind, result, live, st)
                     finally:
                         os.close(fd)
         except BaseException:
-            for path in finals.values():
+            for path in (log_path, index_path, time_index_path):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(path)
             raise
@@ -358,7 +358,7 @@ def _convert_small(
     st: os.stat_result,
     path: str,
     index: IndexBuilder,
-    live: dict[str, os.stat_result],
+    live: SegmentFiles[os.stat_result],
 ) -> tuple[SegmentResult, tuple[bytes, bytes] | None]:
     """``convert_segment``'s ``.log`` for a small source: converted in memory, written with one write (none when it is
     unchanged); the index files too when it was converted whole (``migrate.segment.small``), else None: ``index``
@@ -382,7 +382,7 @@ def _convert_small(
     out = _create(path)
     try:
         _write_all(out, output)
-        finish_open_output(out, path, ".log", result, live, st)
+        finish_open_output(out, path, FileKind.LOG, result, live, st)
     finally:
         os.close(out)
     return result, index_files
@@ -405,7 +405,7 @@ def _record_source(
     whole: memoryview | bytes | None,
     fd: int,
     st: os.stat_result,
-    live: dict[str, os.stat_result],
+    live: SegmentFiles[os.stat_result],
 ) -> None:
     """What a same-size rewrite before the swap cannot keep (migrate.segment.identity), and the live files' identity.
     ``whole``: the file as converted, when one read held all of it (``StreamRun.whole``): its edges are digested from
@@ -416,7 +416,16 @@ def _record_source(
         result.source_edges = edges_digest_of_bytes(whole, st.st_size)
     else:
         result.source_edges = edges_digest_of(fd, st.st_size)
-    result.live_before = {sfx: FileStat.of(x) for sfx, x in live.items()}
+    result.live_before = stats_of(live)
+
+
+def stats_of(files: SegmentFiles[os.stat_result]) -> SegmentFiles[FileStat]:
+    """The identity of each file of ``files``, from its stat."""
+    return files.map(_file_stat)
+
+
+def _file_stat(_: FileKind, st: os.stat_result) -> FileStat:
+    return FileStat.of(st)
 
 
 def _write_all(fd: int, data: bytes | memoryview) -> None:
@@ -429,41 +438,46 @@ def _write_all(fd: int, data: bytes | memoryview) -> None:
 _WRITE_BUFFER = 1 << 20  # coalesces the small writes of copied or compressed batches; a run's batches go straight
 
 
-def live_files(live_dir: str, base_offset: int, log: os.stat_result | None = None) -> dict[str, os.stat_result]:
+def live_files(live_dir: str, base_offset: int, log: os.stat_result | None = None) -> SegmentFiles[os.stat_result]:
     """The live files a conversion's outputs will replace, as they are now. ``log``: the stat of the live ``.log``
     as the caller opened it to convert (the file converted, where a second stat could find another)."""
     stem = os.path.join(live_dir, segment_name(base_offset))
-    out = {}
-    for sfx in SUFFIXES:
-        if sfx == ".log" and log is not None:
-            out[sfx] = log
-            continue
-        with contextlib.suppress(FileNotFoundError):
-            out[sfx] = os.stat(stem + sfx)
-    return out
+    return SegmentFiles(
+        log if log is not None else _stat_or_none(stem + FileKind.LOG),
+        _stat_or_none(stem + FileKind.INDEX),
+        _stat_or_none(stem + FileKind.TIME_INDEX),
+    )
 
 
-def live_stats(live_dir: str | Path, base_offset: int) -> dict[str, FileStat]:
+def _stat_or_none(path: str) -> os.stat_result | None:
+    try:
+        return os.stat(path)
+    except FileNotFoundError:
+        return None
+
+
+def live_stats(live_dir: str | Path, base_offset: int) -> SegmentFiles[FileStat]:
     """The identity of the live files a conversion's outputs will replace, as they are now."""
-    return {sfx: FileStat.of(x) for sfx, x in live_files(str(live_dir), base_offset).items()}
+    return stats_of(live_files(str(live_dir), base_offset))
 
 
 def finish_open_output(
     fd: int,
     path: str,
-    sfx: str,
+    kind: FileKind,
     result: SegmentResult,
-    live: dict[str, os.stat_result],
+    live: SegmentFiles[os.stat_result],
     source: os.stat_result,
 ) -> None:
     """Give a staged output (open as ``fd``) the owner, group and mode of the live file it replaces (else of the
     source ``.log``) and the source's mtime; record it in ``result``, with the digest of its edges (what tells,
     after the swap, whether the file is still these bytes)."""
-    stat = _own(fd, live.get(sfx, source), source)
-    result.outputs[sfx] = path
-    result.output_stats[sfx] = stat
-    result.output_digests[sfx] = edges_digest_of(fd, stat.size)
-    if sfx == ".log":
+    ref = live.get(kind)
+    stat = _own(fd, ref if ref is not None else source, source)
+    result.outputs = result.outputs.with_file(kind, path)
+    result.output_stats = result.output_stats.with_file(kind, stat)
+    result.output_digests = result.output_digests.with_file(kind, edges_digest_of(fd, stat.size))
+    if kind is FileKind.LOG:
         result.output_bytes = stat.size
 
 
@@ -490,14 +504,19 @@ def finish_output(path: str, ref: os.stat_result, source: os.stat_result) -> tup
 
 
 def finish_outputs(
-    result: SegmentResult, finals: dict[str, Path], live_dir: Path, base_offset: int, source: Path, st: os.stat_result
+    result: SegmentResult,
+    finals: SegmentFiles[Path],
+    live_dir: Path,
+    base_offset: int,
+    source: Path,
+    st: os.stat_result,
 ) -> None:
     """Give each staged output the owner and mode of the live file it replaces and the source's mtime; record it."""
     live = live_files(str(live_dir), base_offset)
-    for sfx in SUFFIXES:
-        fd = os.open(finals[sfx], os.O_RDONLY)
+    for kind, path in finals:
+        fd = os.open(path, os.O_RDONLY)
         try:
-            finish_open_output(fd, str(finals[sfx]), sfx, result, live, st)
+            finish_open_output(fd, str(path), kind, result, live, st)
         finally:
             os.close(fd)
 

@@ -59,7 +59,7 @@ def original_digests(original: str, base_offset: int, options: ConvertOptions) -
 
 def prove_output(original: str, result: SegmentResult, options: ConvertOptions) -> Proof:
     """``result`` (its ``outputs`` naming the live files) proven to be ``original`` converted with ``options``."""
-    output = result.outputs.get(".log", "")
+    output = result.outputs.log or ""
     try:
         source_digest, output_digest = original_digests(original, result.base_offset, options)
     except (OSError, LocatedError) as exc:

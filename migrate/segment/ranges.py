@@ -57,12 +57,12 @@ import numpy as np
 from migrate.errors import CorruptRecordError, LocatedError, ProblemKind, SegmentRefusedError
 from migrate.format.digest import LogDigest, composite
 from migrate.format.records import BatchColumns
-from migrate.kafka.names import segment_name
-from migrate.model.plan_tree import MAX_SEGMENT_BYTES
+from migrate.kafka.names import FileKind, segment_name
+from migrate.model.plan_tree import CONVERTED_FILES, MAX_SEGMENT_BYTES
 from migrate.model.run_state import ConversionStatus, Outcome, Problem, SegmentResult, SegmentTask
+from migrate.model.segment_files import SegmentFiles
 from migrate.model.stage_reports import RangePart
 from migrate.segment.convert import (
-    SUFFIXES,
     check_planned,
     convert_segment,
     finish_outputs,
@@ -176,7 +176,7 @@ def _convert_range(task: SegmentTask, part: RangePart, exact_start: int | None, 
                 return
             part.in_place = True
         part.at_end = part.stop + result.truncated_tail_bytes >= st.st_size
-        result.outputs = {".log": str(out_path)}
+        result.outputs = SegmentFiles(log=str(out_path))
         part.result = result
         part.convert_seconds = time.perf_counter() - started
         _verify_part(task, part, run)
@@ -200,7 +200,13 @@ def _verify_part(task: SegmentTask, part: RangePart, run: str | None) -> None:
             sink.write(np.stack([b.sizes, b.last_offsets, b.max_timestamps], axis=1).astype(np.int64).tobytes())
 
         back = read_back(
-            result.outputs[".log"], digest, None, opts.target_magic, opts.chunk_bytes, keep, region=part.output
+            result.outputs.require(FileKind.LOG),
+            digest,
+            None,
+            opts.target_magic,
+            opts.chunk_bytes,
+            keep,
+            region=part.output,
         )
     part.batches = str(batches_path)
     part.head = back.head
@@ -359,7 +365,8 @@ def _join(task: SegmentTask, chain: list[RangePart], started: float, run: str | 
         )
     result.live_before = live_stats(source.parent, task.base_offset)
     staging = Path(task.staging_dir)
-    finals = {sfx: staging / segment_name(task.base_offset, sfx) for sfx in SUFFIXES}
+    finals = SegmentFiles.of((kind, staging / segment_name(task.base_offset, kind)) for kind in CONVERTED_FILES)
+    log_path = finals.require(FileKind.LOG)
     try:
         joined = joining_path(task, run)
         if all(p.in_place for p in chain):
@@ -367,15 +374,15 @@ def _join(task: SegmentTask, chain: list[RangePart], started: float, run: str | 
                 f.truncate(total)
         else:
             _assemble(joined, chain, _placed_prefix(task, chain, run), total)
-        os.replace(joined, finals[".log"])
+        os.replace(joined, log_path)
         index = IndexBuilder(task.base_offset, task.options.index_interval_bytes)
         for part in chain:
             _feed(index, part.batches)
         offset_bytes, time_bytes = index.finish()
-        for sfx, data in ((".index", offset_bytes), (".timeindex", time_bytes)):
-            with open(finals[sfx], "wb") as f:
+        for kind, data in ((FileKind.INDEX, offset_bytes), (FileKind.TIME_INDEX, time_bytes)):
+            with open(finals.require(kind), "wb") as f:
                 f.write(data)
-        _check_joined(finals[".log"], chain, total, index.valid_bytes)
+        _check_joined(log_path, chain, total, index.valid_bytes)
         finish_outputs(result, finals, source.parent, task.base_offset, source, st)
     except BaseException:
         for p in finals.values():
@@ -389,7 +396,7 @@ def _assemble(joined: Path, chain: list[RangePart], placed: int, total: int) -> 
     """Complete ``joined``: the first ``placed`` ranges are in it already; the others are copied in at their offsets
     by the kernel, on as many threads as there are cores (each copy releases the GIL). With nothing placed yet, the
     first range's part file becomes the joined file (a rename, no copy)."""
-    paths = [p.result.outputs[".log"] for p in chain]  # type: ignore[union-attr]
+    paths = [p.result.outputs.require(FileKind.LOG) for p in chain]  # type: ignore[union-attr]
     sizes = [p.result.output_bytes for p in chain]  # type: ignore[union-attr]
     at = [sum(sizes[:i]) for i in range(len(sizes))]
     if placed == 0:

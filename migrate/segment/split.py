@@ -31,10 +31,11 @@ from migrate.format import batch as v2
 from migrate.format import legacy
 from migrate.format.buffers import gather_be
 from migrate.format.entries import walk_entries
-from migrate.kafka.names import segment_name
-from migrate.model.plan_tree import SEGMENT_SUFFIXES, ConvertOptions, SegmentSplit, SplitCut
-from migrate.model.run_state import ConversionStatus, FileStat, SegmentResult, SegmentTask, SplitPart
-from migrate.segment.convert import check_planned, finish_output, live_files, stream_entries
+from migrate.kafka.names import FileKind, segment_name
+from migrate.model.plan_tree import CONVERTED_FILES, ConvertOptions, SegmentSplit, SplitCut
+from migrate.model.run_state import ConversionStatus, SegmentResult, SegmentTask, SplitPart
+from migrate.model.segment_files import SegmentFiles
+from migrate.segment.convert import check_planned, finish_output, live_files, stats_of, stream_entries
 from migrate.segment.identity import edges_digest_of
 from migrate.segment.indexes import IndexBuilder
 from migrate.segment.reader import open_unbuffered, read_chunks
@@ -156,6 +157,11 @@ class _Output:
     batches: int = 0
     last_offset: int = -1
 
+    def paths(self) -> SegmentFiles[str]:
+        """Where this output's files are written: beside its ``.log``."""
+        stem = self.log[: -len(FileKind.LOG)]
+        return SegmentFiles(self.log, stem + FileKind.INDEX, stem + FileKind.TIME_INDEX)
+
 
 @dataclass
 class SplitWriter:
@@ -172,7 +178,7 @@ class SplitWriter:
         self.cutter = SegmentCutter(self.options.segment_bytes_limit)
 
     def open(self, base_offset: int) -> None:
-        path = os.path.join(self.staging, segment_name(base_offset, ".log"))
+        path = os.path.join(self.staging, segment_name(base_offset, FileKind.LOG))
         self.out = open(path, "wb", buffering=_WRITE_BUFFER)  # noqa: SIM115 - closed by close() or the next open
         self.outputs.append(_Output(base_offset, path, IndexBuilder(base_offset, self.options.index_interval_bytes)))
 
@@ -233,7 +239,7 @@ class SplitWriter:
         current.last_offset = int(last_offsets[hi - 1])
 
     def paths(self) -> list[str]:
-        return [p for o in self.outputs for p in (o.log, o.log[: -len(".log")] + ".index", o.log[:-4] + ".timeindex")]
+        return [path for o in self.outputs for path in o.paths().values()]
 
 
 def convert_split(task: SegmentTask) -> SegmentResult:
@@ -255,7 +261,7 @@ def convert_split(task: SegmentTask) -> SegmentResult:
             result = run.result
             result.source_ctime_ns = st.st_ctime_ns
             result.source_edges = edges_digest_of(src.fileno(), st.st_size)
-            result.live_before = {sfx: FileStat.of(x) for sfx, x in live.items()}
+            result.live_before = stats_of(live)
             if result.status == ConversionStatus.UNCHANGED:
                 _remove(writer.paths())
                 result.output_bytes = 0
@@ -291,25 +297,22 @@ def _check_planned_cuts(task: SegmentTask, writer: SplitWriter) -> None:
 
 
 def _finish_outputs(
-    writer: SplitWriter, result: SegmentResult, live: dict[str, os.stat_result], st: os.stat_result
+    writer: SplitWriter, result: SegmentResult, live: SegmentFiles[os.stat_result], st: os.stat_result
 ) -> None:
     """Write each output's indexes; give every file the owner and mode of the live file of its kind and the
     source's mtime; record them in ``result``."""
     parts = []
     total = 0
     for n, output in enumerate(writer.outputs):
-        stem = output.log[: -len(".log")]
-        paths = {".log": output.log, ".index": stem + ".index", ".timeindex": stem + ".timeindex"}
-        for sfx, data in zip((".index", ".timeindex"), output.index.finish()):
-            with open(paths[sfx], "wb") as f:
+        paths = output.paths()
+        for kind, data in zip((FileKind.INDEX, FileKind.TIME_INDEX), output.index.finish()):
+            with open(paths.require(kind), "wb") as f:
                 f.write(data)
-        outputs: dict[str, str] = {}
-        stats: dict[str, FileStat] = {}
-        digests: dict[str, str] = {}
-        for sfx in SEGMENT_SUFFIXES:
-            outputs[sfx] = paths[sfx]
-            stats[sfx], digests[sfx] = finish_output(paths[sfx], live.get(sfx, st), st)
-        total += stats[".log"].size
+        finished = {kind: finish_output(paths.require(kind), live.get(kind) or st, st) for kind in CONVERTED_FILES}
+        outputs = paths
+        stats = SegmentFiles.of((kind, stat) for kind, (stat, _) in finished.items())
+        digests = SegmentFiles.of((kind, digest) for kind, (_, digest) in finished.items())
+        total += stats.require(FileKind.LOG).size
         if n == 0:
             result.outputs, result.output_stats, result.output_digests = outputs, stats, digests
         else:

@@ -31,8 +31,10 @@ from migrate.format import batch as v2
 from migrate.format.digest import LogDigest
 from migrate.format.entries import iter_records, read_entries, records_of, walk_entries
 from migrate.format.records import BatchColumns, Record, RecordColumns
+from migrate.kafka.names import FileKind
 from migrate.model.plan_tree import ConvertOptions
 from migrate.model.run_state import SegmentResult
+from migrate.model.segment_files import SegmentFiles
 from migrate.segment import offset_index, time_index
 from migrate.segment.indexes import IndexBuilder
 from migrate.segment.reader import DEFAULT_CHUNK_BYTES, Chunk, decode_whole, read_chunks, read_file, read_whole
@@ -204,7 +206,7 @@ def verify_segment(
     ``mtimes=False``: the files' mtimes are not checked (live files after a broker started on them: it resizes and
     trims its active indexes, the same bytes with a new mtime)."""
     base = result.base_offset if base_offset is None else base_offset
-    log_path = result.outputs.get(".log", "")
+    log_path = result.outputs.log or ""
     check = SegmentCheck(path=log_path)
     digest = LogDigest(plain=False, timed=True, algorithm=result.digest, splits=result.digest_splits)
     outputs = [(base, result.outputs, result.output_stats)]
@@ -214,25 +216,26 @@ def verify_segment(
     for n, (part_base, files, stats) in enumerate(outputs):
         rebuilt = IndexBuilder(part_base, options.index_interval_bytes)
         seen = _Span()
+        part_log = files.require(FileKind.LOG)
         try:
-            back = read_back(files[".log"], digest, rebuilt, options.target_magic, options.chunk_bytes, seen.add)
+            back = read_back(part_log, digest, rebuilt, options.target_magic, options.chunk_bytes, seen.add)
         except (CorruptRecordError, UnsupportedFormatError, OSError) as exc:  # damaged since written: refused
-            check.fail(f"cannot read the converted log {files['.log']}: {exc}")
+            check.fail(f"cannot read the converted log {part_log}: {exc}")
             return check
         check.batches += back.batches
         below_magic += back.below_magic
         if back.stat is not None:
-            read[files[".log"]] = back.stat
+            read[part_log] = back.stat
         if back.tail:
-            check.fail(f"{files['.log']}: {back.tail} bytes after the last complete batch")
+            check.fail(f"{part_log}: {back.tail} bytes after the last complete batch")
         if result.parts is not None:
-            _check_part(check, files[".log"], part_base, n, outputs, back, seen, options)
-        _check_indexes(files, part_base, rebuilt, check, options, {k: v.size for k, v in stats.items()}, read)
+            _check_part(check, part_log, part_base, n, outputs, back, seen, options)
+        _check_indexes(files, part_base, rebuilt, check, options, stats.map(lambda _, st: st.size), read)
     check.records = digest.records
     check.digest_ts = digest.hexdigests()[1]
     if expected is not None:
         try:
-            for problem in compare_records([files[".log"] for _, files, _ in outputs], expected):
+            for problem in compare_records([files.require(FileKind.LOG) for _, files, _ in outputs], expected):
                 check.fail(problem)
         except CorruptRecordError as exc:
             check.fail(f"cannot compare the records with the compaction survivors: {exc}")
@@ -243,9 +246,9 @@ def verify_segment(
     if below_magic:
         check.fail(f"{below_magic} batches below magic {options.target_magic} remain")
     for _, files, stats in outputs:
-        for sfx, path in files.items():
+        for kind, path in files:
             st = read.get(path) or os.stat(path)
-            want = stats.get(sfx)
+            want = stats.get(kind)
             if mtimes and st.st_mtime_ns != result.mtime_ns:
                 check.fail(f"{path} has mtime_ns {st.st_mtime_ns}, the source had {result.mtime_ns}")
             if want is None or st.st_size != want.size:
@@ -293,7 +296,7 @@ def _digest_problem(result: SegmentResult, log_path: str, got: str, chunk_bytes:
     on this (rare) path only, digests the records read back without timestamps for comparison with the source."""
     plain = LogDigest(plain=True, timed=False, algorithm=result.digest, splits=result.digest_splits)
     with contextlib.suppress(CorruptRecordError, OSError):  # the difference itself is the finding
-        for path in [log_path, *(p.outputs[".log"] for p in result.parts or ())]:
+        for path in [log_path, *(p.outputs.require(FileKind.LOG) for p in result.parts or ())]:
             read_back(path, plain, None, 0, chunk_bytes)
     if result.source_digest and plain.hexdigests()[0] == result.source_digest:
         return f"timestamps differ from what the conversion wrote: {result.digest} {got} != {result.output_digest_ts}"
@@ -338,25 +341,25 @@ def _short(value: object) -> str:
 
 
 def _check_indexes(
-    outputs: dict[str, str],
+    outputs: SegmentFiles[str],
     base: int,
     rebuilt: IndexBuilder,
     check: SegmentCheck,
     options: ConvertOptions,
-    sizes: dict[str, int] | None = None,
+    sizes: SegmentFiles[int] | None = None,
     read: dict[str, os.stat_result] | None = None,
 ) -> None:
     """The index files must be exactly what Kafka's recovery builds from the batches read back. ``sizes``: what the
     conversion wrote (the reads' first size; the files are read to their end whatever it is). ``read`` gets each
     index file's stat, taken through the descriptor it was read from."""
-    sizes = sizes or {}
+    sizes = sizes or SegmentFiles()
     stats = read if read is not None else {}
-    index_data = _read(outputs[".index"], sizes.get(".index", 0), stats)
-    time_data = _read(outputs[".timeindex"], sizes.get(".timeindex", 0), stats)
+    index_data = _read(outputs.require(FileKind.INDEX), sizes.index or 0, stats)
+    time_data = _read(outputs.require(FileKind.TIME_INDEX), sizes.time_index or 0, stats)
     try:
         want_index, want_time = rebuilt.finish()
     except ValueError as exc:  # batches read back whose offsets no index can hold: damaged since written
-        check.fail(f"the batches read back from {outputs['.log']} cannot be indexed: {exc}")
+        check.fail(f"the batches read back from {outputs.log} cannot be indexed: {exc}")
         return
     if want_index == index_data and want_time == time_data:
         return
@@ -370,7 +373,7 @@ def _check_indexes(
             f"time index differs from the one Kafka's recovery would build ({len(time_data)} vs {len(want_time)} bytes)"
         )
     try:
-        explain_index_difference(outputs[".log"], base, index_data, time_data, check, options.chunk_bytes)
+        explain_index_difference(outputs.require(FileKind.LOG), base, index_data, time_data, check, options.chunk_bytes)
     except (CorruptRecordError, UnsupportedFormatError, OSError) as exc:
         check.fail(f"cannot read the converted log to explain the index difference: {exc}")
 

@@ -29,6 +29,7 @@ from migrate.compaction.pass_one import pass_one, survivors_sha256
 from migrate.compaction.reference import reference_survivors
 from migrate.compaction.rules import CompactionRefusedError, Settings
 from migrate.errors import LocatedError, SourceChangedError
+from migrate.kafka.names import FileKind
 from migrate.model.plan_tree import PartitionPlan, Plan
 from migrate.model.run_state import Outcome, Problem, SegmentOutcome, SegmentState
 from migrate.run.state import StateStore
@@ -64,7 +65,7 @@ class CompactionReport:
 
 def sources_of(part: PartitionPlan) -> list[SegmentSource]:
     return [
-        SegmentSource(str(segment_file(part.dir, s.base_offset, ".log")), s.base_offset, s.mtime_ns // 1_000_000)
+        SegmentSource(str(segment_file(part.dir, s.base_offset, FileKind.LOG)), s.base_offset, s.mtime_ns // 1_000_000)
         for s in part.segments
     ]
 
@@ -154,7 +155,7 @@ def _first_difference(a: np.ndarray, b: np.ndarray) -> int:
 
 def _refuse_changed_sources(part: PartitionPlan) -> None:
     for s in part.segments:
-        path = segment_file(part.dir, s.base_offset, ".log")
+        path = segment_file(part.dir, s.base_offset, FileKind.LOG)
         change = planned_file_change(path, s)
         if change is not None:
             raise SourceChangedError(f"{change}: not the file that was planned", path=str(path))

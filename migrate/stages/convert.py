@@ -20,7 +20,7 @@ from pathlib import Path
 from migrate.compaction.reference import expected_records
 from migrate.errors import LocatedError, ProblemKind, StateWriteError, UnsafePathError
 from migrate.format.records import Record
-from migrate.kafka.names import segment_name
+from migrate.kafka.names import FileKind, segment_name
 from migrate.model.plan_tree import ConvertOptions, PartitionPlan, Plan, SegmentPlan, TaskPlan
 from migrate.model.run_state import (
     ConversionStatus,
@@ -97,7 +97,7 @@ def segment_task(
     if seg is None:
         seg = p.segment_by_base[base_offset]
     return SegmentTask(
-        source=os.path.join(p.dir, segment_name(base_offset, ".log")),
+        source=os.path.join(p.dir, segment_name(base_offset, FileKind.LOG)),
         staging_dir=facts.staging_dir,
         base_offset=base_offset,
         options=facts.options,

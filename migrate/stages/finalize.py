@@ -15,7 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from migrate.errors import MigrateError
-from migrate.kafka.names import segment_name
+from migrate.kafka.names import FileKind, segment_name
 from migrate.model.plan_tree import Plan
 from migrate.model.run_state import EventKind, Fate, LogDirPhase, PartitionState, Standing
 from migrate.model.stage_reports import FinalizeReport, StateChunk
@@ -162,10 +162,10 @@ def _prove_taken(plan: Plan, key: str, store: StateStore, untouched: dict[str, f
         for row in store.segments_of(name):
             if row.base not in staged or row.result is None or not row.result.outputs:
                 continue
-            if segment_name(row.base, ".log") not in files:
+            if segment_name(row.base, FileKind.LOG) not in files:
                 continue
-            original = os.path.join(places.kept, segment_name(row.base, ".log"))
-            live = {sfx: os.path.join(places.live, segment_name(row.base, sfx)) for sfx in row.result.outputs}
+            original = os.path.join(places.kept, segment_name(row.base, FileKind.LOG))
+            live = row.result.outputs.paths_in(places.live, row.base)
             proof = prove_output(original, replace(row.result, outputs=live), options)
             problems += [f"partition {name}: {p}" for p in proof.problems]
     return problems

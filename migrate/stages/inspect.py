@@ -257,22 +257,18 @@ def _check_live(plan: Plan, key: str, store: StateStore, shard: tuple[int, int] 
         by_broker += [f"{part.dir}/{f.name}: {f.fate}: {f.detail}".rstrip(": ") for f in after.by_broker]
         metadata_only += [f"{part.dir}/{f.name}" for f in after.files if f.metadata_only]
         options = plan.options.for_partition(part.leader_epoch)
-        prefix = os.path.join(part.dir, "")  # live paths as plain strings: 10^5-10^6 segments
         for row in store.segments_of(name):
             result = row.result
             if row.state != SegmentState.SWAPPED or result is None or not result.outputs:
                 continue
-            names = [segment_name(row.base, sfx) for sfx in result.outputs]
-            names += [segment_name(p.base_offset, sfx) for p in result.parts or () for sfx in p.outputs]
+            names = [segment_name(row.base, kind) for kind, _ in result.outputs]
+            names += [segment_name(p.base_offset, kind) for p in result.parts or () for kind, _ in p.outputs]
             if any(fates.get(n) is None or fates[n].fate != Fate.UNCHANGED for n in names):
                 continue  # the broker's now (judged above), or rewritten (a problem above): not read back
             checked += 1
-            live = {sfx: f"{prefix}{segment_name(row.base, sfx)}" for sfx in result.outputs}
+            live = result.outputs.paths_in(part.dir, row.base)
             # a split source's later outputs are live under their own names
-            parts = tuple(
-                replace(s, outputs={sfx: f"{prefix}{segment_name(s.base_offset, sfx)}" for sfx in s.outputs})
-                for s in result.parts or ()
-            )
+            parts = tuple(replace(s, outputs=s.outputs.paths_in(part.dir, s.base_offset)) for s in result.parts or ())
             try:
                 check = verify_segment(replace(result, outputs=live, parts=parts or None), options, mtimes=False)
             except LocatedError as exc:  # its advice is for a source segment: verify's own follows the verdict

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 from migrate.errors import MigrateError, SourceChangedError
-from migrate.kafka.names import segment_name
+from migrate.kafka.names import FileKind, segment_name
 from migrate.kafka.properties import read_meta_properties
 from migrate.model.plan_tree import LogDirPlan, Plan
 from migrate.model.run_state import EventKind, FileStat, LogDirPhase, PartitionState, SegmentResult
@@ -100,7 +100,7 @@ def _refuse_changed_inputs(entry: LogDirPlan) -> None:
                 st = None
             # the planned identity, compared as a tuple; only a file that differs is described (asked again)
             if st is None or (st.st_ino, st.st_size, st.st_mtime_ns) != (inode, size, mtime_ns):
-                change = planned_file_change(segment_file(p.dir, base, ".log"), p.segment_by_base[base])
+                change = planned_file_change(segment_file(p.dir, base, FileKind.LOG), p.segment_by_base[base])
                 if change is not None:
                     changed.append(change)
     if changed:
@@ -117,12 +117,12 @@ def outputs_intact(result: SegmentResult) -> bool:
     followed)."""
     outputs = [(result.outputs, result.output_stats), *((p.outputs, p.output_stats) for p in result.parts or ())]
     for paths, stats in outputs:
-        for sfx, path in paths.items():
+        for kind, path in paths:
             try:
                 st = os.lstat(path)
             except (FileNotFoundError, NotADirectoryError):
                 return False
-            if FileStat.of(st) != stats.get(sfx):
+            if FileStat.of(st) != stats.get(kind):
                 return False
     return True
 

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from migrate.errors import LocatedError, MigrateError, ProblemKind, SourceChangedError, StateWriteError
-from migrate.kafka.names import segment_name
+from migrate.kafka.names import FileKind, segment_name
 from migrate.model.plan_tree import ExchangeMethod, PartitionPlan, Plan
 from migrate.model.run_state import (
     EventKind,
@@ -278,15 +278,15 @@ def _check_sources(part: PartitionPlan, fact: ResultFacts) -> None:
     """The live files a conversion replaces must be as it saw them: a file changed since (a broker ran) fails the
     partition before anything moves."""
     prefix = os.path.join(part.dir, "")
-    for sfx, seen in fact.live_before.items():
-        path = f"{prefix}{segment_name(fact.base_offset, sfx)}"
+    for kind, seen in fact.live_before:
+        path = f"{prefix}{segment_name(fact.base_offset, kind)}"
         try:
             st = os.lstat(path)
         except FileNotFoundError:
             raise SourceChangedError(f"{path} is gone since it was converted", path=path) from None
         now = FileStat.of(st)
         ctime = fact.source_ctime_ns
-        if now != seen or (sfx == ".log" and ctime and st.st_ctime_ns != ctime):
+        if now != seen or (kind is FileKind.LOG and ctime and st.st_ctime_ns != ctime):
             raise SourceChangedError(
                 f"{path} changed after it was converted: inode {now.inode}, {now.size} bytes, mtime_ns "
                 f"{now.mtime_ns}, ctime_ns {st.st_ctime_ns}; converted from inode {seen.inode}, {seen.size} bytes, "
@@ -308,7 +308,7 @@ def _complete_staged(
     outputs. Where that cannot be (a file no record names is in the way, or an earlier attempt chose so), the cold
     place instead: the taken staged files moved there beside the window's outputs (a rename each)."""
     staging_prefix = os.path.join(places.staging or "", "")
-    taken = {f.base_offset for f in facts if f.outputs.get(".log", "").startswith(staging_prefix)}
+    taken = {f.base_offset for f in facts if (f.outputs.log or "").startswith(staging_prefix)}
     taken_names = _output_names([f for f in facts if f.base_offset in taken])
     delta = _output_names([f for f in facts if f.base_offset not in taken])
     window = cold_place(places, create=True)

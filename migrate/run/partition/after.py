@@ -34,7 +34,7 @@ from migrate.errors import CorruptRecordError, MalformedLogDirFileError
 from migrate.format import batch as v2
 from migrate.format.checksums import crc32_ranges
 from migrate.format.entries import Walk, walk_entries
-from migrate.kafka.names import CLEANER_CHECKPOINT, INDEX_RE, SEGMENT_RE, segment_name
+from migrate.kafka.names import CLEANER_CHECKPOINT, INDEX_RE, SEGMENT_RE, FileKind, segment_name
 from migrate.kafka.properties import read_offset_checkpoint
 from migrate.model.run_state import Fate, FileAfter, FileStat, PartitionAfter
 from migrate.run.partition.places import PartitionPlaces
@@ -48,7 +48,7 @@ PRESTAGE_RECORD_SUFFIX = ".prestaged.json"  # a cut-over's pre-stage records, ca
 @dataclass(frozen=True)
 class _Output:
     base: int
-    suffix: str
+    kind: FileKind
     stat: FileStat
     digest: str  # "" where the conversion recorded none (then the size and the inode decide)
 
@@ -57,12 +57,13 @@ def _outputs(segments: Sequence[ConvertedSegment]) -> dict[str, _Output]:
     out: dict[str, _Output] = {}
     for seg in segments:
         r = seg.result
-        for sfx, st in r.output_stats.items():
-            out[segment_name(seg.base_offset, sfx)] = _Output(seg.base_offset, sfx, st, r.output_digests.get(sfx, ""))
+        for kind, st in r.output_stats:
+            digest = r.output_digests.get(kind) or ""
+            out[segment_name(seg.base_offset, kind)] = _Output(seg.base_offset, kind, st, digest)
         for part in r.parts or ():
-            for sfx, st in part.output_stats.items():
-                name = segment_name(part.base_offset, sfx)
-                out[name] = _Output(part.base_offset, sfx, st, part.output_digests.get(sfx, ""))
+            for kind, st in part.output_stats:
+                name = segment_name(part.base_offset, kind)
+                out[name] = _Output(part.base_offset, kind, st, part.output_digests.get(kind) or "")
     return out
 
 
@@ -91,7 +92,7 @@ def judge_after_swap(
     outputs = _outputs(segments)
     linked = {f.name: f for f in linked_files or ()}
     swapped_logs = sorted(
-        {o.base for o in outputs.values() if o.suffix == ".log"}
+        {o.base for o in outputs.values() if o.kind is FileKind.LOG}
         | {int(m.group(1)) for name in linked if (m := SEGMENT_RE.match(name))}
     )
     last_swapped = swapped_logs[-1] if swapped_logs else -1
@@ -106,14 +107,14 @@ def judge_after_swap(
     now_logs = sorted(int(m.group(1)) for name in present if (m := SEGMENT_RE.match(name)))
     log_fates: dict[int, Fate] = {}
     files: list[FileAfter] = []
-    for name, out in sorted(outputs.items(), key=lambda kv: (kv[1].base, kv[1].suffix != ".log", kv[0])):
-        if out.suffix != ".log":
+    for name, out in sorted(outputs.items(), key=lambda kv: (kv[1].base, kv[1].kind is not FileKind.LOG, kv[0])):
+        if out.kind is not FileKind.LOG:
             continue
         judged = _log_fate(places, out, present.get(name), now_logs, swapped_logs, last_swapped, compacted)
         log_fates[out.base] = judged.fate
         files.append(judged)
     for name, out in sorted(outputs.items()):
-        if out.suffix != ".log":
+        if out.kind is not FileKind.LOG:
             files.append(_index_fate(places, name, out, present.get(name), log_fates.get(out.base), last_swapped))
     for name, was in sorted(linked.items()):
         files.append(_linked_fate(places, name, was, present.get(name)))
@@ -123,7 +124,7 @@ def judge_after_swap(
             continue  # one of the original's files, or the broker's: not known apart without the record
         rolled = m is not None and int(m.group(1)) > last_swapped
         what = "a segment rolled since" if rolled else "a file the broker made since"
-        records = rolled and name.endswith(".log") and present[name].st_size > 0
+        records = rolled and name.endswith(FileKind.LOG) and present[name].st_size > 0
         files.append(FileAfter(name, Fate.NEW, f"{what} ({present[name].st_size} bytes)", lost_by_rollback=records))
     return PartitionAfter(places.name, tuple(files))
 
@@ -165,7 +166,7 @@ def _log_fate(
     last_swapped: int,
     compacted: bool,
 ) -> FileAfter:
-    name = segment_name(out.base, ".log")
+    name = segment_name(out.base, FileKind.LOG)
     path = os.path.join(places.live, name)
     base = out.base
     if st is None:

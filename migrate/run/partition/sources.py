@@ -1,7 +1,8 @@
 """What a converted segment's stored result says of the files its partition's swap touches, read from the state
 database's text without decoding the whole result.
 
-    SegmentResult (as ``migrate.codec`` writes it; only these fields are read here):
+    SegmentResult (as ``migrate.codec`` writes it, its SegmentFiles as suffix-keyed objects; only these fields
+    are read here):
     {"outputs": {suffix: path}, "live_before": {suffix: {"inode": int, "size": int, "mtime_ns": int}},
      "source_ctime_ns": int, "parts": [{"base_offset": int, "outputs": {suffix: path}}, ...] | absent}
 
@@ -22,18 +23,19 @@ from migrate.codec import from_json
 from migrate.errors import ModelError
 from migrate.kafka.names import segment_name
 from migrate.model.run_state import FileStat, SegmentResult
+from migrate.model.segment_files import SegmentFiles
 
 
 @dataclass(frozen=True)
 class ResultFacts:
     base_offset: int
-    outputs: dict[str, str]  # suffix -> the output's path where it was written
-    live_before: dict[str, FileStat]  # the live files it replaces, as they were converted
+    outputs: SegmentFiles[str]  # the outputs' paths where they were written
+    live_before: SegmentFiles[FileStat]  # the live files it replaces, as they were converted
     source_ctime_ns: int
     part_names: tuple[str, ...]  # the file names of a split source's outputs after the first
 
     def output_names(self) -> list[str]:
-        return [segment_name(self.base_offset, sfx) for sfx in self.outputs] + list(self.part_names)
+        return [segment_name(self.base_offset, kind) for kind, _ in self.outputs] + list(self.part_names)
 
 
 def strict(base_offset: int, text: str) -> ResultFacts:
@@ -41,10 +43,10 @@ def strict(base_offset: int, text: str) -> ResultFacts:
     result = from_json(SegmentResult, orjson.loads(text))
     return ResultFacts(
         base_offset,
-        dict(result.outputs),
-        dict(result.live_before),
+        result.outputs,
+        result.live_before,
         result.source_ctime_ns,
-        tuple(segment_name(p.base_offset, sfx) for p in result.parts or () for sfx in p.outputs),
+        tuple(segment_name(p.base_offset, kind) for p in result.parts or () for kind, _ in p.outputs),
     )
 
 
@@ -52,13 +54,18 @@ def result_facts(base_offset: int, text: str) -> ResultFacts:
     """The facts of one stored result; a text not shaped as above goes to the strict decoder, which refuses it."""
     try:
         data: Any = orjson.loads(text)
-        live = {
-            sfx: FileStat(int(st["inode"]), int(st["size"]), int(st["mtime_ns"]))
-            for sfx, st in data["live_before"].items()
-        }
-        outputs = {str(sfx): str(path) for sfx, path in data["outputs"].items()}
+        # by_suffix refuses a key that is no segment file's suffix (ValueError): the strict decoder then says so
+        live = SegmentFiles.by_suffix(
+            {
+                sfx: FileStat(int(st["inode"]), int(st["size"]), int(st["mtime_ns"]))
+                for sfx, st in data["live_before"].items()
+            }
+        )
+        outputs = SegmentFiles.by_suffix({str(sfx): str(path) for sfx, path in data["outputs"].items()})
         parts = tuple(
-            segment_name(int(p["base_offset"]), str(sfx)) for p in data.get("parts") or () for sfx in p["outputs"]
+            segment_name(int(p["base_offset"]), kind)
+            for p in data.get("parts") or ()
+            for kind, _ in SegmentFiles.by_suffix(p["outputs"])
         )
         return ResultFacts(base_offset, outputs, live, int(data.get("source_ctime_ns", 0)), parts)
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
