@@ -59,11 +59,17 @@ from migrate.run.partition.record import ConvertedSegment, ExchangeRecord, Linke
 from migrate.watch.events import SegmentFinished, plan_event
 
 # --- the reference: migrate/codec.py's to_json and from_json before issue 26 ---------------------------------------
+# (since then taught each field's ``json_key`` and int-keyed mappings, as the codec was)
 
 
 @functools.cache
 def _field_names(cls: type) -> tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(cls))
+
+
+@functools.cache
+def _keys(cls: type) -> dict[str, str]:
+    return {f.name: f.metadata.get("json_key", f.name) for f in dataclasses.fields(cls)}
 
 
 @functools.cache
@@ -75,10 +81,11 @@ def reference_to_json(value: Any) -> Any:
     if isinstance(value, (str, int, float, bool)) or value is None:
         return value.value if isinstance(value, enum.Enum) else value
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        out = {name: reference_to_json(getattr(value, name)) for name in _field_names(type(value))}
+        keys = _keys(type(value))
+        out = {keys[name]: reference_to_json(getattr(value, name)) for name in _field_names(type(value))}
         for name in _omitted_if_none(type(value)):
-            if out[name] is None:
-                del out[name]
+            if out[keys[name]] is None:
+                del out[keys[name]]
         return out
     if isinstance(value, enum.Enum):
         return value.value
@@ -137,13 +144,14 @@ def _decoder(tp: Any) -> Callable[[Any, Any], Any]:
         hints = _hints(tp)
         spec = [
             (
+                f.metadata.get("json_key", f.name),
                 f.name,
                 _decoder(hints[f.name]),
                 f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING,
             )
             for f in dataclasses.fields(tp)
         ]
-        names = frozenset(name for name, _, _ in spec)
+        names = frozenset(key for key, _, _, _ in spec)
 
         def record(data: Any, where: Any) -> Any:
             if not isinstance(data, dict):
@@ -152,11 +160,11 @@ def _decoder(tp: Any) -> Callable[[Any, Any], Any]:
                 unknown = sorted(set(data) - names)[0]
                 raise ModelError(f"{_where(where)}: unknown key {unknown!r} (known: {', '.join(sorted(names))})")
             kwargs = {}
-            for name, decode, required in spec:
-                if name in data:
-                    kwargs[name] = decode(data[name], (where, name))
+            for key, name, decode, required in spec:
+                if key in data:
+                    kwargs[name] = decode(data[key], (where, key))
                 elif required:
-                    raise ModelError(f"{_where(where)}: missing key {name!r}")
+                    raise ModelError(f"{_where(where)}: missing key {key!r}")
             try:
                 return tp(**kwargs)
             except ModelError:
@@ -180,11 +188,23 @@ def _decoder(tp: Any) -> Callable[[Any, Any], Any]:
         return sequence
     if origin is dict:
         decode_value = _decoder(get_args(tp)[1])
+        int_keys = get_args(tp)[0] is int
+
+        def key_of(k: Any, where: Any) -> Any:
+            if not int_keys:
+                return str(k)
+            if isinstance(k, int) or (isinstance(k, str) and k.lstrip("-").isdigit() and str(int(k)) == k):
+                return int(k)
+            raise ModelError(f"{_where((where, k))}: expected an integer key, found {k!r}")
 
         def mapping(data: Any, where: Any) -> Any:
             if not isinstance(data, dict):
                 raise ModelError(f"{_where(where)}: expected an object, found {type(data).__name__}")
-            return {str(k): decode_value(v, (where, k)) for k, v in data.items()}
+            out = {}
+            for k, v in data.items():
+                key = key_of(k, where)
+                out[key] = decode_value(v, (where, k))
+            return out
 
         return mapping
     if tp is Any:

@@ -23,7 +23,7 @@ JSON in the Parquet file's metadata and one row per planned segment in columns, 
         size                   int64                SegmentPlan.size
         mtime_ns               int64                SegmentPlan.mtime_ns
         inode                  uint64               SegmentPlan.inode
-        entries_v0..v2         int64                SegmentPlan.entries_by_magic["0".."2"], -1 where absent
+        entries_v0..v2         int64                SegmentPlan.entries_by_magic[0..2], -1 where absent
         output_bytes           int64                SegmentPlan.estimated_output_bytes
         task                   int32                the number of the task holding it (t00042 -> 42); -1: ranges
         staged                 int8                 SegmentPlan.staged: -1 None, 0 false, 1 true
@@ -72,7 +72,7 @@ from migrate.model.plan_tree import (
 
 HEAD_KEY = b"kafka-log-migrate.plan"
 PARQUET_MAGIC = b"PAR1"
-MAGICS = ("0", "1", "2")
+MAGICS = (0, 1, 2)
 
 
 # --- the head ------------------------------------------------------------------------------------------------
@@ -259,9 +259,9 @@ class ColumnBuilder:
             s.size,
             s.mtime_ns,
             s.inode,
-            s.entries_by_magic.get("0", -1),
-            s.entries_by_magic.get("1", -1),
-            s.entries_by_magic.get("2", -1),
+            s.entries_by_magic.get(0, -1),
+            s.entries_by_magic.get(1, -1),
+            s.entries_by_magic.get(2, -1),
             s.estimated_output_bytes,
             task,
             -1 if s.staged is None else int(s.staged),

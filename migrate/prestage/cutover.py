@@ -159,7 +159,7 @@ def plan_staged(
             size=identity.size,
             mtime_ns=identity.mtime_ns,
             inode=identity.inode,
-            entries_by_magic=dict(sorted(record.result.magics_in.items())),
+            entries_by_magic={int(m): n for m, n in sorted(record.result.magics_in.items())},
             estimated_output_bytes=record.result.output_bytes,
             staged=True,
             staged_record=record_digest(staged),

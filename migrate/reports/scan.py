@@ -46,8 +46,8 @@ def scan_partition(part: Partition) -> PartitionScan:
         except (MigrateError, OSError) as exc:
             error = str(exc) if isinstance(exc, MigrateError) else f"{seg.path}: cannot read ({exc.strerror})"
             break
-        bytes_by_magic.update({int(m): n for m, n in profile.bytes_by_magic.items()})
-        batches_by_magic.update({int(m): n for m, n in profile.entries_by_magic.items()})
+        bytes_by_magic.update(profile.bytes_by_magic)
+        batches_by_magic.update(profile.entries_by_magic)
         compressions.update(profile.compressions)
         if profile.tail_bytes:
             tail = TruncatedTail(str(seg.path), profile.tail_position or 0, profile.tail_bytes)
