@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+from contextlib import closing
 from pathlib import Path
 
 from migrate import pipeline
@@ -57,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
         note(f"   Dask dashboard: {engine.dashboard_link}")
     else:
         engine = SerialEngine()
-    try:
+    with closing(engine):
         report = pipeline.execute(plan, engine)
         t = report.totals
         note(
@@ -72,7 +73,5 @@ def run(args: argparse.Namespace) -> int:
         if args.rollback:
             rolled = pipeline.rollback(plan, engine, plan_path)
             note(f"6. rollback: ok={rolled.ok}; originals restored")
-    finally:
-        engine.close()
     note(f"Inspect with: kafka-log-migrate dump --deep-iteration {next(log_dir.glob('*/*.log'))}")
     return 0 if report.ok and live.ok and after.v2_only else 1
