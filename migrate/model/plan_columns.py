@@ -69,6 +69,7 @@ from migrate.model.plan_tree import (
     TaskPlan,
     content_id,
 )
+from migrate.model.records import fast_new
 
 HEAD_KEY = b"kafka-log-migrate.plan"
 PARQUET_MAGIC = b"PAR1"
@@ -477,9 +478,8 @@ class PartitionRows(_Rows[range]):
         c = self._columns.ints
         start, stop = int(self._starts[index]), int(self._stops[index])
         name = self._names[index]
-        # built without the frozen dataclass's per-field setattr (PartitionPlan has no __post_init__ to run)
-        p = object.__new__(PartitionPlan)
-        p.__dict__.update(
+        return fast_new(
+            PartitionPlan,
             name=name,
             topic=self._columns.names["topic"][0][int(self._topics[index])],
             partition=int(c["partition_id"][start]),
@@ -491,7 +491,6 @@ class PartitionRows(_Rows[range]):
             segments=SegmentRows(self._columns, range(start, stop)),
             compaction=self._compactions.get(name),
         )
-        return p
 
     def names(self) -> list[str]:
         return self._names
