@@ -62,8 +62,8 @@ def run(root: Path, engine, label: str) -> dict:
     final = pipeline.finalize(plan, engine, plan_path)
     times["finalize"] = time.perf_counter() - t
     assert final.ok, final
-    scan = scan_log_dirs([str(root)])["summary"]
-    assert scan["v2Only"] and scan["partitions"] == plan.estimates.partitions, scan
+    scan = scan_log_dirs([str(root)]).summary
+    assert scan.v2_only and scan.partitions == plan.estimates.partitions, scan
     total = sum(times.values())
     return {
         "run": label,

@@ -161,16 +161,24 @@ def _mapping_encoder() -> Encoder:
     return _compile("_c_mapping", lines, _encoding_namespace())
 
 
+def json_key(f: dataclasses.Field[Any]) -> str:
+    """The key a field is written under: its name, or the ``json_key`` of its metadata (a record that mirrors a
+    format of someone else's, such as kafka-log-dirs' camelCase, keeps snake_case names in Python)."""
+    key: str = f.metadata.get("json_key", f.name)
+    return key
+
+
 def _record_encoder(cls: type) -> Encoder:
     fields = tuple(f.name for f in dataclasses.fields(cls))
+    keys = {f.name: json_key(f) for f in dataclasses.fields(cls)}
     omitted = {f.name for f in dataclasses.fields(cls) if f.metadata.get("omit_if_none")}
     if not _attribute_names(fields):
 
         def record(value: Any) -> Any:
-            out = {name: to_json(getattr(value, name)) for name in fields}
+            out = {keys[name]: to_json(getattr(value, name)) for name in fields}
             for name in omitted:
-                if out[name] is None:
-                    del out[name]
+                if out[keys[name]] is None:
+                    del out[keys[name]]
             return out
 
         return record
@@ -180,13 +188,13 @@ def _record_encoder(cls: type) -> Encoder:
     lines += [f"    _c_f{i} = _c_value.{name}" for i, name in enumerate(fields)]
     lines += [f"    _c_f{i} = {_ENCODE.format(v=f'_c_f{i}')}" for i in range(len(fields))]
     lead = next((i for i, name in enumerate(fields) if name in omitted), len(fields))
-    lines.append(f"    _c_out = {{{', '.join(f'{name!r}: _c_f{i}' for i, name in enumerate(fields[:lead]))}}}")
+    lines.append(f"    _c_out = {{{', '.join(f'{keys[name]!r}: _c_f{i}' for i, name in enumerate(fields[:lead]))}}}")
     for i, name in enumerate(fields[lead:], lead):
         if name in omitted:
             lines.append(f"    if _c_f{i} is not None:")
-            lines.append(f"        _c_out[{name!r}] = _c_f{i}")
+            lines.append(f"        _c_out[{keys[name]!r}] = _c_f{i}")
         else:
-            lines.append(f"    _c_out[{name!r}] = _c_f{i}")
+            lines.append(f"    _c_out[{keys[name]!r}] = _c_f{i}")
     lines.append("    return _c_out")
     return _compile("_c_record", lines, _encoding_namespace(), f"to_json {cls.__qualname__}")
 
@@ -245,6 +253,21 @@ def _refused(where: Where, exc: Exception) -> ModelError:
     return ModelError(f"{_where(where)}: {exc}")
 
 
+def _int_key(key: Any, where: Where) -> int:
+    """A mapping's int key from its JSON spelling: decimal digits exactly as ``str(int)`` writes them."""
+    if type(key) is int:
+        return key
+    if isinstance(key, str):
+        try:
+            number = int(key)
+        except ValueError:
+            pass
+        else:
+            if str(number) == key:
+                return number
+    raise _wrong(where, "an integer key", key)
+
+
 # the checks of the JSON scalars, as source: ``{v}`` holds the value, ``{w}`` builds its path
 _SCALAR_CHECKS = {
     bool: ["if type({v}) is not bool:", "    raise _c_wrong({w}, 'true or false', {v})"],
@@ -274,6 +297,7 @@ class _Source:
             "_c_unknown_key": _unknown_key,
             "_c_missing_key": _missing_key,
             "_c_refused": _refused,
+            "_c_int_key": _int_key,
             "_c_enum_member": enum_member,
         }
         self.locals = 0
@@ -338,12 +362,18 @@ class _Source:
             ]
         if origin is dict:
             out, k, x, key = self.local(), self.local(), self.local(), self.local()
+            # JSON's keys are strings: an int key (a magic, say) is written as its decimal digits and read back so
+            key_line = (
+                f"    {key} = _c_int_key({k}, ({w}, {k}))"
+                if get_args(tp)[0] is int
+                else f"    {key} = {k} if type({k}) is str else str({k})"
+            )
             return [
                 f"if type({v}) is not dict and not isinstance({v}, dict):",
                 f"    raise _c_not_a({w}, 'an object', {v})",
                 f"{out} = {{}}",
                 f"for {k}, {x} in {v}.items():",
-                f"    {key} = {k} if type({k}) is str else str({k})",
+                key_line,
                 *_indent(self.value(get_args(tp)[1], x, f"({w}, {k})")),
                 f"    {out}[{key}] = {x}",
                 f"{v} = {out}",
@@ -410,7 +440,8 @@ def _record_decoder(tp: type) -> Decoder:
     fields = dataclasses.fields(tp)
     hints = _hints(tp)
     source = _Source()
-    known = source.name(frozenset(f.name for f in fields))
+    keys = [json_key(f) for f in fields]
+    known = source.name(frozenset(keys))
     absent = source.name(object())  # what data.get gives for a key data lacks
     # A record is built by calling its class, as ever (its __init__ and __post_init__ run; its instances keep their
     # compact layout): with every field's value in order, those it lacks being what __init__ would put in.
@@ -422,7 +453,7 @@ def _record_decoder(tp: type) -> Decoder:
         "def _c_record(data, where):",
         "    if type(data) is not dict and not isinstance(data, dict):",
         "        raise _c_not_a(where, 'an object', data)",
-        *(f"    _c_v{i} = data.get({f.name!r}, {absent})" for i, f in enumerate(fields)),
+        *(f"    _c_v{i} = data.get({key!r}, {absent})" for i, key in enumerate(keys)),
         # every key is a field's when the fields found are all the keys: no set built per record
         f"    if len(data) != {' + '.join(f'(_c_v{i} is not {absent})' for i in range(len(fields))) or 0}:",
         f"        raise _c_unknown_key(where, data, {known})",
@@ -431,9 +462,9 @@ def _record_decoder(tp: type) -> Decoder:
         lines.append("    kwargs = {}")
     for i, f in enumerate(fields):
         v = f"_c_v{i}"
-        checks = source.value(hints[f.name], v, f"(where, {f.name!r})")
+        checks = source.value(hints[f.name], v, f"(where, {keys[i]!r})")
         if required[i]:
-            lines += [f"    if {v} is {absent}:", f"        raise _c_missing_key(where, {f.name!r})", *_indent(checks)]
+            lines += [f"    if {v} is {absent}:", f"        raise _c_missing_key(where, {keys[i]!r})", *_indent(checks)]
             if defaults is None:
                 lines.append(f"    kwargs[{f.name!r}] = {v}")
         elif defaults is not None:
@@ -486,11 +517,11 @@ def _schema(tp: Any, defs: dict[str, Any]) -> dict[str, Any]:
                 "type": "object",
                 "additionalProperties": False,
                 "required": [
-                    f.name
+                    json_key(f)
                     for f in fields_
                     if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
                 ],
-                "properties": {f.name: _schema(hints[f.name], defs) for f in fields_},
+                "properties": {json_key(f): _schema(hints[f.name], defs) for f in fields_},
             }
             doc = (tp.__doc__ or "").strip()
             if doc and not doc.startswith(f"{name}("):
@@ -503,7 +534,10 @@ def _schema(tp: Any, defs: dict[str, Any]) -> dict[str, Any]:
         (item,) = [a for a in get_args(tp) if a is not Ellipsis]
         return {"type": "array", "items": _schema(item, defs)}
     if origin is dict:
-        return {"type": "object", "additionalProperties": _schema(get_args(tp)[1], defs)}
+        out = {"type": "object", "additionalProperties": _schema(get_args(tp)[1], defs)}
+        if get_args(tp)[0] is int:
+            out["propertyNames"] = {"pattern": "^(0|-?[1-9][0-9]*)$"}
+        return out
     simple = {bool: "boolean", int: "integer", float: "number", str: "string"}
     if tp in simple:
         return {"type": simple[tp]}

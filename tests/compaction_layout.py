@@ -61,10 +61,12 @@ def v2_batch(e: Entry, partition_leader_epoch: int = 0) -> bytes:
         compression=e.compression,
         timestamp_type=TimestampType.LOG_APPEND_TIME if lat else TimestampType.CREATE_TIME,
         log_append_time=e.log_append_time,
-        producer_id=e.producer_id,
-        producer_epoch=0 if e.producer_id >= 0 else -1,
-        base_sequence=-1 if e.producer_id < 0 else 0,
-        is_transactional=e.transactional,
+        carried=v2.CarriedHeader(
+            producer_id=e.producer_id,
+            producer_epoch=0 if e.producer_id >= 0 else -1,
+            base_sequence=-1 if e.producer_id < 0 else 0,
+            is_transactional=e.transactional,
+        ),
         record_attributes=attributes,
     )
 

@@ -13,6 +13,7 @@ from conftest import REPO
 
 from migrate.model.plan_tree import Plan
 from migrate.model.run_state import PartitionState
+from migrate.model.scan_report import PartitionScan
 from migrate.model.stage_reports import ExecuteReport
 from migrate.planning.plan import build_plan, write_plan
 from migrate.planning.request import PlanRequest
@@ -40,20 +41,18 @@ def snapshot(root: Path) -> dict[str, tuple]:
     return out
 
 
-def scan_partitions(plan: Plan) -> dict[tuple[str, str], dict]:
+def scan_partitions(plan: Plan) -> dict[tuple[str, str], PartitionScan]:
     """(log dir, partition dir name) -> the scan's entry for it, from an independent read-only scan."""
     report = scan_log_dirs([d.log_dir for d in plan.log_dirs])
     out = {}
-    for broker in report["brokers"]:
-        for d in broker["logDirs"]:
-            assert d["error"] is None, d["error"]
-            for p in d["partitions"]:
-                out[(d["logDir"], p["dir"])] = p
+    for d, p in report.partitions():
+        assert d.error is None, d.error
+        out[(d.log_dir, p.dir)] = p
     return out
 
 
-def below_target(entry: dict, target_magic: int) -> bool:
-    return any(int(m) < target_magic for m in entry["batchesByMagic"])
+def below_target(entry: PartitionScan, target_magic: int) -> bool:
+    return any(m < target_magic for m in entry.batches_by_magic)
 
 
 def assert_scan_agrees(plan: Plan, report: ExecuteReport) -> None:

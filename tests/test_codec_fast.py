@@ -61,11 +61,17 @@ from migrate.run.partition.record import ConvertedSegment, ExchangeRecord, Linke
 from migrate.watch.events import SegmentFinished, plan_event
 
 # --- the reference: migrate/codec.py's to_json and from_json before issue 26 ---------------------------------------
+# (since then taught each field's ``json_key`` and int-keyed mappings, as the codec was)
 
 
 @functools.cache
 def _field_names(cls: type) -> tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(cls))
+
+
+@functools.cache
+def _keys(cls: type) -> dict[str, str]:
+    return {f.name: f.metadata.get("json_key", f.name) for f in dataclasses.fields(cls)}
 
 
 @functools.cache
@@ -79,10 +85,11 @@ def reference_to_json(value: Any) -> Any:
     if hasattr(type(value), "__to_wire__"):  # written as another value (the hooks migrate.codec's docstring names)
         return reference_to_json(value.__to_wire__())
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        out = {name: reference_to_json(getattr(value, name)) for name in _field_names(type(value))}
+        keys = _keys(type(value))
+        out = {keys[name]: reference_to_json(getattr(value, name)) for name in _field_names(type(value))}
         for name in _omitted_if_none(type(value)):
-            if out[name] is None:
-                del out[name]
+            if out[keys[name]] is None:
+                del out[keys[name]]
         return out
     if isinstance(value, enum.Enum):
         return value.value
@@ -153,13 +160,14 @@ def _decoder(tp: Any) -> Callable[[Any, Any], Any]:
         hints = _hints(tp)
         spec = [
             (
+                f.metadata.get("json_key", f.name),
                 f.name,
                 _decoder(hints[f.name]),
                 f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING,
             )
             for f in dataclasses.fields(tp)
         ]
-        names = frozenset(name for name, _, _ in spec)
+        names = frozenset(key for key, _, _, _ in spec)
 
         def record(data: Any, where: Any) -> Any:
             if not isinstance(data, dict):
@@ -168,11 +176,11 @@ def _decoder(tp: Any) -> Callable[[Any, Any], Any]:
                 unknown = sorted(set(data) - names)[0]
                 raise ModelError(f"{_where(where)}: unknown key {unknown!r} (known: {', '.join(sorted(names))})")
             kwargs = {}
-            for name, decode, required in spec:
-                if name in data:
-                    kwargs[name] = decode(data[name], (where, name))
+            for key, name, decode, required in spec:
+                if key in data:
+                    kwargs[name] = decode(data[key], (where, key))
                 elif required:
-                    raise ModelError(f"{_where(where)}: missing key {name!r}")
+                    raise ModelError(f"{_where(where)}: missing key {key!r}")
             try:
                 return tp(**kwargs)
             except ModelError:
@@ -196,11 +204,23 @@ def _decoder(tp: Any) -> Callable[[Any, Any], Any]:
         return sequence
     if origin is dict:
         decode_value = _decoder(get_args(tp)[1])
+        int_keys = get_args(tp)[0] is int
+
+        def key_of(k: Any, where: Any) -> Any:
+            if not int_keys:
+                return str(k)
+            if isinstance(k, int) or (isinstance(k, str) and k.lstrip("-").isdigit() and str(int(k)) == k):
+                return int(k)
+            raise ModelError(f"{_where((where, k))}: expected an integer key, found {k!r}")
 
         def mapping(data: Any, where: Any) -> Any:
             if not isinstance(data, dict):
                 raise ModelError(f"{_where(where)}: expected an object, found {type(data).__name__}")
-            return {str(k): decode_value(v, (where, k)) for k, v in data.items()}
+            out = {}
+            for k, v in data.items():
+                key = key_of(k, where)
+                out[key] = decode_value(v, (where, k))
+            return out
 
         return mapping
     if tp is Any:

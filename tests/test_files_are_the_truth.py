@@ -65,7 +65,7 @@ def assert_rolled_back(broker: Path, plan, before: dict) -> None:
     assert not list(broker.rglob(".kafka-log-migrate-*/")), "a work dir was left behind"
     for (_, name), entry in scan_partitions(plan).items():  # the independent scan sees legacy data only
         assert below_target(entry, plan.options.target_magic), name
-        assert "2" not in {str(m) for m in entry["batchesByMagic"]}, (name, entry["batchesByMagic"])
+        assert 2 not in entry.batches_by_magic, (name, entry.batches_by_magic)
 
 
 def finish_execute(broker: Path, plan) -> None:

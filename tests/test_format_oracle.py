@@ -101,11 +101,13 @@ def _write_entries(copy: Copy, items: list, kafka_batches: list[dict]) -> bytes:
                         compression=t.codec,
                         timestamp_type=tstype,
                         log_append_time=append_time,
-                        producer_id=source["producerId"] if source else -1,
-                        producer_epoch=source["producerEpoch"] if source else -1,
-                        base_sequence=source["baseSequence"] if source else -1,
-                        is_transactional=source["isTransactional"] if source else False,
-                        is_control=source["isControl"] if source else False,
+                        carried=v2.CarriedHeader(
+                            producer_id=source["producerId"] if source else -1,
+                            producer_epoch=source["producerEpoch"] if source else -1,
+                            base_sequence=source["baseSequence"] if source else -1,
+                            is_transactional=source["isTransactional"] if source else False,
+                            is_control=source["isControl"] if source else False,
+                        ),
                     )
                 )
                 copy.entries += 1

@@ -91,10 +91,12 @@ def test_v2_batch_round_trip(codec, data):
         compression=codec,
         timestamp_type=tstype,
         log_append_time=append_time,
-        producer_id=producer[0],
-        producer_epoch=producer[1],
-        base_sequence=producer[2],
-        is_transactional=producer[3],
+        carried=v2.CarriedHeader(
+            producer_id=producer[0],
+            producer_epoch=producer[1],
+            base_sequence=producer[2],
+            is_transactional=producer[3],
+        ),
     )
     entries = read_entries(raw)
     assert entries.tail is None and entries.consumed == len(raw)
@@ -118,10 +120,12 @@ def test_v2_batch_round_trip(codec, data):
         compression=codec,
         timestamp_type=tstype,
         log_append_time=append_time,
-        producer_id=producer[0],
-        producer_epoch=producer[1],
-        base_sequence=producer[2],
-        is_transactional=producer[3],
+        carried=v2.CarriedHeader(
+            producer_id=producer[0],
+            producer_epoch=producer[1],
+            base_sequence=producer[2],
+            is_transactional=producer[3],
+        ),
     )
     if codec == Compression.NONE or codec == Compression.GZIP:  # deterministic codecs: compare the bytes
         assert v2.encode_batch(RecordColumns.from_records(records), **kwargs) == raw
@@ -130,7 +134,9 @@ def test_v2_batch_round_trip(codec, data):
 @SETTINGS
 @given(records=record_lists(2, headers=False), flag=st.booleans())
 def test_kip87_tombstone_flag_is_written_and_ignored_on_read(records, flag):
-    raw = v2.encode_batch(records, tombstone_flag=flag)
+    raw = v2.encode_batch(
+        records, record_attributes=v2.new_record_attributes(RecordColumns.from_records(records), flag)
+    )
     assert exact(read_entries(raw).records()) == exact(records)
     first_attributes = raw[v2.RECORD_BATCH_OVERHEAD + len(_varint_prefix(raw))]
     assert first_attributes == (v2.KIP87_TOMBSTONE_BIT if flag and records[0].value is None else 0)
@@ -147,7 +153,8 @@ def _varint_prefix(raw: bytes) -> bytes:
 def test_v2_delete_horizon_and_control_fields():
     records = [Record(10, 1000, b"\x00\x00\x00\x01", b"\x00\x00\x00\x00\x00\x00")]
     raw = v2.encode_batch(
-        records, producer_id=9, producer_epoch=2, is_transactional=True, is_control=True, delete_horizon_ms=5000
+        records,
+        carried=v2.CarriedHeader(9, 2, is_transactional=True, is_control=True, delete_horizon_ms=5000),
     )
     (batch,) = read_entries(raw).items
     assert batch.is_control and batch.is_transactional and batch.delete_horizon_ms == 5000
@@ -182,7 +189,7 @@ def test_single_record_batches_equal_one_encode_batch_per_record(records, data, 
             partition_leader_epoch=epoch,
             timestamp_type=TimestampType(int(t)),
             log_append_time=r.timestamp if t else None,
-            tombstone_flag=flag,
+            record_attributes=v2.new_record_attributes(RecordColumns.from_records([r]), flag),
         )
         for r, t in zip(records, types.tolist())
     ]
@@ -437,11 +444,13 @@ def reencode(b: v2.V2Batch) -> bytes:
         compression=b.compression,
         timestamp_type=b.timestamp_type,
         log_append_time=b.max_timestamp if b.timestamp_type == APPEND else None,
-        producer_id=b.producer_id,
-        producer_epoch=b.producer_epoch,
-        base_sequence=b.base_sequence,
-        is_transactional=b.is_transactional,
-        is_control=b.is_control,
+        carried=v2.CarriedHeader(
+            producer_id=b.producer_id,
+            producer_epoch=b.producer_epoch,
+            base_sequence=b.base_sequence,
+            is_transactional=b.is_transactional,
+            is_control=b.is_control,
+        ),
     )
 
 

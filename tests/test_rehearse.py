@@ -55,15 +55,13 @@ def config(*log_dirs: Path, **kw) -> RehearsalConfig:
     return RehearsalConfig(log_dirs=tuple(str(d) for d in log_dirs), **kw)
 
 
-def formats(log_dirs: list[Path]) -> dict[tuple[str, str], dict[str, int]]:
+def formats(log_dirs: list[Path]) -> dict[tuple[str, str], dict[int, int]]:
     """(log dir, partition dir) -> batches per magic, from an independent scan."""
     report = scan_log_dirs([str(d) for d in log_dirs])
     out = {}
-    for broker in report["brokers"]:
-        for d in broker["logDirs"]:
-            assert d["error"] is None, d["error"]
-            for p in d["partitions"]:
-                out[(d["logDir"], p["dir"])] = p["batchesByMagic"]
+    for d, p in report.partitions():
+        assert d.error is None, d.error
+        out[(d.log_dir, p.dir)] = p.batches_by_magic
     return out
 
 
@@ -110,9 +108,9 @@ def test_rehearsal_of_every_fixture_passes_with_identical_fingerprints(broker, t
         planned = {(d.log_dir, p.name) for d in plan.log_dirs for p in d.partitions}
         for key, entry in scan_partitions(plan).items():
             if key in planned:  # the independent scan sees v2 only where the rehearsal migrated
-                assert set(entry["batchesByMagic"]) == {"2"}, key
+                assert set(entry.batches_by_magic) == {2}, key
             else:
-                assert entry["batchesByMagic"] == formats_before[key], key
+                assert entry.batches_by_magic == formats_before[key], key
         seen_migrated["partitions"] = len(planned)
         assert not any((d / FENCE_NAME).exists() for d in broker)
 
@@ -319,7 +317,7 @@ def test_a_live_file_changed_before_rollback_is_refused_until_forced(small, tmp_
     # nothing was put back: the independent scan still sees the migrated data, and the compare step says so
     plan = load_plan(paths.plan)
     assert all(
-        set(f) == {"2"} for k, f in formats([small]).items() if k[1] in {p.name for p in plan.log_dirs[0].partitions}
+        set(f) == {2} for k, f in formats([small]).items() if k[1] in {p.name for p in plan.log_dirs[0].partitions}
     )
     assert not report.fingerprints[0].identical
     # without --force the rollback refuses again; a new rehearsal refuses to start over an unfinished one

@@ -9,10 +9,14 @@ import shutil
 import struct
 from pathlib import Path
 
+import pytest
 from conftest import EXPECTED, LEGACY_LOGDIR, REAL_BROKER, expected_summaries, run_cli
 from kafka_layout import BROKER_EPOCH, lock_held_by_other_process, make_broker_logdir
 
-from migrate.reports.scan import scan_log_dirs
+from migrate.codec import from_json, to_json
+from migrate.errors import ModelError
+from migrate.model.scan_report import ScanReport
+from migrate.reports.scan import scan_log_dirs as scan_records
 
 SUMMARIES = expected_summaries()
 REAL_SUMMARIES = {
@@ -20,6 +24,14 @@ REAL_SUMMARIES = {
 }
 ALL_PARTITIONS = sorted(p.name for p in LEGACY_LOGDIR.iterdir() if p.is_dir())
 V2_ONLY = {"already-v2-0", "already-v2-1", "empty-segment-1"}  # empty-segment-1 holds no entry at all
+
+
+def scan_log_dirs(log_dirs: list[str]) -> dict:
+    """The scan as ``scan --json`` prints it: these tests hold its kafka-log-dirs shape, key for key."""
+    report = scan_records(log_dirs)
+    data = to_json(report)
+    assert from_json(ScanReport, json.loads(json.dumps(data))) == report  # the one way back gives the same record
+    return data
 
 
 def tree(root: Path) -> dict[str, tuple]:
@@ -212,3 +224,18 @@ def test_scan_exit_code_says_whether_legacy_data_is_left(tmp_path, capsys):
     assert ran.code == 0
     report = json.loads(ran.out)
     assert report["summary"]["v2Only"] is True and partitions_of(report)["already-v2-0"]["v2Only"] is True
+
+
+def test_a_scan_report_that_is_not_one_is_refused_with_the_path_of_the_value(tmp_path):
+    log_dir = make_broker_logdir(tmp_path, partitions=["mixed-v1-v2-0"])
+    data = scan_log_dirs([str(log_dir)])
+    data["brokers"][0]["logDirs"][0]["partitions"][0]["batchesByMagic"] = {"one": 13}
+    with pytest.raises(
+        ModelError,
+        match=r"ScanReport.brokers\[0\].logDirs\[0\].partitions\[0\].batchesByMagic.one: "
+        r"expected an integer key, found 'one'",
+    ):
+        from_json(ScanReport, data)
+    del data["summary"]["v2Only"]
+    with pytest.raises(ModelError, match=r"ScanReport.summary: missing key 'v2Only'"):
+        from_json(ScanReport, {**data, "brokers": []})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+from contextlib import closing
 from pathlib import Path
 
 from migrate import pipeline
@@ -40,10 +41,10 @@ def run(args: argparse.Namespace) -> int:
     if root.exists():
         shutil.rmtree(root)
     log_dir = write_demo_logdir(root, args.records)
-    before = scan_log_dirs([str(log_dir)])["summary"]
+    before = scan_log_dirs([str(log_dir)]).summary
     note(
-        f"1. wrote {log_dir}: {before['partitions']} partitions, {before['legacyPartitions']} with legacy data "
-        f"({human_bytes(before['legacyBytes'])})"
+        f"1. wrote {log_dir}: {before.partitions} partitions, {before.legacy_partitions} with legacy data "
+        f"({human_bytes(before.legacy_bytes)})"
     )
     plan = build_plan(PlanRequest(log_dirs=(str(log_dir),)))
     plan_path = root.parent / f"{root.name}-plan.json"
@@ -57,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
         note(f"   Dask dashboard: {engine.dashboard_link}")
     else:
         engine = SerialEngine()
-    try:
+    with closing(engine):
         report = pipeline.execute(plan, engine)
         t = report.totals
         note(
@@ -67,12 +68,10 @@ def run(args: argparse.Namespace) -> int:
         )
         live = pipeline.verify_live(plan, engine)
         note(f"4. verify: live data {'matches' if live.ok else 'DIFFERS from'} what was swapped in")
-        after = scan_log_dirs([str(log_dir)])["summary"]
-        note(f"5. scan: {after['legacyPartitions']} partitions with legacy data left; v2-only: {after['v2Only']}")
+        after = scan_log_dirs([str(log_dir)]).summary
+        note(f"5. scan: {after.legacy_partitions} partitions with legacy data left; v2-only: {after.v2_only}")
         if args.rollback:
             rolled = pipeline.rollback(plan, engine, plan_path)
             note(f"6. rollback: ok={rolled.ok}; originals restored")
-    finally:
-        engine.close()
     note(f"Inspect with: kafka-log-migrate dump --deep-iteration {next(log_dir.glob('*/*.log'))}")
-    return 0 if report.ok and live.ok and after["v2Only"] else 1
+    return 0 if report.ok and live.ok and after.v2_only else 1

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from migrate.engines import Engine, SerialEngine
 from migrate.errors import MigrateError
@@ -131,14 +132,51 @@ def dashboard_line(link: str, migration_link: str, asked: str | None) -> str:
     return line
 
 
+@contextlib.contextmanager
+def engine_for(
+    args: argparse.Namespace,
+    *,
+    engine: str | None = None,
+    on_segment: Callable[[progress.Event], None] | None = None,
+    plan: Plan | None = None,
+    interrupted_close: str = "",
+) -> Iterator[Engine]:
+    """The verb's engine (``build_engine``) for the ``with`` block, closed however the block ends; an engine's close
+    is bounded (a Dask cluster that does not close in time is left to stop at exit: engines/closing.py).
+    ``engine``: the engine to run in place of ``--engine`` (the cluster verbs run on Dask). ``interrupted_close``:
+    what to say, instead of failing, when Ctrl-C stops a close after the block ended well (its output is out)."""
+    if engine is not None:
+        args = argparse.Namespace(**{**vars(args), "engine": engine})
+    made = build_engine(args, on_segment, plan)
+    try:
+        yield made
+    except BaseException:
+        made.close()
+        raise
+    if not interrupted_close:
+        made.close()
+        return
+    try:
+        made.close()
+    except KeyboardInterrupt:
+        note(interrupted_close)
+
+
 def make_engine(
     args: argparse.Namespace, on_segment: Callable[[progress.Event], None] | None = None, plan: Plan | None = None
 ) -> tuple[Engine, str]:
-    """The engine, and the C accelerator's state ("active", or why the slower fallback runs). ``on_segment`` is
-    called as each segment finishes, where the engine can tell (serial: in this process; Dask: from the workers'
-    events); the caller's progress line replaces the engines' own per-task counters. ``plan``: refused at once if
-    the engine could never reach its hosts."""
+    """The engine, and the C accelerator's state ("active", or why the slower fallback runs): for a caller that
+    closes the engine itself (a rehearsal makes it when execute needs it)."""
     accelerator = accelerator_state()
+    return build_engine(args, on_segment, plan), accelerator
+
+
+def build_engine(
+    args: argparse.Namespace, on_segment: Callable[[progress.Event], None] | None = None, plan: Plan | None = None
+) -> Engine:
+    """The engine ``args`` choose. ``on_segment`` is called as each segment finishes, where the engine can tell
+    (serial: in this process; Dask: from the workers' events); the caller's progress line replaces the engines' own
+    per-task counters. ``plan``: refused at once if the engine could never reach its hosts."""
     engine_name = "dask" if getattr(args, "scheduler", None) and args.engine == "serial" else args.engine
     if plan is not None and engine_name == "dask" and not getattr(args, "scheduler", None):
         refuse_unreachable_hosts(plan)
@@ -148,13 +186,13 @@ def make_engine(
             "(a running scheduler has its own dashboard, printed when it answers; Spark prints its UI's address)"
         )
     if engine_name == "serial":
-        return SerialEngine(on_segment=on_segment), accelerator
+        return SerialEngine(on_segment=on_segment)
     if engine_name == "spark":
         from migrate.engines.spark import SparkEngine
 
         spark = SparkEngine(master=args.master, progress=False if on_segment is not None else None)
         note(f"Spark UI: {spark.ui_url}")
-        return spark, accelerator
+        return spark
     from migrate.engines.dask import DaskEngine
 
     security = None
@@ -179,4 +217,4 @@ def make_engine(
         ),
         dashboard=getattr(args, "dashboard", False),
     )
-    return engine, accelerator
+    return engine

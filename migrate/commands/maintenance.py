@@ -6,7 +6,7 @@ import argparse
 
 from migrate import pipeline
 from migrate.codec import to_json
-from migrate.commands.engine import add_engine_options, load_plan_for, make_engine
+from migrate.commands.engine import add_engine_options, engine_for, load_plan_for
 from migrate.commands.manifest import run_manifest_verb
 from migrate.engines.watched import WatchedEngine
 from migrate.model.cluster_manifest import Verb
@@ -87,11 +87,8 @@ def run_status(args: argparse.Namespace) -> int:
     if (code := run_manifest_verb(args, Verb.STATUS)) is not None:
         return code
     plan = load_plan_for(args)
-    engine, _ = make_engine(args, plan=plan)
-    try:
+    with engine_for(args, plan=plan) as engine:
         report = pipeline.status(plan, engine, args.plan)
-    finally:
-        engine.close()
     lines = [line for d in report.log_dirs for line in status_lines(d, args.all, args.plan)]
     lines += [f"{d}: not started (run `execute --plan {args.plan}`)" for d in report.not_started]
     lines += [f"error: {stage_error_text(e)}" for e in report.errors]
@@ -103,11 +100,8 @@ def run_rollback(args: argparse.Namespace) -> int:
     if (code := run_manifest_verb(args, Verb.ROLLBACK)) is not None:
         return code
     plan = load_plan_for(args)
-    engine, _ = make_engine(args, plan=plan)
-    try:
+    with engine_for(args, plan=plan) as engine:
         report = pipeline.rollback(plan, WatchedEngine(engine), args.plan, args.force)
-    finally:
-        engine.close()
     lines = []
     for r in report.rollbacks:
         lines.append(f"{r.log_dir}: {r.phase.value}, {len(r.restored)} partitions restored")
@@ -134,11 +128,8 @@ def run_finalize(args: argparse.Namespace) -> int:
     if (code := run_manifest_verb(args, Verb.FINALIZE)) is not None:
         return code
     plan = load_plan_for(args)
-    engine, _ = make_engine(args, plan=plan)
-    try:
+    with engine_for(args, plan=plan) as engine:
         report = pipeline.finalize(plan, WatchedEngine(engine), args.plan, args.partial)
-    finally:
-        engine.close()
     lines = []
     for r in report.finalizes:
         lines.append(f"{r.log_dir}: {r.phase.value}: originals of {len(r.finalized)} partitions deleted")

@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 
 from migrate.codec import to_json
-from migrate.commands.engine import make_engine, parse_brokers
+from migrate.commands.engine import engine_for, parse_brokers
 from migrate.errors import MigrateError, ModelError
 from migrate.model.cluster_manifest import (
     ClusterManifest,
@@ -42,11 +42,8 @@ def manifest_at(path: str) -> ClusterManifest | None:
 def plan_manifest_command(args: argparse.Namespace, request: PlanRequest) -> int:
     from migrate.planning.manifest import plan_manifest
 
-    engine, _ = make_engine(argparse.Namespace(**{**vars(args), "engine": "dask"}))
-    try:
+    with engine_for(args, engine="dask") as engine:
         manifest = plan_manifest(engine, request, args.broker_config, parse_brokers(args.brokers or ""))
-    finally:
-        engine.close()
     write_durably(args.output, dump_manifest_json(manifest))
     est = manifest.estimates
     lines = [
@@ -72,12 +69,9 @@ def run_manifest_verb(args: argparse.Namespace, verb: Verb) -> int | None:
         return None
     from migrate.cluster.parts import run_manifest
 
-    engine, _ = make_engine(argparse.Namespace(**{**vars(args), "engine": "dask"}))
-    brokers = parse_brokers(args.brokers) if getattr(args, "brokers", None) else ()
-    try:
+    with engine_for(args, engine="dask") as engine:
+        brokers = parse_brokers(args.brokers) if getattr(args, "brokers", None) else ()
         outcomes = run_manifest(manifest, engine, verb, brokers, force=getattr(args, "force", False))
-    finally:
-        engine.close()
     lines = []
     for o in outcomes:
         state = "ok" if o.ok else "FAILED"

@@ -13,7 +13,14 @@ from pathlib import Path
 
 from migrate import pipeline
 from migrate.codec import to_json
-from migrate.commands.engine import add_cluster_options, add_engine_options, load_plan_for, make_engine, parse_brokers
+from migrate.commands.engine import (
+    accelerator_state,
+    add_cluster_options,
+    add_engine_options,
+    engine_for,
+    load_plan_for,
+    parse_brokers,
+)
 from migrate.commands.manifest import plan_manifest_command, run_manifest_verb
 from migrate.commands.options import add_conversion_options, convert_options
 from migrate.compaction.rules import CompactionRule
@@ -324,11 +331,8 @@ def run_plan(args: argparse.Namespace) -> int:
 def _plan_cluster(args: argparse.Namespace, request: PlanRequest) -> Plan:
     from migrate.planning.cluster import plan_cluster
 
-    engine, _ = make_engine(argparse.Namespace(**{**vars(args), "engine": "dask"}))
-    try:
+    with engine_for(args, engine="dask") as engine:
         return plan_cluster(engine, request, args.broker_config, parse_brokers(args.brokers or ""))
-    finally:
-        engine.close()
 
 
 def _usage(message: str) -> int:
@@ -344,9 +348,17 @@ def run_execute(args: argparse.Namespace) -> int:
     plan = load_plan_for(args)
     plan.refuse_if_planned_elsewhere(socket.gethostname())  # before an engine starts (pipeline.execute checks too)
     progress = Progress(plan, output(), tty=sys.stderr.isatty())
-    engine, accelerator = make_engine(args, on_segment=progress.segment, plan=plan)
-    watched = WatchedEngine(engine, progress)
-    try:
+    accelerator = accelerator_state()
+    # the report is written before the engine closes: the run is over, and what closing a cluster costs (or a Ctrl-C
+    # while it does) must not hold back nor replace the truth about the partitions
+    with engine_for(
+        args,
+        on_segment=progress.segment,
+        plan=plan,
+        interrupted_close="kafka-log-migrate: interrupted while closing the Dask cluster; the run above is complete, "
+        "nothing to resume",
+    ) as engine:
+        watched = WatchedEngine(engine, progress)
         # the summary of this host's log dirs is read while the last status runs (both only read the state: at
         # 10^6 segments each takes seconds, one core each)
         with progress, ThreadPoolExecutor(1, thread_name_prefix="summary") as pool:
@@ -361,23 +373,11 @@ def run_execute(args: argparse.Namespace) -> int:
             )
             read = ahead[0].result() if ahead else None
         summary = report.run_summary(plan, watched, args.plan, read)
-    except BaseException:
-        engine.close()
-        raise
-    body = to_json(outcome)
-    if summary is not None:
-        body["summary"] = report.summary_json(summary)
-    # the report before the engine closes: the run is over, and what closing a cluster costs (or a Ctrl-C while it
-    # does) must not hold back nor replace the truth about the partitions
-    lines = report.summary_lines(summary, outcome.cutover) if summary else []
-    result(body, args.json, execute_text(outcome, args.plan, lines, planned_at=_planned_at(plan)))
-    try:
-        engine.close()
-    except KeyboardInterrupt:
-        note(
-            "kafka-log-migrate: interrupted while closing the Dask cluster; the run above is complete, nothing to "
-            "resume"
-        )
+        body = to_json(outcome)
+        if summary is not None:
+            body["summary"] = report.summary_json(summary)
+        lines = report.summary_lines(summary, outcome.cutover) if summary else []
+        result(body, args.json, execute_text(outcome, args.plan, lines, planned_at=_planned_at(plan)))
     return 0 if outcome.ok else 1
 
 
@@ -567,11 +567,8 @@ def run_verify(args: argparse.Namespace) -> int:
     if (code := run_manifest_verb(args, Verb.VERIFY)) is not None:
         return code
     plan = load_plan_for(args)
-    engine, _ = make_engine(args, plan=plan)
-    try:
+    with engine_for(args, plan=plan) as engine:
         report = pipeline.verify_live(plan, WatchedEngine(engine), args.plan)
-    finally:
-        engine.close()
     lines = []
     for c in report.log_dirs:
         lines += verify_lines(c, args.plan)

@@ -171,17 +171,14 @@ def control_settings(args: argparse.Namespace) -> ControlSettings:
 
 def run_cluster(args: argparse.Namespace, job: PrestageJob) -> int:
     """Every broker's passes on its own worker at once, then their replicas compared on the staged outputs."""
-    from migrate.commands.engine import make_engine, parse_brokers
+    from migrate.commands.engine import engine_for, parse_brokers
     from migrate.engines import StageCall  # only a cluster run needs the engines
 
     brokers = parse_brokers(args.brokers or "")
-    engine, _ = make_engine(argparse.Namespace(**{**vars(args), "engine": "dask"}))
-    try:
+    with engine_for(args, engine="dask") as engine:
         workers = engine.workers(expect=len(brokers))  # type: ignore[attr-defined]
         calls = [StageCall((job, address), host=address) for address in workers]
         results = engine.map(Stage.PRESTAGE, prestage_broker, calls)
-    finally:
-        engine.close()
     failed = [f"{c.host}: {r.error}" for c, r in zip(calls, results) if not r.ok]
     done = sorted((r.value for r in results if r.ok), key=lambda b: (b.broker_id is None, b.broker_id or 0))
     found = {b.broker_id for b in done}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from migrate.commands.engine import add_engine_options, load_plan_for, make_engine
+from migrate.commands.engine import add_engine_options, engine_for, load_plan_for
 from migrate.errors import MigrateError
 from migrate.reports import report_page
 from migrate.reports import run_report as report
@@ -48,11 +48,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     plan = load_plan_for(args)
     html_default, parquet_default = default_paths(args.plan)
-    engine, _ = make_engine(args, plan=plan)
-    try:
+    with engine_for(args, plan=plan) as engine:
         rows, errors = report.collect(plan, engine, args.plan)
-    finally:
-        engine.close()
     if not rows:
         raise MigrateError(
             f"plan {plan.plan_id} has no state in any of its log dirs nor beside {args.plan}: nothing to report "

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from migrate.codec import to_json
-from migrate.commands.engine import add_cluster_options, make_engine, parse_brokers
+from migrate.commands.engine import add_cluster_options, engine_for, parse_brokers
 from migrate.commands.migration import add_plan_options, plan_request_from
 from migrate.errors import MigrateError
 from migrate.watch.runlog import note, result
@@ -121,11 +121,8 @@ def run_rolling(args: argparse.Namespace) -> int:
         command_timeout_s=args.command_timeout,
         require_consistent_replicas=args.require_consistent_replicas,
     )
-    engine, _ = make_engine(argparse.Namespace(**{**vars(args), "engine": "dask"}))
-    try:
+    with engine_for(args, engine="dask") as engine:
         report = RollingRun(engine, settings, gates, say=note).run()
-    finally:
-        engine.close()
     result(to_json(report), args.json, "\n".join(outcome_lines(report)))
     return outcome_code(report)
 

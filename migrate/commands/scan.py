@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from migrate.codec import to_json
 from migrate.commands.output import emit, note
 from migrate.reports.columns import aligned
 from migrate.reports.scan import scan_log_dirs
@@ -34,31 +35,28 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     report = scan_log_dirs(log_dirs)
     lines = []
-    for broker in report["brokers"]:
-        for d in broker["logDirs"]:
-            who = f" (broker {broker['broker']})" if broker["broker"] is not None else ""
-            lines.append(f"log dir {d['logDir']}{who}" + (f": {d['error']}" if d["error"] else ""))
-            lines += [f"  warning: {w}" for w in d.get("warnings", [])]
+    for broker in report.brokers:
+        for d in broker.log_dirs:
+            who = f" (broker {broker.broker})" if broker.broker is not None else ""
+            lines.append(f"log dir {d.log_dir}{who}" + (f": {d.error}" if d.error else ""))
+            lines += [f"  warning: {w}" for w in d.warnings]
             lines += aligned(
                 [
                     (
-                        p["partition"],
-                        "v2-only" if p["v2Only"] else "LEGACY",
-                        ", ".join(f"v{m} {human_bytes(b)}" for m, b in sorted(p["bytesByMagic"].items())),
-                        f"truncated tail at byte position {p['truncatedTail']['position']}"
-                        if p["truncatedTail"]
-                        else "",
+                        p.partition,
+                        "v2-only" if p.v2_only else "LEGACY",
+                        ", ".join(f"v{m} {human_bytes(b)}" for m, b in sorted(p.bytes_by_magic.items())),
+                        f"truncated tail at byte position {p.truncated_tail.position}" if p.truncated_tail else "",
                     )
-                    for p in d["partitions"]
+                    for p in d.partitions
                 ]
             )
-    s = report["summary"]
-    lines.append(
-        f"{s['partitions']} partitions, {s['legacyPartitions']} with legacy data ({human_bytes(s['legacyBytes'])})"
-    )
-    if s["logDirsWithErrors"] or s["partitionsWithErrors"]:
+    s = report.summary
+    lines.append(f"{s.partitions} partitions, {s.legacy_partitions} with legacy data ({human_bytes(s.legacy_bytes)})")
+    unreadable = s.log_dirs_with_errors or s.partitions_with_errors
+    if unreadable:
         lines.append("not certified: a log dir or partition above could not be read")
-    emit(report, args.json, "\n".join(lines))
-    if s["logDirsWithErrors"] or s["partitionsWithErrors"]:
+    emit(to_json(report), args.json, "\n".join(lines))
+    if unreadable:
         return EXIT_FAILURE
-    return 0 if s["v2Only"] else EXIT_LEGACY_LEFT
+    return 0 if s.v2_only else EXIT_LEGACY_LEFT

@@ -209,18 +209,22 @@ class V2Batch:
         else:
             timestamps = kept.timestamps
             max_ts = max(int(timestamps.max()), NO_TIMESTAMP)
-        horizon = self.delete_horizon_ms
+        carried = CarriedHeader(
+            self.producer_id,
+            self.producer_epoch,
+            self.base_sequence,
+            self.is_transactional,
+            self.is_control,
+            self.delete_horizon_ms,
+        )
         data = _assemble(
             kept,
             timestamps,
             base_offset=self.base_offset,
             last_offset_delta=self.last_offset_delta,
             attributes=self.attributes,
-            base_ts=horizon if horizon is not None else int(timestamps[0]),
             max_ts=max_ts,
-            producer_id=self.producer_id,
-            producer_epoch=self.producer_epoch,
-            base_sequence=self.base_sequence,
+            carried=carried,
             partition_leader_epoch=self.partition_leader_epoch,
             record_attributes=self.record_attributes(),
         )
@@ -558,6 +562,23 @@ def _encode_records(
     )
 
 
+@dataclass(frozen=True)
+class CarriedHeader:
+    """The v2 header fields a converted legacy message never has, and a rebuilt v2 batch keeps as they were: the
+    producer's id, epoch and first sequence, the transactional and control flags, and the cleaner's delete horizon
+    (the base timestamp, when set)."""
+
+    producer_id: int = -1
+    producer_epoch: int = -1
+    base_sequence: int = -1
+    is_transactional: bool = False
+    is_control: bool = False
+    delete_horizon_ms: int | None = None
+
+
+NOT_CARRIED = CarriedHeader()  # what a batch made from legacy messages has
+
+
 def encode_batch(
     records: list[Record] | RecordColumns,
     *,
@@ -567,20 +588,14 @@ def encode_batch(
     compression: Compression = Compression.NONE,
     timestamp_type: TimestampType = TimestampType.CREATE_TIME,
     log_append_time: int | None = None,
-    producer_id: int = -1,
-    producer_epoch: int = -1,
-    base_sequence: int = -1,
-    is_transactional: bool = False,
-    is_control: bool = False,
-    delete_horizon_ms: int | None = None,
-    tombstone_flag: bool = False,
+    carried: CarriedHeader = NOT_CARRIED,
     record_attributes: np.ndarray | None = None,
 ) -> bytes:
     """One v2 batch holding ``records``, with every header field a migration needs to set.
 
     Unlike producer-side builders this sets the real base offset and leader epoch, never replaces a -1 timestamp
-    with "now", and never silently drops the compression. ``record_attributes``: each record's attributes byte, as
-    given (uint8), instead of those ``tombstone_flag`` sets.
+    with "now", and never silently drops the compression. ``record_attributes``: each record's attributes byte
+    (uint8; ``new_record_attributes`` sets KIP-87's delete flag), 0 for every record when None.
     """
     cols = records if isinstance(records, RecordColumns) else RecordColumns.from_records(records)
     n = len(cols)
@@ -602,33 +617,26 @@ def encode_batch(
         max_ts = int(timestamps.max()) if n else NO_TIMESTAMP
         max_ts = max(max_ts, NO_TIMESTAMP)
     _refuse_negative_timestamps(timestamps)
-    base_ts = int(timestamps[0]) if n else NO_TIMESTAMP
-    if delete_horizon_ms is not None:
-        base_ts = delete_horizon_ms
     attributes = int(compression)
     if timestamp_type == TimestampType.LOG_APPEND_TIME:
         attributes |= TIMESTAMP_TYPE_BIT
-    if is_transactional:
-        attributes |= TRANSACTIONAL_BIT
-    if is_control:
-        attributes |= CONTROL_BIT
-    if delete_horizon_ms is not None:
-        attributes |= DELETE_HORIZON_BIT
+    if carried is not NOT_CARRIED:
+        if carried.is_transactional:
+            attributes |= TRANSACTIONAL_BIT
+        if carried.is_control:
+            attributes |= CONTROL_BIT
+        if carried.delete_horizon_ms is not None:
+            attributes |= DELETE_HORIZON_BIT
     return _assemble(
         cols,
         timestamps,
         base_offset=base_offset,
         last_offset_delta=last_offset - base_offset,
         attributes=attributes,
-        base_ts=base_ts,
         max_ts=max_ts,
-        producer_id=producer_id,
-        producer_epoch=producer_epoch,
-        base_sequence=base_sequence,
+        carried=carried,
         partition_leader_epoch=partition_leader_epoch,
-        record_attributes=(
-            new_record_attributes(cols, tombstone_flag) if record_attributes is None else record_attributes
-        ),
+        record_attributes=np.zeros(n, np.uint8) if record_attributes is None else record_attributes,
     )
 
 
@@ -639,23 +647,30 @@ def _assemble(
     base_offset: int,
     last_offset_delta: int,
     attributes: int,
-    base_ts: int,
     max_ts: int,
-    producer_id: int,
-    producer_epoch: int,
-    base_sequence: int,
+    carried: CarriedHeader,
     partition_leader_epoch: int,
     record_attributes: np.ndarray,
 ) -> bytes:
     """The one batch writer behind ``encode_batch`` and ``V2Batch.rebuild``: records (compressed with the codec of
-    ``attributes``), header and CRC."""
+    ``attributes``), header and CRC. The base timestamp is the delete horizon where the batch has one, else its first
+    record's."""
+    horizon = carried.delete_horizon_ms
+    base_ts = horizon if horizon is not None else int(timestamps[0]) if len(cols) else NO_TIMESTAMP
     # deltas in int64 arithmetic, as Kafka computes them (a timestamp delta may wrap)
     body = _encode_records(cols, cols.offsets - base_offset, timestamps - base_ts, record_attributes)
     codec = Compression(attributes & CODEC_MASK)
     if codec != Compression.NONE:
         body = codecs.compress(codec, body, MAGIC)
     covered = _COVERED.pack(
-        attributes, last_offset_delta, base_ts, max_ts, producer_id, producer_epoch, base_sequence, len(cols)
+        attributes,
+        last_offset_delta,
+        base_ts,
+        max_ts,
+        carried.producer_id,
+        carried.producer_epoch,
+        carried.base_sequence,
+        len(cols),
     )
     tail = covered + body
     return _UNCOVERED.pack(base_offset, len(tail) + 9, partition_leader_epoch, MAGIC, crc32c(tail)) + tail

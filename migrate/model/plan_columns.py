@@ -23,7 +23,7 @@ JSON in the Parquet file's metadata and one row per planned segment in columns, 
         size                   int64                SegmentPlan.size
         mtime_ns               int64                SegmentPlan.mtime_ns
         inode                  uint64               SegmentPlan.inode
-        entries_v0..v2         int64                SegmentPlan.entries_by_magic["0".."2"], -1 where absent
+        entries_v0..v2         int64                SegmentPlan.entries_by_magic[0..2], -1 where absent
         output_bytes           int64                SegmentPlan.estimated_output_bytes
         task                   int32                the number of the task holding it (t00042 -> 42); -1: ranges
         staged                 int8                 SegmentPlan.staged: -1 None, 0 false, 1 true
@@ -69,10 +69,11 @@ from migrate.model.plan_tree import (
     TaskPlan,
     content_id,
 )
+from migrate.model.records import fast_new
 
 HEAD_KEY = b"kafka-log-migrate.plan"
 PARQUET_MAGIC = b"PAR1"
-MAGICS = ("0", "1", "2")
+MAGICS = (0, 1, 2)
 
 
 # --- the head ------------------------------------------------------------------------------------------------
@@ -259,9 +260,9 @@ class ColumnBuilder:
             s.size,
             s.mtime_ns,
             s.inode,
-            s.entries_by_magic.get("0", -1),
-            s.entries_by_magic.get("1", -1),
-            s.entries_by_magic.get("2", -1),
+            s.entries_by_magic.get(0, -1),
+            s.entries_by_magic.get(1, -1),
+            s.entries_by_magic.get(2, -1),
             s.estimated_output_bytes,
             task,
             -1 if s.staged is None else int(s.staged),
@@ -477,9 +478,8 @@ class PartitionRows(_Rows[range]):
         c = self._columns.ints
         start, stop = int(self._starts[index]), int(self._stops[index])
         name = self._names[index]
-        # built without the frozen dataclass's per-field setattr (PartitionPlan has no __post_init__ to run)
-        p = object.__new__(PartitionPlan)
-        p.__dict__.update(
+        return fast_new(
+            PartitionPlan,
             name=name,
             topic=self._columns.names["topic"][0][int(self._topics[index])],
             partition=int(c["partition_id"][start]),
@@ -491,7 +491,6 @@ class PartitionRows(_Rows[range]):
             segments=SegmentRows(self._columns, range(start, stop)),
             compaction=self._compactions.get(name),
         )
-        return p
 
     def names(self) -> list[str]:
         return self._names

@@ -210,7 +210,7 @@ class SegmentPlan:
     size: int
     mtime_ns: int
     inode: int
-    entries_by_magic: dict[str, int]
+    entries_by_magic: dict[int, int]  # by magic byte; the JSON spells the keys "0", "1", "2"
     estimated_output_bytes: int
     tail_drop: TailDrop | None = None
     # a segment converted in ranges whose outputs' places are known: the first cut is (0, 0), the last (size, the

@@ -81,7 +81,7 @@ SPACE_MARGIN = 1.05
 
 def estimated_output_bytes(profile: SegmentProfile) -> int:
     growth = V2_GROWTH_PER_WRAPPER * profile.wrappers
-    growth += sum(V2_GROWTH_PER_MESSAGE[int(m)] * n for m, n in profile.plain_legacy_by_magic.items())
+    growth += sum(V2_GROWTH_PER_MESSAGE[m] * n for m, n in profile.plain_legacy_by_magic.items())
     return profile.valid_bytes + growth
 
 

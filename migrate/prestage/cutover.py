@@ -35,6 +35,7 @@ from pathlib import Path
 from migrate.errors import ModelError
 from migrate.kafka.names import CLEAN_SHUTDOWN_FILE
 from migrate.model.plan_tree import ConvertOptions, SegmentPlan
+from migrate.model.records import fast_replace
 from migrate.model.run_state import FileStat, SegmentResult, SegmentTask
 from migrate.prestage.record import (
     PENDING_RE,
@@ -159,7 +160,7 @@ def plan_staged(
             size=identity.size,
             mtime_ns=identity.mtime_ns,
             inode=identity.inode,
-            entries_by_magic=dict(sorted(record.result.magics_in.items())),
+            entries_by_magic={int(m): n for m, n in sorted(record.result.magics_in.items())},
             estimated_output_bytes=record.result.output_bytes,
             staged=True,
             staged_record=record_digest(staged),
@@ -282,12 +283,10 @@ def _take(
     if (identity.size, identity.mtime_ns, identity.inode) != planned:
         why = f"staged from {identity}, planned size, mtime_ns, inode {planned}"
         return Taken(Judgement(Verdict.SOURCE_CHANGED, why))
-    # a copy without ``dataclasses.replace``'s per-field work (a cut-over takes up to 10^6): the record has no
-    # ``__post_init__`` to run, and its fields were checked when the record was read
+    # a cut-over takes up to 10^6: the record's fields were checked when it was read
     outputs = staged.record.staged.map(lambda kind, _: str(staging.path / staged.name(kind)))
     stats = staged.record.staged.map(lambda _, want: FileStat(want.inode, want.size, want.mtime_ns))
-    result = object.__new__(SegmentResult)
-    result.__dict__.update(staged.record.result.__dict__, source=task.source, outputs=outputs, output_stats=stats)
+    result = fast_replace(staged.record.result, source=task.source, outputs=outputs, output_stats=stats)
     live = live_files(os.path.dirname(task.source), task.base_offset, log=source_stat)
     result.live_before = stats_of(live)
     return Taken(judgement, result)

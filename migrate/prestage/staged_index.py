@@ -174,9 +174,9 @@ def row_record_digest(row: Row) -> str:
     return struct.pack("<4Q", *row[_DIGEST_AT : _DIGEST_AT + 4]).hex()
 
 
-def row_entries(row: Row) -> dict[str, int]:
+def row_entries(row: Row) -> dict[int, int]:
     at = _AT["entries_v0"]
-    return {str(m): row[at + m] for m in range(3) if row[at + m]}
+    return {m: row[at + m] for m in range(3) if row[at + m]}
 
 
 def row_stands(row: Row, lstat: Callable[[str], os.stat_result | None]) -> bool:

@@ -256,17 +256,17 @@ def scan_verdict(targets: Iterable[str], plan: Plan) -> ReaderVerdict:
     planned = {p.dir for d in plan.log_dirs for p in d.partitions}
     scan = scan_log_dirs(list(targets))
     scan_problems = []
-    for broker in scan["brokers"]:
-        for d in broker["logDirs"]:
-            if d["error"]:
-                scan_problems.append(f"{d['logDir']}: {d['error']}")
-            for p in d["partitions"]:
-                where = f"{d['logDir']}/{p['dir']}"
-                if p["error"]:
-                    scan_problems.append(f"{where}: {p['error']}")
-                below = [m for m in p["batchesByMagic"] if int(m) < plan.options.target_magic]
+    for broker in scan.brokers:
+        for d in broker.log_dirs:
+            if d.error:
+                scan_problems.append(f"{d.log_dir}: {d.error}")
+            for p in d.partitions:
+                where = f"{d.log_dir}/{p.dir}"
+                if p.error:
+                    scan_problems.append(f"{where}: {p.error}")
+                below = sorted(m for m in p.batches_by_magic if m < plan.options.target_magic)
                 if where in planned and below:
-                    scan_problems.append(f"{where}: scan still finds v{', v'.join(sorted(below))} batches")
+                    scan_problems.append(f"{where}: scan still finds v{', v'.join(map(str, below))} batches")
     return ReaderVerdict(
         "scan",
         "verify",

@@ -233,7 +233,10 @@ def build_table(plan: Plan, rows: list[StateRows], plan_path: str | Path | None 
                 state = s[2] if s else SegmentState.PLANNED.value
                 result = ResultColumns.of(s[3]) if s and s[3] else None
                 problem = from_json(Problem, json.loads(s[4])) if s and s[4] else None
-                magics = result.magics_in if result is not None else seg.entries_by_magic
+                # a result's counts are keyed as its JSON row spells them ("0".."2"), the plan's by int
+                magics = (
+                    {int(m): n for m, n in result.magics_in.items()} if result is not None else seg.entries_by_magic
+                )
                 converted = result is not None and state not in NOT_CONVERTED
                 at = finished.get(key)
                 row = {
@@ -254,9 +257,9 @@ def build_table(plan: Plan, rows: list[StateRows], plan_path: str | Path | None 
                     "output_bytes": int(s[6]) if s else 0,
                     "records": int(s[7]) if s else 0,
                     "batches_out": result.batches_out if result is not None else None,
-                    "entries_v0": int(magics.get("0", 0)),
-                    "entries_v1": int(magics.get("1", 0)),
-                    "entries_v2": int(magics.get("2", 0)),
+                    "entries_v0": int(magics.get(0, 0)),
+                    "entries_v1": int(magics.get(1, 0)),
+                    "entries_v2": int(magics.get(2, 0)),
                     "first_offset": result.first_offset if result is not None else None,
                     "last_offset": result.last_offset if result is not None else None,
                     "timestamps_policy": policy,

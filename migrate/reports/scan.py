@@ -12,22 +12,29 @@ goes on; such a partition is not certified.
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from migrate.errors import MigrateError
 from migrate.kafka.layout import LogDirLayout, Partition, inspect_log_dir, validate_log_dir_path
 from migrate.kafka.lock import lock_holder
 from migrate.kafka.properties import has_clean_shutdown, read_clean_shutdown, read_meta_properties
+from migrate.model.scan_report import (
+    SCAN_VERSION,
+    BrokerScan,
+    LogDirScan,
+    PartitionScan,
+    ScanReport,
+    ScanSummary,
+    TruncatedTail,
+)
 from migrate.segment.profile import profile_segment
 
-SCAN_VERSION = 1
 
-
-def scan_partition(part: Partition) -> dict[str, Any]:
-    """One ``partitions`` entry: kafka-log-dirs' fields, then the per-format counts."""
-    bytes_by_magic: Counter[str] = Counter()
-    batches_by_magic: Counter[str] = Counter()
+def scan_partition(part: Partition) -> PartitionScan:
+    """One partition's segments, streamed: kafka-log-dirs' fields, then the per-format counts."""
+    bytes_by_magic: Counter[int] = Counter()
+    batches_by_magic: Counter[int] = Counter()
     compressions: Counter[str] = Counter()
     tail = None
     error = None
@@ -43,46 +50,39 @@ def scan_partition(part: Partition) -> dict[str, Any]:
         batches_by_magic.update(profile.entries_by_magic)
         compressions.update(profile.compressions)
         if profile.tail_bytes:
-            tail = {"file": str(seg.path), "position": profile.tail_position, "bytes": profile.tail_bytes}
-    legacy = any(int(m) < 2 for m in batches_by_magic)
-    return {
-        "partition": part.topic_partition,
-        "size": part.size,
-        "offsetLag": 0,
-        "isFuture": part.kind == "future",
-        "dir": part.name,
-        "segments": len(part.segments),
-        "bytesByMagic": dict(sorted(bytes_by_magic.items())),
-        "batchesByMagic": dict(sorted(batches_by_magic.items())),
-        "compressions": dict(sorted(compressions.items())),
-        "legacy": legacy,
-        # certified only if every segment was read and no broker operation is pending (a .swap becomes live data)
-        "v2Only": not legacy and error is None and not part.stray_files,
-        "truncatedTail": tail,
-        "strayFiles": list(part.stray_files),
-        "error": error,
-    }
+            tail = TruncatedTail(str(seg.path), profile.tail_position or 0, profile.tail_bytes)
+    legacy = any(m < 2 for m in batches_by_magic)
+    return PartitionScan(
+        partition=part.topic_partition,
+        size=part.size,
+        offset_lag=0,
+        is_future=part.kind == "future",
+        dir=part.name,
+        segments=len(part.segments),
+        bytes_by_magic=dict(sorted(bytes_by_magic.items())),
+        batches_by_magic=dict(sorted(batches_by_magic.items())),
+        compressions=dict(sorted(compressions.items())),
+        legacy=legacy,
+        v2_only=not legacy and error is None and not part.stray_files,
+        truncated_tail=tail,
+        stray_files=tuple(part.stray_files),
+        error=error,
+    )
 
 
-def scan_log_dir(log_dir: str | Path) -> tuple[int | None, dict[str, Any]]:
+def _unreadable(path: Path, error: str) -> LogDirScan:
+    return LogDirScan(str(path), error, (), clean_shutdown=False, broker_epoch=None, locked=False, warnings=())
+
+
+def scan_log_dir(log_dir: str | Path) -> tuple[int | None, LogDirScan]:
     """(broker id from meta.properties or None, the ``logDirs`` entry) of one log dir."""
     path = Path(log_dir).resolve()
-    entry: dict[str, Any] = {
-        "logDir": str(path),
-        "error": None,
-        "partitions": [],
-        "cleanShutdown": False,
-        "brokerEpoch": None,
-        "locked": False,
-        "warnings": [],
-    }
-    warnings: list[str] = entry["warnings"]
+    warnings: list[str] = []
     problem = validate_log_dir_path(str(log_dir))
     if problem:
-        entry["error"] = problem
-        return None, entry
-    live: list[dict[str, Any]] = []
-    future: list[dict[str, Any]] = []
+        return None, _unreadable(path, problem)
+    live: list[PartitionScan] = []
+    future: list[PartitionScan] = []
 
     def scanned(part: Partition) -> None:  # one partition's segments held at a time, not the log dir's
         (future if part.kind == "future" else live).append(scan_partition(part))
@@ -90,18 +90,18 @@ def scan_log_dir(log_dir: str | Path) -> tuple[int | None, dict[str, Any]]:
     try:
         layout: LogDirLayout = inspect_log_dir(path, scanned)
     except MigrateError as exc:
-        entry["error"] = str(exc)
-        return None, entry
+        return None, _unreadable(path, str(exc))
     broker = None
     try:
         meta = read_meta_properties(path)
         broker = meta.broker_id if meta else None
     except (MigrateError, OSError) as exc:
         warnings.append(str(exc))
-    entry["cleanShutdown"] = has_clean_shutdown(path)
+    clean_shutdown = has_clean_shutdown(path)
+    broker_epoch = None
     try:
         marker = read_clean_shutdown(path)
-        entry["brokerEpoch"] = marker.broker_epoch if marker else None
+        broker_epoch = marker.broker_epoch if marker else None
     except (MigrateError, OSError) as exc:
         warnings.append(str(exc))
     try:
@@ -109,63 +109,75 @@ def scan_log_dir(log_dir: str | Path) -> tuple[int | None, dict[str, Any]]:
     except (MigrateError, OSError) as exc:
         holder = None
         warnings.append(f"{path}: could not check Kafka's .lock: {exc}")
-    entry["locked"] = holder is not None
     if holder is not None:
         who = f" (process {holder})" if holder else ""
         warnings.append(
             f"{path}: Kafka's .lock is held{who}: a broker or a kafka-log-migrate run is using this log dir, so "
             "these counts may already be out of date. Stop the broker before planning a migration."
         )
-    elif not entry["cleanShutdown"]:
+    elif not clean_shutdown:
         warnings.append(
             f"{path}: no .kafka_cleanshutdown marker: the broker did not stop cleanly (or never ran), so its last "
             "segments may hold data that log recovery would truncate. Start the broker, let it recover, and stop it "
             "cleanly before migrating."
         )
     warnings.extend(layout.warnings)
-    entry["partitions"] = [*live, *future]
+    entry = LogDirScan(
+        log_dir=str(path),
+        error=None,
+        partitions=(*live, *future),
+        clean_shutdown=clean_shutdown,
+        broker_epoch=broker_epoch,
+        locked=holder is not None,
+        warnings=tuple(warnings),
+    )
     return broker, entry
 
 
-def scan_log_dirs(log_dirs: list[str]) -> dict[str, Any]:
+def scan_log_dirs(log_dirs: list[str]) -> ScanReport:
     """A read-only inventory of ``log_dirs``: ``kafka-log-dirs --describe`` JSON plus per-format counts and a
     summary saying whether any legacy (v0/v1) data is left."""
-    brokers: dict[int | None, list[dict[str, Any]]] = {}
+    brokers: dict[int | None, list[LogDirScan]] = {}
     for raw in log_dirs:
         broker, entry = scan_log_dir(raw)
         brokers.setdefault(broker, []).append(entry)
-    _warn_duplicates(brokers)
-    all_parts = [p for dirs in brokers.values() for d in dirs for p in d["partitions"]]
-    legacy_parts = [p for p in all_parts if p["legacy"]]
-    dir_errors = [d["error"] for dirs in brokers.values() for d in dirs if d["error"]]
-    return {
-        "version": SCAN_VERSION,
-        "brokers": [{"broker": b, "logDirs": dirs} for b, dirs in brokers.items()],
-        "summary": {
-            "partitions": len(all_parts),
-            "legacyPartitions": len(legacy_parts),
-            "legacyBytes": sum(v for p in all_parts for m, v in p["bytesByMagic"].items() if int(m) < 2),
-            "partitionsWithErrors": sum(1 for p in all_parts if p["error"]),
-            "logDirsWithErrors": len(dir_errors),
-            # a certificate covers only what was read: any unreadable log dir or partition withholds it
-            "v2Only": all(p["v2Only"] for p in all_parts) and not dir_errors and bool(log_dirs),
-        },
-    }
+    scans = tuple(BrokerScan(b, _warn_duplicates(dirs)) for b, dirs in brokers.items())
+    all_parts = [p for b in scans for d in b.log_dirs for p in d.partitions]
+    dir_errors = [d.error for b in scans for d in b.log_dirs if d.error]
+    summary = ScanSummary(
+        partitions=len(all_parts),
+        legacy_partitions=sum(1 for p in all_parts if p.legacy),
+        legacy_bytes=sum(p.legacy_bytes for p in all_parts),
+        partitions_with_errors=sum(1 for p in all_parts if p.error),
+        log_dirs_with_errors=len(dir_errors),
+        v2_only=all(p.v2_only for p in all_parts) and not dir_errors and bool(log_dirs),
+    )
+    return ScanReport(SCAN_VERSION, scans, summary)
 
 
-def _warn_duplicates(brokers: dict[int | None, list[dict[str, Any]]]) -> None:
-    """A partition live in two log dirs of one broker stops it at start-up ("Duplicate log directories")."""
-    for dirs in brokers.values():
-        where: dict[str, list[str]] = {}
-        for d in dirs:
-            for p in d["partitions"]:
-                if not p["isFuture"]:
-                    where.setdefault(p["partition"], []).append(d["logDir"])
-        for name, places in where.items():
-            if len(places) > 1:
-                for d in dirs:
-                    if d["logDir"] in places:
-                        d["warnings"].append(
-                            f"{name} is live in more than one log dir ({', '.join(places)}): a Kafka broker refuses "
-                            "to start with duplicate log directories. Remove the stale copy."
-                        )
+def _warn_duplicates(dirs: list[LogDirScan]) -> tuple[LogDirScan, ...]:
+    """One broker's log dirs, each warned of a partition it shares live with another: a partition live in two log
+    dirs of one broker stops it at start-up ("Duplicate log directories")."""
+    where: dict[str, list[str]] = {}
+    for d in dirs:
+        for p in d.partitions:
+            if not p.is_future:
+                where.setdefault(p.partition, []).append(d.log_dir)
+    shared = {name: places for name, places in where.items() if len(places) > 1}
+    if not shared:
+        return tuple(dirs)
+    return tuple(
+        replace(
+            d,
+            warnings=(
+                *d.warnings,
+                *(
+                    f"{name} is live in more than one log dir ({', '.join(places)}): a Kafka broker refuses "
+                    "to start with duplicate log directories. Remove the stale copy."
+                    for name, places in shared.items()
+                    if d.log_dir in places
+                ),
+            ),
+        )
+        for d in dirs
+    )

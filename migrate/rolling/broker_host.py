@@ -88,12 +88,11 @@ def legacy_left(log_dirs: tuple[str, ...], worker: str) -> LegacyLeft:
     unreadable: list[str] = []
     for d in log_dirs:
         _, entry = scan_log_dir(d)
-        if entry["error"]:
-            unreadable.append(entry["error"])
-        for p in entry["partitions"]:
-            if p["legacy"]:
-                size = sum(n for magic, n in p["bytesByMagic"].items() if int(magic) < 2)
-                legacy.append(LegacyPartition(entry["logDir"], p["partition"], size))
-            elif p["error"]:
-                unreadable.append(p["error"])
+        if entry.error:
+            unreadable.append(entry.error)
+        for p in entry.partitions:
+            if p.legacy:
+                legacy.append(LegacyPartition(entry.log_dir, p.partition, p.legacy_bytes))
+            elif p.error:
+                unreadable.append(p.error)
     return LegacyLeft(worker, tuple(legacy), tuple(unreadable))

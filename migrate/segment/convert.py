@@ -159,7 +159,7 @@ class _Converter:
                 compression=codec,
                 timestamp_type=tstype,
                 log_append_time=int(group.timestamps[0]) if tstype == TimestampType.LOG_APPEND_TIME else None,
-                tombstone_flag=opts.tombstone_flag,
+                record_attributes=v2.new_record_attributes(group, opts.tombstone_flag),
             )
             parts.append(data)
             sizes.append(len(data))
@@ -231,7 +231,7 @@ class _Converter:
                 compression=codec,
                 timestamp_type=tstype,
                 log_append_time=append_time,
-                tombstone_flag=opts.tombstone_flag,
+                record_attributes=v2.new_record_attributes(out_cols, opts.tombstone_flag),
             )
         self.changed = True
         return _Written(
@@ -561,19 +561,10 @@ def stream_entries(
     output_digest = LogDigest(plain=False, algorithm=opts.digest)
     stop, whole = _stream(
         task,
-        src,
-        out,
-        converter,
-        index,
-        source_digest,
-        output_digest,
-        result,
+        _Reading(src, st, start, limit, data),
+        _Sinks(out, index, splitter),
+        _Tally(converter, source_digest, output_digest, result),
         _survivors(task),
-        start,
-        limit,
-        st,
-        splitter,
-        data,
     )
     if result.entries_in == 0:
         result.status = ConversionStatus.EMPTY
@@ -614,24 +605,50 @@ def check_planned(task: SegmentTask, st: os.stat_result) -> None:
         )
 
 
+@dataclass(frozen=True)
+class _Reading:
+    """What a stream reads: the source open at ``src`` (``st`` its stat), from file position ``start`` to the entries
+    starting before ``limit`` (all, when None); ``data``, the whole file read already, instead."""
+
+    src: SegmentFile
+    st: os.stat_result
+    start: int
+    limit: int | None
+    data: bytes | None
+
+
+@dataclass(frozen=True)
+class _Sinks:
+    """Where a stream's batches go: ``out`` and its ``index``, or a split source's ``splitter`` instead."""
+
+    out: SegmentOutput | None
+    index: IndexBuilder | None
+    splitter: SplitSink | None
+
+
+@dataclass(frozen=True)
+class _Tally:
+    """What a stream counts as it goes: the converter's counts, both content digests, the result's fields."""
+
+    converter: _Converter
+    source_digest: LogDigest
+    output_digest: LogDigest
+    result: SegmentResult
+
+
 def _stream(
-    task: SegmentTask,
-    src: SegmentFile,
-    out: SegmentOutput | None,
-    converter: _Converter,
-    index: IndexBuilder | None,
-    source_digest: LogDigest,
-    output_digest: LogDigest,
-    result: SegmentResult,
-    survivors: np.ndarray | None,
-    start: int,
-    limit: int | None,
-    st: os.stat_result,
-    splitter: SplitSink | None = None,
-    data: bytes | None = None,
+    task: SegmentTask, reading: _Reading, sinks: _Sinks, tally: _Tally, survivors: np.ndarray | None
 ) -> tuple[int, memoryview | bytes | None]:
     """``survivors``: compaction's pass two keeps only the records at these offsets (sorted). Returns the file
     position after the last entry read, and the whole file when one chunk read all of it (``StreamRun.whole``)."""
+    src, st, start, limit, data = reading.src, reading.st, reading.start, reading.limit, reading.data
+    out, index, splitter = sinks.out, sinks.index, sinks.splitter
+    converter, source_digest, output_digest, result = (
+        tally.converter,
+        tally.source_digest,
+        tally.output_digest,
+        tally.result,
+    )
     opts = task.options
     path = task.source
     base = task.base_offset

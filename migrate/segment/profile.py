@@ -39,10 +39,10 @@ _V2_CRC_AT = 17
 
 @dataclass
 class SegmentProfile:
-    entries_by_magic: dict[str, int] = field(default_factory=dict)
-    bytes_by_magic: dict[str, int] = field(default_factory=dict)
+    entries_by_magic: dict[int, int] = field(default_factory=dict)
+    bytes_by_magic: dict[int, int] = field(default_factory=dict)
     compressions: dict[str, int] = field(default_factory=dict)
-    plain_legacy_by_magic: dict[str, int] = field(default_factory=dict)  # uncompressed v0/v1 messages
+    plain_legacy_by_magic: dict[int, int] = field(default_factory=dict)  # uncompressed v0/v1 messages
     wrappers: int = 0  # compressed v0/v1 messages
     valid_bytes: int = 0
     largest_entry: int = 0
@@ -57,7 +57,7 @@ class SegmentProfile:
     range_cuts: tuple[RangeCut, ...] | None = None  # for the cuts asked for, when every entry's output size is known
 
     def has_magic_below(self, magic: int) -> bool:
-        return any(int(m) < magic for m in self.entries_by_magic)
+        return any(m < magic for m in self.entries_by_magic)
 
 
 def _be32(buf: np.ndarray, at: np.ndarray) -> np.ndarray:
@@ -85,13 +85,13 @@ def first_bad_checksum(buf: bytes | memoryview, positions: np.ndarray, sizes: np
     return int(np.argmax(bad)) if bad.any() else -1
 
 
-def _add(counts: dict[str, int], values: np.ndarray, weights: np.ndarray | None = None) -> None:
+def _add(counts: dict[int, int], values: np.ndarray, weights: np.ndarray | None = None) -> None:
     """Add per-value totals of small non-negative integers (magic bytes, codec ids): one bincount, no sort."""
     if not len(values):
         return
     sums = np.bincount(values, weights=weights)
     for value in np.flatnonzero(sums).tolist():
-        counts[str(value)] = counts.get(str(value), 0) + int(sums[value])
+        counts[value] = counts.get(value, 0) + int(sums[value])
 
 
 _CODEC_NAMES = [c.label for c in Compression] + ["unknown"] * 3
@@ -111,10 +111,10 @@ def _count(
     # the byte holding the codec bits: the low byte of a v2 batch's int16 attributes, a legacy message's attributes
     at = np.where(mag == v2.MAGIC, v2.ATTRIBUTES_OFFSET + 1, legacy.ATTRIBUTES_OFFSET)
     codecs = (u8[pos + at] & 7).astype(np.int64)
-    by_codec: dict[str, int] = {}
+    by_codec: dict[int, int] = {}
     _add(by_codec, codecs)
     for codec, n in by_codec.items():
-        name = _CODEC_NAMES[int(codec)]
+        name = _CODEC_NAMES[codec]
         profile.compressions[name] = profile.compressions.get(name, 0) + n
     legacy_entries = mag < v2.MAGIC
     _add(profile.plain_legacy_by_magic, mag[legacy_entries & (codecs == Compression.NONE)])

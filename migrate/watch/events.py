@@ -21,6 +21,7 @@ from typing import Any
 from migrate.codec import enum_member, from_json, to_json
 from migrate.errors import ModelError
 from migrate.model.plan_tree import ConvertOptions, Plan
+from migrate.model.records import fast_replace
 from migrate.model.run_state import (
     LogDirStatus,
     Outcome,
@@ -165,10 +166,8 @@ def segment_event(outcome: SegmentOutcome | RangeProgress, plan: Plan | None = N
         return SegmentFinished(plan_id, outcome)
     result = outcome.result
     converted = result is not None or outcome.result_text is not None
-    if converted:  # a copy without ``dataclasses.replace``'s per-field work: one per segment of a run
-        stripped = object.__new__(SegmentOutcome)
-        stripped.__dict__.update(outcome.__dict__, result=None, result_text=None, mtime_timestamped_records=0)
-        outcome = stripped
+    if converted:  # one per segment of a run
+        outcome = fast_replace(outcome, result=None, result_text=None, mtime_timestamped_records=0)
     return SegmentFinished(
         plan_id,
         outcome,
