@@ -554,9 +554,8 @@ def stream_entries(
     result.mtime_ns = st.st_mtime_ns
     result.digest = opts.digest
     converter = _Converter(opts, st.st_mtime_ns // 1_000_000, task.source)
-    # the source's content digest (comparable with Kafka's own summary under SHA-256), and the digest of exactly what
-    # the output must read back as (offsets, keys, values and the policy's timestamps): the verifier recomputes the
-    # second from disk, which covers the first
+    # the source's content digest (Kafka's own summary's, under SHA-256) and the digest of what the output must read
+    # back as (offsets, keys, values, the policy's timestamps): the verifier recomputes that one from disk
     source_digest = LogDigest(timed=False, algorithm=opts.digest)
     output_digest = LogDigest(plain=False, algorithm=opts.digest)
     stop, whole = _stream(
