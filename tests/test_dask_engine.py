@@ -20,7 +20,7 @@ from runs import assert_scan_agrees
 
 from migrate import pipeline
 from migrate.engines import StageCall
-from migrate.engines.dask import LOCAL_CLUSTER_PERIODS, DaskEngine, _local_cluster_periods, worth_workers
+from migrate.engines.dask import LOCAL_CLUSTER_PERIODS, DaskEngine, _key, _local_cluster_periods, worth_workers
 from migrate.model.plan_tree import DigestAlgorithm
 from migrate.model.run_state import Stage
 from migrate.planning.plan import build_plan
@@ -401,3 +401,19 @@ def test_close_is_bounded_and_says_what_it_left_behind(tmp_path, capsys):
     while cluster.status.name != "closed":
         assert time.monotonic() < deadline, cluster.status
         time.sleep(0.2)
+
+
+def test_a_task_key_names_its_function_and_a_survey_is_never_merged_with_another(tmp_path):
+    """Dask answers a submit whose key it still holds with the old task's result: a rolling run's release wait,
+    asked with the same arguments as the refusal check just before it, got that check's empty tuple under load
+    ("0 log dir(s) released"), and each poll of the wait could get the first poll's answer. A key names the
+    function, and two surveys never share one; the same conversion submitted again keeps its key."""
+    from migrate.rolling.broker_host import cut_over_refusals, release_state
+
+    call = StageCall((("/data/kafka",),), host="tls://10.0.0.1:4000")
+    refusals, release = _key(Stage.SURVEY, cut_over_refusals, call), _key(Stage.SURVEY, release_state, call)
+    assert refusals != release and release != _key(Stage.SURVEY, release_state, call)
+    assert release.startswith("survey-") and refusals.startswith("survey-")
+    assert _key(Stage.CONVERT, pid_of, call, 3) == _key(Stage.CONVERT, pid_of, call, 3)
+    assert _key(Stage.CONVERT, pid_of, call, 3) != _key(Stage.CONVERT, release_state, call, 3)
+    assert _key(Stage.CONVERT, pid_of, call, 3) != _key(Stage.CONVERT, pid_of, call, 4)

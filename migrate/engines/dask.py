@@ -158,12 +158,16 @@ def _process_workers() -> dict[str, Any]:
     return {"host": "127.0.0.1", "env": _worker_environment(), "preload": _worker_preload()}
 
 
-def _key(stage: Stage, call: StageCall, position: int = 0) -> str:
-    """Deterministic per stage, arguments, host and position in the map (equal calls must stay distinct tasks:
-    Dask merges tasks with one key); the plan counts by its id."""
+def _key(stage: Stage, fn: Callable[..., Any], call: StageCall, position: int = 0) -> str:
+    """Deterministic per stage, function, arguments, host and position in the map (equal calls must stay distinct
+    tasks: Dask merges tasks with one key, and a key still held by the scheduler answers a new submit with the old
+    task's result); the plan counts by its id. A survey looks at what is there now (a lock's holder, a marker, the
+    refusals of a broker that is stopping): two surveys are never the same work, so each has a key of its own."""
     args = call.args if call.plan is None else (call.plan.plan_id, *call.args)
-    rest = json.dumps([call.host, position, *args], sort_keys=True, default=str)
-    return f"{stage.value}-{hashlib.sha1(rest.encode()).hexdigest()[:16]}"
+    name = f"{fn.__module__}.{fn.__qualname__}" if hasattr(fn, "__qualname__") else repr(fn)
+    rest = json.dumps([name, call.host, position, *args], sort_keys=True, default=str)
+    once = f"-{uuid.uuid4().hex[:12]}" if stage == Stage.SURVEY else ""
+    return f"{stage.value}-{hashlib.sha1(rest.encode()).hexdigest()[:16]}{once}"
 
 
 def worth_workers(plan: Plan) -> bool:
@@ -704,7 +708,7 @@ class DaskEngine:
             stage,
             fn,
             *self._shared(call),
-            key=_key(stage, call, position),
+            key=_key(stage, fn, call, position),
             workers=[call.host] if call.host else None,
             allow_other_workers=False,
             pure=False,

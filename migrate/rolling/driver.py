@@ -310,7 +310,7 @@ class RollingRun:
 
     def _release_step(self, one: _OneBroker) -> _StepOutcome:
         release = self._wait_for_release(one.broker, one.worker)
-        if release is not None and all(d.released for d in release):
+        if release and all(d.released for d in release):  # a survey that saw no log dir proves nothing
             return _StepOutcome(True, f"{len(release)} log dir(s) released with a clean-shutdown marker")
         return _StepOutcome(
             False,
@@ -445,7 +445,7 @@ class RollingRun:
 
     def _release_problem(self, broker: int, state: tuple[LogDirRelease, ...] | None) -> str:
         timeout = self.settings.release_timeout_s
-        if state is None:
+        if not state:
             return f"broker {broker}'s worker could not look at its log dirs"
         out = []
         for d in state:
