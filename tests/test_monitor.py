@@ -549,3 +549,23 @@ def test_events_cross_the_wire_as_plain_data_and_come_back_as_the_same_records(s
         events.decode_run_event(events.SEGMENTS_TOPIC, bad)
     with pytest.raises(ModelError, match="kind"):
         events.decode_run_event(events.STAGE_TOPIC, {"kind": "teleport", "plan_id": "p", "log_dir": "/d"})
+
+
+def test_the_page_names_the_convert_stage_while_the_drivers_own_process_converts(small_plan):
+    """A plan converted by the run's own process (a small plan asked for a dashboard, or the share it takes before
+    and beside its workers) has no Dask task to show: its page said "stage: idle" at 31% converted."""
+    from migrate.watch.events import plan_event
+    from migrate.watch.plugin import MigrationPlugin
+
+    plugin = MigrationPlugin()
+    run = plugin.run(small_plan.plan_id)
+    run.plan(plan_event(small_plan))
+    assert plugin.status()["stage"] is None  # planned, nothing begun
+    run.segment(event_of(small_plan, "gzip-v0-0", 0))  # one of its two segments
+    assert {p["partition"]: p["state"] for p in plugin.status()["partitions"]}["gzip-v0-0"] == "converting"
+    assert plugin.status()["stage"] == "convert" and plugin.status()["workers"] == 0
+    for p in small_plan.log_dirs[0].partitions:
+        for i in range(len(p.segments)):
+            if (p.name, i) != ("gzip-v0-0", 0):
+                run.segment(event_of(small_plan, p.name, i))
+    assert plugin.status()["stage"] is None  # every segment converted: none is converting

@@ -154,10 +154,16 @@ class MigrationPlugin(SchedulerPlugin):
             "stages": {
                 s.value: {"done": c.done, "erred": c.erred, "pending": pending.get(s, 0)} for s, c in self.tasks.items()
             },
-            "stage": next((s.value for s in Stage if pending.get(s)), None),  # the first with tasks to run
+            "stage": self._stage(run, pending),
             "workers": len(self.scheduler.workers) if self.scheduler is not None else 0,
             "tool_version": __version__,
         }
+
+    @staticmethod
+    def _stage(run: RunProgress | None, pending: dict[Stage, int]) -> str | None:
+        """The first stage with tasks to run, else what the run's own process is doing (None: nothing)."""
+        stage = next((s for s in Stage if pending.get(s)), None) or (run.stage_at_work() if run else None)
+        return stage.value if stage is not None else None
 
 
 def plugin_of(scheduler: Any) -> MigrationPlugin | None:

@@ -413,6 +413,13 @@ class RunProgress:
     def series(self) -> list[list[float]]:
         return self.throughput.series(self.started)
 
+    def stage_at_work(self) -> Stage | None:
+        """What the run is doing where no Dask task shows it: a LocalCluster's driver converts its share itself (all
+        of it before any worker is up, and a plan too small for workers on its own), so a partition converting
+        means the convert stage, whatever the scheduler's task list says."""
+        converting = any(p.state == PartitionState.CONVERTING for p in self.partitions.values())
+        return Stage.CONVERT if converting else None
+
     def status(self, partition_limit: int | None = None) -> dict[str, Any]:
         now = self.clock()
         parts = sorted(self.partitions.values(), key=_attention)
